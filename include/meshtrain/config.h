@@ -1,0 +1,54 @@
+/* The run configuration: every key, its default, and how files and flags set it.
+ * One table drives parsing, validation, --help and the saved copy, so they never disagree. */
+#ifndef MESHTRAIN_CONFIG_H
+#define MESHTRAIN_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "meshtrain/status.h"
+
+enum { MT_PATH_MAX = 512, MT_TEXT_MAX = 256 };
+
+typedef struct mt_config {
+    /* model shape */
+    int vocab, context, layers, heads, width;
+    /* optimisation */
+    int batch, microbatches, steps, warmup;
+    double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
+    uint64_t seed;
+    /* machinery */
+    int threads; /* 0: the available cores divided by the local ranks */
+    char data[MT_PATH_MAX], out[MT_PATH_MAX];
+    /* reporting */
+    int eval_every, eval_seqs, log_every;
+    int sample_tokens, top_k;
+    double temperature;
+    char prompt[MT_TEXT_MAX];
+} mt_config;
+
+/* Fills every key with its built-in default. */
+void mt_config_defaults(mt_config *cfg);
+
+/* Sets one key from text. `key` may use '-' or '_' ("save-every" == "save_every");
+ * `where` names the source ("file.ini line 3", "the command line") in messages. */
+mt_status mt_config_set(mt_config *cfg, const char *key, const char *value, const char *where);
+
+/* Reads `key = value` lines ('#' starts a comment) from a file. */
+mt_status mt_config_load_file(mt_config *cfg, const char *path);
+
+/* Applies "--key value" and "--key=value" arguments, and "--config FILE" (loaded where it
+ * appears, so later flags override it). */
+mt_status mt_config_parse_args(mt_config *cfg, int argc, char **argv);
+
+/* Checks the keys against each other (heads divide width, batch divides by microbatches,
+ * ...), naming the offending keys. Called before any work starts. */
+mt_status mt_config_validate(const mt_config *cfg);
+
+/* Writes every key as `key = value`, the format mt_config_load_file reads. */
+void mt_config_write(const mt_config *cfg, FILE *out);
+
+/* Writes the keys with their defaults and one-line descriptions, for --help. */
+void mt_config_print_help(FILE *out);
+
+#endif

@@ -1,0 +1,70 @@
+/* Token files, the corpus folder, and the sampler that draws every batch from (seed, step).
+ * File format (little-endian): see docs/data-format.md and MT_TOKENS_HEADER_BYTES. */
+#ifndef MESHTRAIN_DATA_H
+#define MESHTRAIN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshtrain/status.h"
+
+/* Header, 32 bytes: magic "MTTOKENS", u32 version (1), u32 token width in bytes (1, 2 or 4),
+ * u64 token count, u32 vocabulary bound (every token < it), u32 reserved (0). */
+enum { MT_TOKENS_HEADER_BYTES = 32, MT_TOKENS_VERSION = 1 };
+
+typedef struct mt_tokens {
+    char path[512];
+    void *map;          /* the whole file, mapped read-only */
+    size_t map_bytes;
+    const uint8_t *data;
+    int token_bytes;
+    uint64_t count;
+    uint32_t vocab;
+} mt_tokens;
+
+/* Maps and validates a token file: magic, version, width, size against the count, and every
+ * token below the header's vocabulary bound. Errors name the file. */
+mt_status mt_tokens_open(mt_tokens *tokens, const char *path);
+void mt_tokens_close(mt_tokens *tokens);
+
+static inline uint32_t mt_tokens_at(const mt_tokens *tokens, uint64_t i)
+{
+    const uint8_t *p = tokens->data + i * (uint64_t)tokens->token_bytes;
+    switch (tokens->token_bytes) {
+    case 1: return p[0];
+    case 2: return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    default: return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    }
+}
+
+/* Writes byte tokens (vocabulary 256) to a token file, atomically (temporary name, rename). */
+mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t count);
+
+/* Splits text into DIR/train.bin and DIR/val.bin (the last val_fraction of the text) as byte
+ * tokens, creating DIR. */
+mt_status mt_corpus_write(const char *dir, const uint8_t *text, size_t length, double val_fraction);
+
+/* Training sequences: the corpus cut into windows of t+1 tokens (stride t), visited in a
+ * fresh pseudo-random order each epoch. Sequence g of the run (g = step * batch + i) is a
+ * pure function of (seed, g), so any rank can draw any slice of any global batch. */
+typedef struct mt_sampler {
+    const mt_tokens *tokens;
+    int t;
+    uint64_t windows;
+    uint64_t seed;
+} mt_sampler;
+
+mt_status mt_sampler_init(mt_sampler *sampler, const mt_tokens *tokens, int t, uint64_t seed);
+
+/* Writes sequence g's t inputs and t targets (the inputs shifted by one). */
+void mt_sampler_sequence(const mt_sampler *sampler, uint64_t g, int32_t *inputs, int32_t *targets);
+
+/* Writes the window at position `window` (no shuffling), for validation. */
+void mt_sampler_window(const mt_sampler *sampler, uint64_t window, int32_t *inputs,
+                       int32_t *targets);
+
+/* A bijection of [0, n) keyed by (seed, stream): a 4-round Feistel network on the next
+ * even power of two, walked until it lands inside [0, n). */
+uint64_t mt_permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t stream);
+
+#endif

@@ -1,0 +1,66 @@
+/* Forward and backward math on plain float arrays: no model, no communication.
+ * Row-major throughout; a weight is [out, in] as in nn.Linear, so y = x W^T + b. */
+#ifndef MESHTRAIN_KERNELS_H
+#define MESHTRAIN_KERNELS_H
+
+#include <stdint.h>
+
+/* Sets the threads used by the kernels (OpenMP loops and BLAS share one pool). */
+void mt_kernels_set_threads(int threads);
+
+/* y[n,out] = x[n,in] W^T + b, overwriting y; or adding to y when `accumulate`
+ * (how residual branches are summed without a separate buffer). b may be NULL. */
+void mt_linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in,
+                       int out, int accumulate);
+/* dx[n,in] = dy W (overwritten, skipped if dx is NULL); dw += dy^T x; db += column sums of dy. */
+void mt_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                        const float *w, int n, int in, int out);
+
+/* Per row of C: y = (x - mean) * rstd * w + b; mean and rstd are kept for backward. */
+void mt_layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
+                          const float *b, int n, int c);
+/* dx += the input gradient (accumulates into a residual stream); dw, db += their gradients. */
+void mt_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                           const float *mean, const float *rstd, const float *w, int n, int c);
+
+/* GELU, tanh approximation, elementwise. Backward may run in place (dx == dy). */
+void mt_gelu_forward(float *y, const float *x, long n);
+void mt_gelu_backward(float *dx, const float *dy, const float *x, long n);
+
+/* Causal multi-head attention. qkv is [b, t, 3c] as [q | k | v]; y is [b, t, c]; probs
+ * [b, heads, t, t] keeps the softmax for backward (entries above the diagonal are unused). */
+void mt_attention_forward(float *y, float *probs, const float *qkv, int b, int t, int c,
+                          int heads);
+/* dqkv is overwritten; dprobs is scratch of the same size as probs. */
+void mt_attention_backward(float *dqkv, float *dprobs, const float *dy, const float *probs,
+                           const float *qkv, int b, int t, int c, int heads);
+
+/* Replaces each row of logits [n, v] by its softmax and writes each row's cross-entropy
+ * against targets into losses[n]. */
+void mt_crossentropy_forward(float *logits_to_probs, float *losses, const int32_t *targets, int n,
+                             int v);
+/* Turns probs into dlogits = (probs - onehot(target)) * scale, in place. */
+void mt_crossentropy_backward(float *probs_to_dlogits, const int32_t *targets, int n, int v,
+                              float scale);
+
+/* y[b,t,c] = wte[token] + wpe[position]. */
+void mt_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
+                          int b, int t, int c);
+/* dwte[token] += dy; dwpe[position] += dy (deterministic: no atomics). */
+void mt_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens, int b,
+                           int t, int c);
+
+typedef struct mt_adamw_hyper {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;         /* 1 for the first update (bias correction) */
+    float grad_scale; /* multiplies every gradient first: the clipping coefficient */
+} mt_adamw_hyper;
+
+/* One AdamW update of n elements, with PyTorch's order of operations. */
+void mt_adamw_update(float *param, const float *grad, float *m, float *v, long n,
+                     const mt_adamw_hyper *h);
+
+/* Sum of squares of n elements, accumulated in double. */
+double mt_sum_squares(const float *x, long n);
+
+#endif

@@ -1,0 +1,16 @@
+/* The subcommands of the `meshtrain` command, each a function of its own arguments.
+ * Only this layer prints usage and chooses exit codes; the library returns statuses. */
+#ifndef MESHTRAIN_CLI_H
+#define MESHTRAIN_CLI_H
+
+int cli_train(int argc, char **argv);
+int cli_data(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+/* Prints "meshtrain COMMAND: error: MESSAGE" for the thread's last error; returns 1. */
+int cli_report_error(const char *command);
+
+/* True for -h and --help. */
+int cli_is_help(const char *arg);
+
+#endif

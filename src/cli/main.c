@@ -1,0 +1,43 @@
+/* Entry point of the `meshtrain` command: dispatches to a subcommand.
+ * Exit codes: 0 success, 1 a failed run or bad input, 2 a usage error. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshtrain/status.h"
+
+static const char USAGE[] =
+    "usage: meshtrain COMMAND [ARGS...]\n"
+    "\n"
+    "commands:\n"
+    "  train   train a GPT (meshtrain train --help)\n"
+    "  data    write a token corpus folder (meshtrain data --help)\n"
+    "  bench   measure the machine's ceilings (meshtrain bench --help)\n";
+
+int cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+int cli_report_error(const char *command)
+{
+    fprintf(stderr, "meshtrain %s: error: %s\n", command, mt_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || cli_is_help(argv[1])) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *command = argv[1];
+    if (strcmp(command, "train") == 0)
+        return cli_train(argc - 2, argv + 2);
+    if (strcmp(command, "data") == 0)
+        return cli_data(argc - 2, argv + 2);
+    if (strcmp(command, "bench") == 0)
+        return cli_bench(argc - 2, argv + 2);
+    fprintf(stderr, "meshtrain: unknown command '%s'\n\n%s", command, USAGE);
+    return 2;
+}

@@ -1,0 +1,262 @@
+/* Config keys as a table of (name, type, field offset, default, help); parsing, validation
+ * messages, --help and the saved run config all read the same table. */
+#include "meshtrain/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { KEY_INT, KEY_U64, KEY_REAL, KEY_TEXT, KEY_PATH } key_type;
+
+typedef struct config_key {
+    const char *name;
+    key_type type;
+    size_t offset;
+    const char *default_value;
+    double min, max; /* bounds for numbers */
+    const char *help;
+} config_key;
+
+#define FIELD(f) offsetof(mt_config, f)
+static const config_key KEYS[] = {
+    {"vocab", KEY_INT, FIELD(vocab), "256", 1, 1 << 24, "vocabulary size (byte tokens need >= 256)"},
+    {"context", KEY_INT, FIELD(context), "128", 1, 1 << 16, "sequence length (tokens per sequence)"},
+    {"layers", KEY_INT, FIELD(layers), "4", 1, 4096, "transformer blocks"},
+    {"heads", KEY_INT, FIELD(heads), "4", 1, 4096, "attention heads per block"},
+    {"width", KEY_INT, FIELD(width), "256", 1, 1 << 16, "model width (embedding size)"},
+    {"batch", KEY_INT, FIELD(batch), "16", 1, 1 << 20, "sequences per optimizer step (the global batch)"},
+    {"microbatches", KEY_INT, FIELD(microbatches), "1", 1, 1 << 20,
+     "gradient-accumulation steps per optimizer step"},
+    {"steps", KEY_INT, FIELD(steps), "600", 0, 1e9, "optimizer steps of the run"},
+    {"warmup", KEY_INT, FIELD(warmup), "40", 0, 1e9, "steps of linear learning-rate warm-up"},
+    {"lr", KEY_REAL, FIELD(lr), "3e-3", 0, 10, "peak learning rate"},
+    {"min_lr", KEY_REAL, FIELD(min_lr), "3e-4", 0, 10, "learning rate at the end of the cosine decay"},
+    {"weight_decay", KEY_REAL, FIELD(weight_decay), "0.1", 0, 10,
+     "AdamW decoupled weight decay (matrices only)"},
+    {"beta1", KEY_REAL, FIELD(beta1), "0.9", 0, 0.999999, "AdamW first-moment decay"},
+    {"beta2", KEY_REAL, FIELD(beta2), "0.95", 0, 0.999999999, "AdamW second-moment decay"},
+    {"eps", KEY_REAL, FIELD(eps), "1e-8", 0, 1, "AdamW epsilon"},
+    {"clip", KEY_REAL, FIELD(clip), "1.0", 0, 1e30, "global gradient-norm clip (0: off)"},
+    {"seed", KEY_U64, FIELD(seed), "1337", 0, 0, "seed of initialisation, batch order and sampling"},
+    {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: cores / local ranks)"},
+    {"data", KEY_PATH, FIELD(data), "data/kjv", 0, 0, "corpus folder written by `meshtrain data`"},
+    {"out", KEY_PATH, FIELD(out), "runs/default", 0, 0, "run folder (metrics.jsonl, summary.json)"},
+    {"eval_every", KEY_INT, FIELD(eval_every), "100", 0, 1e9,
+     "validation loss every N steps and at the end (0: never)"},
+    {"eval_seqs", KEY_INT, FIELD(eval_seqs), "64", 1, 1 << 20, "validation sequences per evaluation"},
+    {"log_every", KEY_INT, FIELD(log_every), "20", 1, 1e9,
+     "steps between progress lines when output is not a terminal"},
+    {"sample_tokens", KEY_INT, FIELD(sample_tokens), "300", 0, 1 << 20,
+     "tokens of text sampled at the end (0: none)"},
+    {"temperature", KEY_REAL, FIELD(temperature), "0.8", 1e-3, 100, "sampling temperature"},
+    {"top_k", KEY_INT, FIELD(top_k), "40", 0, 1 << 24, "sample among the k likeliest tokens (0: all)"},
+    {"prompt", KEY_TEXT, FIELD(prompt), "And God said", 0, 0, "text the sample continues"},
+};
+#undef FIELD
+enum { KEY_COUNT = sizeof KEYS / sizeof KEYS[0] };
+
+static const config_key *find_key(const char *name)
+{
+    char normal[64];
+    size_t n = strlen(name);
+    if (n >= sizeof normal)
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        normal[i] = name[i] == '-' ? '_' : name[i];
+    for (int i = 0; i < KEY_COUNT; i++)
+        if (strcmp(KEYS[i].name, normal) == 0)
+            return &KEYS[i];
+    return NULL;
+}
+
+static mt_status parse_number(const config_key *key, const char *value, const char *where,
+                              double *number)
+{
+    char *end;
+    errno = 0;
+    *number = strtod(value, &end);
+    if (end == value || *end != '\0' || errno == ERANGE || !isfinite(*number))
+        return mt_fail(MT_EINVAL, "config key '%s' (%s): '%s' is not a number", key->name, where,
+                       value);
+    if (key->type != KEY_REAL && *number != floor(*number))
+        return mt_fail(MT_EINVAL, "config key '%s' (%s): '%s' is not a whole number", key->name,
+                       where, value);
+    if (key->type != KEY_U64 && (*number < key->min || *number > key->max))
+        return mt_fail(MT_EINVAL, "config key '%s' (%s): %s is outside [%g, %g]", key->name,
+                       where, value, key->min, key->max);
+    return MT_OK;
+}
+
+static mt_status parse_u64(const config_key *key, const char *value, const char *where,
+                           uint64_t *number)
+{
+    char *end;
+    errno = 0;
+    unsigned long long parsed = strtoull(value, &end, 0);
+    if (end == value || *end != '\0' || errno == ERANGE || value[0] == '-')
+        return mt_fail(MT_EINVAL, "config key '%s' (%s): '%s' is not an unsigned integer",
+                       key->name, where, value);
+    *number = parsed;
+    return MT_OK;
+}
+
+mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, const char *where)
+{
+    const config_key *key = find_key(name);
+    if (!key)
+        return mt_fail(MT_EINVAL, "unknown config key '%s' (%s); see --help for the keys", name,
+                       where);
+    char *field = (char *)cfg + key->offset;
+    double number;
+    mt_status status;
+    switch (key->type) {
+    case KEY_INT:
+        if ((status = parse_number(key, value, where, &number)))
+            return status;
+        *(int *)field = (int)number;
+        return MT_OK;
+    case KEY_REAL:
+        if ((status = parse_number(key, value, where, &number)))
+            return status;
+        *(double *)field = number;
+        return MT_OK;
+    case KEY_U64:
+        return parse_u64(key, value, where, (uint64_t *)field);
+    case KEY_TEXT:
+    case KEY_PATH: {
+        size_t capacity = key->type == KEY_TEXT ? MT_TEXT_MAX : MT_PATH_MAX;
+        if (strlen(value) >= capacity)
+            return mt_fail(MT_EINVAL, "config key '%s' (%s): value longer than %zu bytes",
+                           key->name, where, capacity - 1);
+        if (key->type == KEY_PATH && value[0] == '\0')
+            return mt_fail(MT_EINVAL, "config key '%s' (%s): empty path", key->name, where);
+        strcpy(field, value);
+        return MT_OK;
+    }
+    }
+    return MT_OK;
+}
+
+void mt_config_defaults(mt_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < KEY_COUNT; i++)
+        mt_config_set(cfg, KEYS[i].name, KEYS[i].default_value, "built-in default");
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *end = s + strlen(s);
+    while (end > s && isspace((unsigned char)end[-1]))
+        *--end = '\0';
+    return s;
+}
+
+mt_status mt_config_load_file(mt_config *cfg, const char *path)
+{
+    FILE *file = fopen(path, "r");
+    if (!file)
+        return mt_fail(MT_EIO, "cannot open config file '%s': %s", path, strerror(errno));
+    char line[1024], where[MT_PATH_MAX + 32];
+    mt_status status = MT_OK;
+    for (int number = 1; fgets(line, sizeof line, file); number++) {
+        snprintf(where, sizeof where, "%s line %d", path, number);
+        if (!strchr(line, '\n') && !feof(file)) {
+            status = mt_fail(MT_EINVAL, "%s: line longer than %zu bytes", where, sizeof line - 2);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *text = trim(line);
+        if (*text == '\0')
+            continue;
+        char *equals = strchr(text, '=');
+        if (!equals) {
+            status = mt_fail(MT_EINVAL, "%s: expected 'key = value', got '%s'", where, text);
+            break;
+        }
+        *equals = '\0';
+        if ((status = mt_config_set(cfg, trim(text), trim(equals + 1), where)))
+            break;
+    }
+    fclose(file);
+    return status;
+}
+
+mt_status mt_config_parse_args(mt_config *cfg, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+            return mt_fail(MT_EINVAL, "unexpected argument '%s' (keys are given as --key value)",
+                           arg);
+        char name[64];
+        const char *value;
+        const char *equals = strchr(arg, '=');
+        size_t length = equals ? (size_t)(equals - arg - 2) : strlen(arg + 2);
+        if (length >= sizeof name)
+            return mt_fail(MT_EINVAL, "unknown config key '%s'", arg + 2);
+        memcpy(name, arg + 2, length);
+        name[length] = '\0';
+        if (equals) {
+            value = equals + 1;
+        } else {
+            if (i + 1 >= argc)
+                return mt_fail(MT_EINVAL, "config key '%s' on the command line has no value", name);
+            value = argv[++i];
+        }
+        mt_status status = strcmp(name, "config") == 0
+                               ? mt_config_load_file(cfg, value)
+                               : mt_config_set(cfg, name, value, "the command line");
+        if (status)
+            return status;
+    }
+    return MT_OK;
+}
+
+mt_status mt_config_validate(const mt_config *c)
+{
+    if (c->width % c->heads)
+        return mt_fail(MT_EINVAL, "config keys 'heads' and 'width': heads %d does not divide width %d",
+                       c->heads, c->width);
+    if (c->batch % c->microbatches)
+        return mt_fail(MT_EINVAL,
+                       "config keys 'batch' and 'microbatches': batch %d is not a multiple of "
+                       "microbatches %d",
+                       c->batch, c->microbatches);
+    if (c->min_lr > c->lr)
+        return mt_fail(MT_EINVAL, "config keys 'min_lr' and 'lr': min_lr %g exceeds lr %g", c->min_lr,
+                       c->lr);
+    if (c->top_k > c->vocab)
+        return mt_fail(MT_EINVAL, "config keys 'top_k' and 'vocab': top_k %d exceeds vocab %d",
+                       c->top_k, c->vocab);
+    return MT_OK;
+}
+
+void mt_config_write(const mt_config *cfg, FILE *out)
+{
+    for (int i = 0; i < KEY_COUNT; i++) {
+        const config_key *key = &KEYS[i];
+        const char *field = (const char *)cfg + key->offset;
+        fprintf(out, "%s = ", key->name);
+        switch (key->type) {
+        case KEY_INT: fprintf(out, "%d\n", *(const int *)field); break;
+        case KEY_REAL: fprintf(out, "%.17g\n", *(const double *)field); break;
+        case KEY_U64: fprintf(out, "%llu\n", (unsigned long long)*(const uint64_t *)field); break;
+        case KEY_TEXT:
+        case KEY_PATH: fprintf(out, "%s\n", field); break;
+        }
+    }
+}
+
+void mt_config_print_help(FILE *out)
+{
+    for (int i = 0; i < KEY_COUNT; i++)
+        fprintf(out, "  --%-14s %-14s %s\n", KEYS[i].name, KEYS[i].default_value, KEYS[i].help);
+}

@@ -1,0 +1,38 @@
+/* Token plus position embeddings. The backward scatter-add is split by columns across
+ * threads, so repeated tokens never race and the sum order is fixed (deterministic). */
+#include "meshtrain/kernels.h"
+
+void mt_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
+                          int b, int t, int c)
+{
+#pragma omp parallel for schedule(static)
+    for (int row = 0; row < b * t; row++) {
+        const float *token_row = wte + (long)tokens[row] * c, *position_row = wpe + (long)(row % t) * c;
+        float *yr = y + (long)row * c;
+#pragma omp simd
+        for (int i = 0; i < c; i++)
+            yr[i] = token_row[i] + position_row[i];
+    }
+}
+
+void mt_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens, int b,
+                           int t, int c)
+{
+    enum { COLUMN_BLOCK = 64 };
+    int blocks = (c + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int block = 0; block < blocks; block++) {
+        int start = block * COLUMN_BLOCK;
+        int end = start + COLUMN_BLOCK < c ? start + COLUMN_BLOCK : c;
+        for (int row = 0; row < b * t; row++) {
+            const float *dyr = dy + (long)row * c;
+            float *token_grad = dwte + (long)tokens[row] * c;
+            float *position_grad = dwpe + (long)(row % t) * c;
+#pragma omp simd
+            for (int i = start; i < end; i++) {
+                token_grad[i] += dyr[i];
+                position_grad[i] += dyr[i];
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+/* The activation arena: every buffer a forward and backward need, planned once for the
+ * largest micro-batch, so no pass ever allocates. */
+#include <stdlib.h>
+
+#include "gpt_internal.h"
+
+typedef struct planner {
+    mt_arena *arena;
+    size_t *offsets; /* offsets[i] for the i-th planned buffer */
+    float ***targets;
+    int count;
+} planner;
+
+static void plan(planner *p, float **target, size_t floats)
+{
+    p->offsets[p->count] = mt_arena_plan(p->arena, floats * sizeof(float));
+    p->targets[p->count] = target;
+    p->count++;
+}
+
+mt_status gpt_activations_create(mt_gpt *gpt)
+{
+    const mt_gpt_shape *s = &gpt->shape;
+    size_t n = (size_t)gpt->max_sequences * s->context, c = s->width;
+    size_t attention = (size_t)gpt->max_sequences * s->heads * s->context * s->context;
+    mt_gpt_activations *a = calloc(1, sizeof *a);
+    gpt_block_acts *blocks = calloc((size_t)s->layers, sizeof *blocks);
+    int capacity = 16 + 14 * s->layers;
+    size_t *offsets = calloc((size_t)capacity, sizeof *offsets);
+    float ***targets = calloc((size_t)capacity, sizeof *targets);
+    if (!a || !blocks || !offsets || !targets) {
+        free(a), free(blocks), free(offsets), free(targets);
+        return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
+    }
+    a->blocks = blocks;
+    gpt->acts = a;
+    gpt->activation_arena = (mt_arena){.name = "activations"};
+    planner p = {&gpt->activation_arena, offsets, targets, 0};
+
+    plan(&p, (float **)&a->tokens, n);
+    plan(&p, (float **)&a->targets, n);
+    plan(&p, &a->encoded, n * c);
+    for (int l = 0; l < s->layers; l++) {
+        gpt_block_acts *b = &blocks[l];
+        plan(&p, &b->ln1, n * c), plan(&p, &b->ln1_mean, n), plan(&p, &b->ln1_rstd, n);
+        plan(&p, &b->qkv, 3 * n * c), plan(&p, &b->atty, n * c), plan(&p, &b->probs, attention);
+        plan(&p, &b->res2, n * c);
+        plan(&p, &b->ln2, n * c), plan(&p, &b->ln2_mean, n), plan(&p, &b->ln2_rstd, n);
+        plan(&p, &b->fch, 4 * n * c), plan(&p, &b->fch_gelu, 4 * n * c), plan(&p, &b->res3, n * c);
+    }
+    plan(&p, &a->lnf, n * c), plan(&p, &a->lnf_mean, n), plan(&p, &a->lnf_rstd, n);
+    plan(&p, &a->logits, n * (size_t)s->vocab), plan(&p, &a->losses, n);
+    plan(&p, &a->dresidual, n * c), plan(&p, &a->dln, n * c), plan(&p, &a->datty, n * c);
+    plan(&p, &a->dqkv, 3 * n * c), plan(&p, &a->dfch, 4 * n * c), plan(&p, &a->dprobs, attention);
+
+    mt_status status = mt_arena_allocate(&gpt->activation_arena);
+    if (status == MT_OK)
+        for (int i = 0; i < p.count; i++)
+            *p.targets[i] = mt_arena_at(&gpt->activation_arena, p.offsets[i]);
+    free(offsets);
+    free(targets);
+    return status;
+}

@@ -1,0 +1,28 @@
+/* Progress reporting for a run: a live line on a terminal, or a line every N steps when
+ * the output is a file or a pipe; and one JSON object per step in OUT/metrics.jsonl. */
+#ifndef MESHTRAIN_PROGRESS_H
+#define MESHTRAIN_PROGRESS_H
+
+#include <stdio.h>
+
+typedef struct progress {
+    FILE *out;
+    int is_terminal;
+    int every;       /* steps between lines when not a terminal */
+    int total_steps;
+} progress;
+
+typedef struct step_record {
+    int step;
+    double loss, lr, grad_norm, tokens_per_s;
+    double val_loss; /* NAN when not evaluated this step */
+    double elapsed;  /* seconds since the first step began */
+} step_record;
+
+void progress_init(progress *p, FILE *out, int every, int total_steps);
+void progress_step(progress *p, const step_record *r);
+
+/* Appends one JSON line; floats with %.9g so that they round-trip. */
+int metrics_append(FILE *metrics, const step_record *r);
+
+#endif
