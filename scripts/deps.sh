@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages meshtrain needs (apt-get, as root); otherwise prints the exact
+# apt-get line and fails. Usage: scripts/deps.sh run|test (test adds the reference checks).
+set -euo pipefail
+packages=(cmake make gcc libopenblas-openmp-dev bible-kjv)
+if [ "${1:-run}" = test ]; then
+  # PyTorch and numpy for the parity test and benchmarks; clang and its sanitizer runtime
+  # for the ASan/UBSan build of the suite.
+  packages+=(python3-torch python3-numpy clang libclang-rt-14-dev)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" != 0 ]; then
+  echo "meshtrain needs these Debian packages: ${missing[*]}" >&2
+  echo "run as root:  apt-get update && $line" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+$line

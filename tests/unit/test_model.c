@@ -1,0 +1,206 @@
+/* Whole-model checks of the GPT: finite differences on every parameter tensor, no leakage
+ * between sequences or from the future, micro-batch accumulation, determinism. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gradcheck.h"
+#include "meshtrain/kernels.h"
+#include "meshtrain/model.h"
+
+static const mt_gpt_shape TINY = {.vocab = 13, .context = 9, .layers = 2, .heads = 2, .width = 8};
+
+typedef struct model_case {
+    mt_gpt *gpt;
+    int32_t *tokens, *targets;
+    int b, t;
+} model_case;
+
+static double mean_loss(void *p)
+{
+    model_case *m = p;
+    float loss = 0;
+    mt_gpt_forward(m->gpt, m->tokens, m->targets, m->b, m->t, &loss);
+    return loss;
+}
+
+static void fill_tokens(int32_t *x, int n, int vocab, const char *name)
+{
+    mt_rng rng = {5, mt_name_hash(name)};
+    for (int i = 0; i < n; i++)
+        x[i] = (int32_t)(mt_rng_u64(rng, (uint64_t)i) % (uint64_t)vocab);
+}
+
+/* Parameters far from initialisation (std 0.3, norms around 1) so every gradient is large
+ * enough for fp32 finite differences to resolve. */
+static void scramble_params(mt_gpt *gpt)
+{
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        double mean = strstr(p->name, "ln") && strstr(p->name, "weight") ? 1.0 : 0.0;
+        fill_normal(gpt->param + p->offset, (long)p->numel, p->name, mean, 0.3);
+    }
+}
+
+static int is_key_bias_zero(const mt_param_info *p, const float *grad, int width)
+{
+    if (!strstr(p->name, "attn.qkv.bias"))
+        return 0;
+    for (int i = width; i < 2 * width; i++) /* the key bias shifts a softmax row: no effect */
+        if (fabsf(grad[p->offset + i]) > 1e-6f)
+            return 0;
+    return 1;
+}
+
+static void test_finite_differences(void)
+{
+    mt_gpt gpt;
+    CHECK(mt_gpt_create(&gpt, &TINY, 2) == MT_OK);
+    scramble_params(&gpt);
+    int32_t tokens[18], targets[18];
+    fill_tokens(tokens, 18, TINY.vocab, "tokens"), fill_tokens(targets, 18, TINY.vocab, "targets");
+    model_case m = {&gpt, tokens, targets, 2, 9};
+    memset(gpt.grad, 0, gpt.numel * sizeof(float));
+    mean_loss(&m);
+    mt_gpt_backward(&gpt, 1.0f / 18);
+    float *analytic = malloc(gpt.numel * sizeof(float));
+    memcpy(analytic, gpt.grad, gpt.numel * sizeof(float));
+    printf("whole model, every parameter tensor\n");
+    for (int i = 0; i < gpt.param_count; i++) {
+        const mt_param_info *p = &gpt.params[i];
+        double error = gradcheck(p->name, gpt.param + p->offset, analytic + p->offset,
+                                 (long)p->numel, mean_loss, &m, 1e-2f);
+        CHECK_MSG(error < 2e-2, "%s", p->name);
+        if (strstr(p->name, "attn.qkv.bias"))
+            CHECK_MSG(is_key_bias_zero(p, analytic, TINY.width), "%s key part", p->name);
+    }
+    free(analytic);
+    mt_gpt_destroy(&gpt);
+}
+
+/* Loss at initialisation is close to ln(vocab): the model starts out uniform. */
+static void test_initial_loss(void)
+{
+    mt_gpt_shape shape = {.vocab = 256, .context = 16, .layers = 2, .heads = 2, .width = 32};
+    mt_gpt gpt;
+    CHECK(mt_gpt_create(&gpt, &shape, 3) == MT_OK);
+    mt_gpt_init_params(&gpt, 1);
+    int32_t tokens[48], targets[48];
+    fill_tokens(tokens, 48, 256, "a"), fill_tokens(targets, 48, 256, "b");
+    model_case m = {&gpt, tokens, targets, 3, 16};
+    CHECK_NEAR(mean_loss(&m), log(256.0), 0.05);
+    mt_gpt_destroy(&gpt);
+}
+
+/* Sequences in one forward never see each other, and no position sees the future. */
+static void test_isolation(void)
+{
+    mt_gpt gpt;
+    CHECK(mt_gpt_create(&gpt, &TINY, 2) == MT_OK);
+    scramble_params(&gpt);
+    int n = TINY.context, v = TINY.vocab;
+    int32_t both[18];
+    fill_tokens(both, 18, v, "both");
+    float *together = malloc(sizeof(float) * 18 * v), *alone = malloc(sizeof(float) * 18 * v);
+    float unused;
+    CHECK(mt_gpt_forward(&gpt, both, NULL, 2, n, &unused) == MT_OK);
+    mt_gpt_logits(&gpt, 0, 18, together);
+    for (int s = 0; s < 2; s++) {
+        CHECK(mt_gpt_forward(&gpt, both + s * n, NULL, 1, n, &unused) == MT_OK);
+        mt_gpt_logits(&gpt, 0, n, alone + s * n * v);
+    }
+    double worst = 0;
+    for (int i = 0; i < 18 * v; i++)
+        worst = fmax(worst, fabs(together[i] - alone[i]));
+    CHECK_MSG(worst < 1e-5, "sequences leak into each other: %g", worst);
+    /* changing the last token leaves the logits of every earlier position unchanged */
+    CHECK(mt_gpt_forward(&gpt, both, NULL, 1, n, &unused) == MT_OK);
+    mt_gpt_logits(&gpt, 0, n, alone);
+    both[n - 1] = (both[n - 1] + 1) % v;
+    CHECK(mt_gpt_forward(&gpt, both, NULL, 1, n, &unused) == MT_OK);
+    mt_gpt_logits(&gpt, 0, n, together);
+    CHECK(memcmp(alone, together, sizeof(float) * (n - 1) * v) == 0);
+    free(together), free(alone);
+    mt_gpt_destroy(&gpt);
+}
+
+/* One micro-batch of 4 sequences equals two of 2 accumulated, with the same loss scale. */
+static void test_accumulation(void)
+{
+    mt_gpt gpt;
+    CHECK(mt_gpt_create(&gpt, &TINY, 4) == MT_OK);
+    scramble_params(&gpt);
+    int n = 4 * TINY.context;
+    int32_t tokens[36], targets[36];
+    fill_tokens(tokens, n, TINY.vocab, "acc.tokens"), fill_tokens(targets, n, TINY.vocab, "acc.t");
+    float loss, scale = 1.0f / (float)n;
+    memset(gpt.grad, 0, gpt.numel * sizeof(float));
+    mt_gpt_forward(&gpt, tokens, targets, 4, TINY.context, &loss);
+    mt_gpt_backward(&gpt, scale);
+    float *whole = malloc(gpt.numel * sizeof(float));
+    memcpy(whole, gpt.grad, gpt.numel * sizeof(float));
+    memset(gpt.grad, 0, gpt.numel * sizeof(float));
+    for (int half = 0; half < 2; half++) {
+        mt_gpt_forward(&gpt, tokens + half * n / 2, targets + half * n / 2, 2, TINY.context, &loss);
+        mt_gpt_backward(&gpt, scale);
+    }
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < gpt.numel; i++) {
+        diff += (whole[i] - gpt.grad[i]) * (double)(whole[i] - gpt.grad[i]);
+        norm += (double)whole[i] * whole[i];
+    }
+    CHECK_MSG(sqrt(diff / norm) < 1e-6, "accumulated gradients differ by %g", sqrt(diff / norm));
+    free(whole);
+    mt_gpt_destroy(&gpt);
+}
+
+/* Two identical passes give bit-identical gradients, threads and all. */
+static void test_determinism(void)
+{
+    mt_gpt_shape shape = {.vocab = 64, .context = 70, .layers = 2, .heads = 4, .width = 32};
+    mt_gpt gpt;
+    CHECK(mt_gpt_create(&gpt, &shape, 2) == MT_OK);
+    mt_gpt_init_params(&gpt, 3);
+    int32_t tokens[140], targets[140];
+    fill_tokens(tokens, 140, 64, "det.a"), fill_tokens(targets, 140, 64, "det.b");
+    float *first = malloc(gpt.numel * sizeof(float)), loss;
+    for (int run = 0; run < 2; run++) {
+        memset(gpt.grad, 0, gpt.numel * sizeof(float));
+        mt_gpt_forward(&gpt, tokens, targets, 2, 70, &loss);
+        mt_gpt_backward(&gpt, 1.0f / 140);
+        if (run == 0)
+            memcpy(first, gpt.grad, gpt.numel * sizeof(float));
+    }
+    CHECK(memcmp(first, gpt.grad, gpt.numel * sizeof(float)) == 0);
+    free(first);
+    mt_gpt_destroy(&gpt);
+}
+
+/* Bad shapes and out-of-range tokens are errors, never crashes. */
+static void test_errors(void)
+{
+    mt_gpt gpt;
+    mt_gpt_shape bad = TINY;
+    bad.heads = 3;
+    CHECK(mt_gpt_create(&gpt, &bad, 1) == MT_EINVAL);
+    CHECK(strstr(mt_last_error(), "heads") != NULL);
+    CHECK(mt_gpt_create(&gpt, &TINY, 1) == MT_OK);
+    int32_t tokens[9] = {0, 1, 2, 3, 13, 5, 6, 7, 8}; /* 13 == vocab */
+    float loss;
+    CHECK(mt_gpt_forward(&gpt, tokens, tokens, 1, 9, &loss) == MT_EINVAL);
+    CHECK(strstr(mt_last_error(), "vocabulary") != NULL);
+    CHECK(mt_gpt_forward(&gpt, tokens, NULL, 1, 10, &loss) == MT_EINVAL); /* t > context */
+    mt_gpt_destroy(&gpt);
+}
+
+int main(void)
+{
+    mt_kernels_set_threads(2);
+    test_finite_differences();
+    test_initial_loss();
+    test_isolation();
+    test_accumulation();
+    test_determinism();
+    test_errors();
+    return check_summary("test_model");
+}
