@@ -96,7 +96,7 @@ static mt_status parse_u64(const config_key *key, const char *value, const char 
     char *end;
     errno = 0;
     unsigned long long parsed = strtoull(value, &end, 0);
-    if (end == value || *end != '\0' || errno == ERANGE || value[0] == '-')
+    if (!isdigit((unsigned char)value[0]) || *end != '\0' || errno == ERANGE)
         return mt_fail(MT_EINVAL, "config key '%s' (%s): '%s' is not an unsigned integer",
                        key->name, where, value);
     *number = parsed;
@@ -157,6 +157,44 @@ static char *trim(char *s)
     return s;
 }
 
+/* A value in a file is either bare (ends at '#', surrounding spaces dropped) or quoted
+ * ("..." with \\, \" and \n escapes), so that any text, '#' and edge spaces included,
+ * survives mt_config_write and a reload. */
+static mt_status parse_file_value(char *raw, char *value, size_t capacity, const char *where)
+{
+    char *text = raw;
+    while (isspace((unsigned char)*text))
+        text++;
+    if (*text != '"') {
+        char *hash = strchr(text, '#');
+        if (hash)
+            *hash = '\0';
+        snprintf(value, capacity, "%s", trim(text));
+        return MT_OK;
+    }
+    size_t length = 0;
+    for (text++; *text && *text != '"'; text++) {
+        char c = *text;
+        if (c == '\\') {
+            c = *++text;
+            if (c == 'n')
+                c = '\n';
+            else if (c != '\\' && c != '"')
+                return mt_fail(MT_EINVAL, "%s: unknown escape '\\%c' in a quoted value", where, c);
+        }
+        if (length + 1 >= capacity)
+            return mt_fail(MT_EINVAL, "%s: quoted value too long", where);
+        value[length++] = c;
+    }
+    value[length] = '\0';
+    if (*text != '"')
+        return mt_fail(MT_EINVAL, "%s: quoted value has no closing '\"'", where);
+    char *rest = trim(text + 1);
+    if (*rest != '\0' && *rest != '#')
+        return mt_fail(MT_EINVAL, "%s: unexpected '%s' after a quoted value", where, rest);
+    return MT_OK;
+}
+
 mt_status mt_config_load_file(mt_config *cfg, const char *path)
 {
     FILE *file = fopen(path, "r");
@@ -170,11 +208,8 @@ mt_status mt_config_load_file(mt_config *cfg, const char *path)
             status = mt_fail(MT_EINVAL, "%s: line longer than %zu bytes", where, sizeof line - 2);
             break;
         }
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
         char *text = trim(line);
-        if (*text == '\0')
+        if (*text == '\0' || *text == '#')
             continue;
         char *equals = strchr(text, '=');
         if (!equals) {
@@ -182,7 +217,9 @@ mt_status mt_config_load_file(mt_config *cfg, const char *path)
             break;
         }
         *equals = '\0';
-        if ((status = mt_config_set(cfg, trim(text), trim(equals + 1), where)))
+        char value[1024];
+        if ((status = parse_file_value(equals + 1, value, sizeof value, where)) ||
+            (status = mt_config_set(cfg, trim(text), value, where)))
             break;
     }
     fclose(file);
@@ -220,8 +257,28 @@ mt_status mt_config_parse_args(mt_config *cfg, int argc, char **argv)
     return MT_OK;
 }
 
+/* Range checks again, for a struct filled by code rather than mt_config_set. */
+static mt_status check_ranges(const mt_config *cfg)
+{
+    for (int i = 0; i < KEY_COUNT; i++) {
+        const config_key *key = &KEYS[i];
+        const char *field = (const char *)cfg + key->offset;
+        double number = key->type == KEY_INT    ? *(const int *)field
+                        : key->type == KEY_REAL ? *(const double *)field
+                                                : 0;
+        if ((key->type == KEY_INT || key->type == KEY_REAL) &&
+            !(number >= key->min && number <= key->max))
+            return mt_fail(MT_EINVAL, "config key '%s': %g is outside [%g, %g]", key->name, number,
+                           key->min, key->max);
+    }
+    return MT_OK;
+}
+
 mt_status mt_config_validate(const mt_config *c)
 {
+    mt_status status = check_ranges(c);
+    if (status)
+        return status;
     if (c->width % c->heads)
         return mt_fail(MT_EINVAL, "config keys 'heads' and 'width': heads %d does not divide width %d",
                        c->heads, c->width);
@@ -239,6 +296,21 @@ mt_status mt_config_validate(const mt_config *c)
     return MT_OK;
 }
 
+static void write_quoted(FILE *out, const char *text)
+{
+    fputc('"', out);
+    for (const char *p = text; *p; p++) {
+        if (*p == '\n')
+            fputs("\\n", out);
+        else {
+            if (*p == '"' || *p == '\\')
+                fputc('\\', out);
+            fputc(*p, out);
+        }
+    }
+    fputs("\"\n", out);
+}
+
 void mt_config_write(const mt_config *cfg, FILE *out)
 {
     for (int i = 0; i < KEY_COUNT; i++) {
@@ -250,7 +322,7 @@ void mt_config_write(const mt_config *cfg, FILE *out)
         case KEY_REAL: fprintf(out, "%.17g\n", *(const double *)field); break;
         case KEY_U64: fprintf(out, "%llu\n", (unsigned long long)*(const uint64_t *)field); break;
         case KEY_TEXT:
-        case KEY_PATH: fprintf(out, "%s\n", field); break;
+        case KEY_PATH: write_quoted(out, field); break;
         }
     }
 }

@@ -9,8 +9,13 @@
 
 static mt_status make_one(const char *path)
 {
-    if (mkdir(path, 0755) == 0 || errno == EEXIST)
+    if (mkdir(path, 0755) == 0)
         return MT_OK;
+    struct stat st;
+    if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return MT_OK;
+    if (errno == EEXIST)
+        return mt_fail(MT_EIO, "cannot create folder '%s': a file of that name exists", path);
     return mt_fail(MT_EIO, "cannot create folder '%s': %s", path, strerror(errno));
 }
 

@@ -26,8 +26,11 @@ mt_status mt_fail_context(mt_status code, const char *fmt, ...)
     va_start(args, fmt);
     int n = vsnprintf(error_message, sizeof error_message, fmt, args);
     va_end(args);
-    if (n >= 0 && (size_t)n < sizeof error_message)
-        snprintf(error_message + n, sizeof error_message - (size_t)n, ": %s", previous);
+    if (n >= 0 && (size_t)n < sizeof error_message) {
+        size_t room = sizeof error_message - (size_t)n;
+        if (snprintf(error_message + n, room, ": %s", previous) < 0)
+            error_message[n] = '\0';
+    }
     return code;
 }
 

@@ -119,7 +119,8 @@ void mt_tokens_close(mt_tokens *t)
 mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t count)
 {
     char temporary[600];
-    snprintf(temporary, sizeof temporary, "%s.tmp.%d", path, (int)getpid());
+    if (snprintf(temporary, sizeof temporary, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof temporary)
+        return mt_fail(MT_EINVAL, "token file path '%s' is too long", path);
     FILE *file = fopen(temporary, "wb");
     if (!file)
         return mt_fail(MT_EIO, "cannot create '%s': %s", temporary, strerror(errno));
@@ -152,8 +153,9 @@ mt_status mt_corpus_write(const char *dir, const uint8_t *text, size_t length, d
     size_t val = (size_t)(length * val_fraction);
     if (val < 1)
         val = 1;
-    char path[600];
-    snprintf(path, sizeof path, "%s/train.bin", dir);
+    char path[560];
+    if (snprintf(path, sizeof path, "%s/train.bin", dir) >= (int)sizeof path)
+        return mt_fail(MT_EINVAL, "corpus folder path '%s' is too long", dir);
     status = mt_tokens_write_bytes(path, text, length - val);
     if (status)
         return status;

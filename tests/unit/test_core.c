@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "meshtrain/config.h"
+#include "meshtrain/files.h"
 #include "meshtrain/data.h"
 #include "meshtrain/model.h"
 #include "meshtrain/rng.h"
@@ -470,10 +471,10 @@ static void test_config_round_trip(void)
     a.beta1 = 0.8765432109876543, a.beta2 = 0.99912345678, a.eps = 3.3e-9, a.clip = 0.7;
     a.seed = 0xfedcba9876543210ull, a.threads = 3;
     strcpy(a.data, "some dir/with spaces/corpus");
-    strcpy(a.out, "/tmp/out=here");
+    strcpy(a.out, "runs/#1 \"quoted\" \\ ");
     a.eval_every = 13, a.eval_seqs = 5, a.log_every = 2;
     a.sample_tokens = 77, a.top_k = 9, a.temperature = 1.0 / 7.0;
-    strcpy(a.prompt, "Let there be = light");
+    strcpy(a.prompt, " Psalm #23 = light\nline two ");
 
     const char *path = tmp_path("saved.ini");
     FILE *f = fopen(path, "w");
@@ -564,6 +565,25 @@ static void test_errors(void)
     }
 }
 
+/* Structs filled by code are range-checked too (a zero divisor must not crash validate),
+ * and a folder path that names an existing file is an error. */
+static void test_validate_direct_fields(void)
+{
+    mt_config c;
+    mt_config_defaults(&c);
+    c.heads = 0;
+    CHECK(mt_config_validate(&c) == MT_EINVAL && strstr(mt_last_error(), "heads"));
+    mt_config_defaults(&c);
+    c.microbatches = 0;
+    CHECK(mt_config_validate(&c) == MT_EINVAL && strstr(mt_last_error(), "microbatches"));
+    const char *file = tmp_path("plain-file");
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    CHECK(mt_make_folders(file) == MT_EIO && strstr(mt_last_error(), "file of that name"));
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mt_test_core_XXXXXX");
@@ -580,6 +600,7 @@ int main(void)
     test_config_args();
     test_config_validate();
     test_config_round_trip();
+    test_validate_direct_fields();
     test_lr();
     test_errors();
     for (int i = 0; i < tmp_file_count; i++)

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Command-line tests of bad input: each must fail cleanly (exit 1 or 2, never a crash) with a
+# message naming the problem. Usage: bash tests/cli/bad_input.sh path/to/meshtrain
+set -u
+
+if [[ $# -ne 1 || ! -x $1 ]]; then
+    echo "usage: $0 path/to/meshtrain" >&2
+    exit 2
+fi
+MT=$1
+WORK=$(mktemp -d /tmp/mt_bad_input.XXXXXX) || exit 2
+trap 'rm -rf -- "$WORK"' EXIT
+
+passed=0
+failed=0
+
+# run_case NAME WANT [PHRASE...] -- COMMAND...
+# WANT is "error" (exit 1 or 2, message phrases in stderr) or an exact status (for 0 the
+# phrases are looked for in stdout, otherwise in stderr).
+run_case() {
+    local name=$1 want=$2
+    shift 2
+    local phrases=()
+    while [[ $# -gt 0 && $1 != -- ]]; do
+        phrases+=("$1")
+        shift
+    done
+    shift
+    timeout 60 "$@" >"$WORK/stdout" 2>"$WORK/stderr"
+    local status=$? problem=""
+    if [[ $want == error ]]; then
+        if [[ $status -ge 128 || $status -eq 124 ]]; then
+            problem="crashed or timed out (status $status)"
+        elif [[ $status -ne 1 && $status -ne 2 ]]; then
+            problem="exit status $status, want 1 or 2"
+        fi
+    elif [[ $status -ne $want ]]; then
+        problem="exit status $status, want $want"
+    fi
+    if [[ -z $problem ]] && grep -qE 'Sanitizer|runtime error:' "$WORK/stderr"; then
+        problem="a sanitizer reported an error"
+    fi
+    local stream="$WORK/stderr"
+    [[ $want == 0 ]] && stream="$WORK/stdout"
+    if [[ -z $problem ]]; then
+        local phrase
+        for phrase in "${phrases[@]}"; do
+            if ! grep -qF -- "$phrase" "$stream"; then
+                problem="output lacks '$phrase'"
+                break
+            fi
+        done
+    fi
+    if [[ -z $problem ]]; then
+        echo "ok   $name"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name: $problem"
+        echo "     command: $*"
+        sed 's/^/     stderr: /' "$WORK/stderr" | head -n 5
+        failed=$((failed + 1))
+    fi
+}
+
+# A small corpus (about 11 KB of text) for the cases that need a valid one.
+for i in $(seq 1 200); do
+    echo "line $i: the quick brown fox jumps over the lazy dog"
+done >"$WORK/text.txt"
+CORPUS=$WORK/corpus
+if ! timeout 60 "$MT" data text "$WORK/text.txt" --out "$CORPUS" >/dev/null 2>"$WORK/stderr" ||
+    [[ ! -f $CORPUS/train.bin || ! -f $CORPUS/val.bin ]]; then
+    echo "FAIL setup: meshtrain data text could not write a corpus"
+    cat "$WORK/stderr"
+    echo "bad_input: 0 passed, 1 failed"
+    exit 1
+fi
+
+# Tiny settings, so that a wrongly accepted input still finishes in a moment.
+TINY=(--data "$CORPUS" --steps 1 --layers 1 --width 16 --heads 2 --context 8 --batch 2
+    --sample_tokens 0 --eval_every 0 --threads 1 --out "$WORK/run")
+
+# A control: the tiny settings on the good corpus succeed, so the failures below are caused
+# by the bad input alone.
+run_case "control: a valid tiny run succeeds" 0 "done" -- "$MT" train "${TINY[@]}"
+
+run_case "missing data folder" error "$WORK/no-such-corpus/train.bin" -- \
+    "$MT" train "${TINY[@]}" --data "$WORK/no-such-corpus"
+run_case "unknown key" error "bogus_key" -- "$MT" train "${TINY[@]}" --bogus_key 3
+run_case "heads do not divide width" error "heads" "width" -- \
+    "$MT" train "${TINY[@]}" --heads 3 --width 64
+run_case "lr not a number" error "lr" "abc" -- "$MT" train "${TINY[@]}" --lr abc
+run_case "zero layers" error "layers" -- "$MT" train "${TINY[@]}" --layers 0
+run_case "fractional layers" error "layers" -- "$MT" train "${TINY[@]}" --layers=1.5
+run_case "negative steps" error "steps" -- "$MT" train "${TINY[@]}" --steps -3
+run_case "flag without a value" error "seed" -- "$MT" train "${TINY[@]}" --seed
+run_case "batch not divisible by microbatches" error "microbatches" -- \
+    "$MT" train "${TINY[@]}" --batch 3 --microbatches 2
+run_case "missing config file" error "$WORK/no-such.ini" -- \
+    "$MT" train "${TINY[@]}" --config "$WORK/no-such.ini"
+
+printf '# a config\nsteps = 1\n\nthis line has no equals sign\n' >"$WORK/broken.ini"
+run_case "config line without '='" error "$WORK/broken.ini line 4" -- \
+    "$MT" train "${TINY[@]}" --config "$WORK/broken.ini"
+printf 'layers = 1\nbogus_key = 3\n' >"$WORK/unknown.ini"
+run_case "unknown key in a config file" error "bogus_key" "$WORK/unknown.ini line 2" -- \
+    "$MT" train "${TINY[@]}" --config "$WORK/unknown.ini"
+
+mkdir -p "$WORK/truncated"
+cp "$CORPUS/val.bin" "$WORK/truncated/val.bin"
+cp "$CORPUS/train.bin" "$WORK/truncated/train.bin"
+truncate -s -7 "$WORK/truncated/train.bin"
+run_case "truncated token file" error "truncated" "$WORK/truncated/train.bin" -- \
+    "$MT" train "${TINY[@]}" --data "$WORK/truncated"
+
+mkdir -p "$WORK/magic"
+cp "$CORPUS/val.bin" "$CORPUS/train.bin" "$WORK/magic/"
+printf 'NOTOKENS' | dd of="$WORK/magic/val.bin" bs=1 seek=0 conv=notrunc status=none
+run_case "token file with bad magic" error "magic" "$WORK/magic/val.bin" -- \
+    "$MT" train "${TINY[@]}" --data "$WORK/magic"
+
+mkdir -p "$WORK/tiny"
+head -c 5 "$WORK/text.txt" >"$WORK/tiny.txt"
+"$MT" data text "$WORK/tiny.txt" --out "$WORK/tiny" >/dev/null 2>&1
+run_case "corpus shorter than the context" error "$WORK/tiny/train.bin" "context" -- \
+    "$MT" train "${TINY[@]}" --data "$WORK/tiny"
+
+run_case "vocab smaller than the corpus" error "vocab" -- "$MT" train "${TINY[@]}" --vocab 100
+
+run_case "data text of a missing file" error "$WORK/no-such.txt" -- \
+    "$MT" data text "$WORK/no-such.txt" --out "$WORK/unused"
+run_case "data with an unknown source" 2 "bogus" -- "$MT" data bogus
+run_case "data text without a file" 2 "FILE" -- "$MT" data text
+run_case "data with a bad val fraction" 2 "val-fraction" -- \
+    "$MT" data text "$WORK/text.txt" --out "$WORK/unused" --val-fraction 1.5
+run_case "unknown command" 2 "nosuchcommand" -- "$MT" nosuchcommand
+run_case "no command" 2 "usage" -- "$MT"
+run_case "unknown benchmark" 2 "bogus" -- "$MT" bench bogus
+run_case "train --help" 0 "usage" "--eval_every" -- "$MT" train --help
+run_case "data --help" 0 "usage" -- "$MT" data --help
+run_case "bench --help" 0 "usage" -- "$MT" bench --help
+run_case "--help" 0 "usage" -- "$MT" --help
+
+[[ -e $WORK/unused ]] && { echo "FAIL a rejected data command created its output folder"; failed=$((failed + 1)); }
+
+echo "bad_input: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
