@@ -12,7 +12,9 @@ static inline float mt_expf(float x)
 {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
-    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    /* round to nearest by adding and subtracting 1.5 * 2^23: plain arithmetic, so the loop
+     * vectorises without -ffast-math (floorf would stay a library call) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
