@@ -7,6 +7,7 @@
 #include "gradcheck.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/model.h"
+#include "meshtrain/train.h"
 
 static const mt_gpt_shape TINY = {.vocab = 13, .context = 9, .layers = 2, .heads = 2, .width = 8};
 
@@ -193,6 +194,29 @@ static void test_errors(void)
     mt_gpt_destroy(&gpt);
 }
 
+/* A NaN or infinite gradient stops the step with a message naming it; nothing is updated. */
+static void test_nonfinite_gradient(void)
+{
+    mt_gpt gpt;
+    CHECK(mt_gpt_create(&gpt, &TINY, 1) == MT_OK);
+    mt_gpt_init_params(&gpt, 1);
+    mt_config cfg;
+    mt_config_defaults(&cfg);
+    float *before = malloc(gpt.numel * sizeof(float));
+    memcpy(before, gpt.param, gpt.numel * sizeof(float));
+    float bad[2] = {NAN, INFINITY};
+    for (int i = 0; i < 2; i++) {
+        memset(gpt.grad, 0, gpt.numel * sizeof(float));
+        gpt.grad[gpt.numel / 2] = bad[i];
+        mt_optimizer_report report;
+        CHECK(mt_optimizer_step(&gpt, &cfg, 3, 1e-3, &report) == MT_ENUMERIC);
+        CHECK_MSG(strstr(mt_last_error(), "step 3") != NULL, "%s", mt_last_error());
+        CHECK(memcmp(before, gpt.param, gpt.numel * sizeof(float)) == 0);
+    }
+    free(before);
+    mt_gpt_destroy(&gpt);
+}
+
 int main(void)
 {
     mt_kernels_set_threads(2);
@@ -202,5 +226,6 @@ int main(void)
     test_accumulation();
     test_determinism();
     test_errors();
+    test_nonfinite_gradient();
     return check_summary("test_model");
 }
