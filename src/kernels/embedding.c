@@ -2,6 +2,8 @@
  * threads, so repeated tokens never race and the sum order is fixed (deterministic). */
 #include "meshtrain/kernels.h"
 
+#include "column_blocks.h"
+
 void mt_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
                           int b, int t, int c)
 {
@@ -18,12 +20,11 @@ void mt_embedding_forward(float *y, const int32_t *tokens, const float *wte, con
 void mt_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens, int b,
                            int t, int c)
 {
-    enum { COLUMN_BLOCK = 64 };
-    int blocks = (c + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+    int blocks = column_block_count(c);
 #pragma omp parallel for schedule(static)
     for (int block = 0; block < blocks; block++) {
-        int start = block * COLUMN_BLOCK;
-        int end = start + COLUMN_BLOCK < c ? start + COLUMN_BLOCK : c;
+        int start, end;
+        column_block_range(block, c, &start, &end);
         for (int row = 0; row < b * t; row++) {
             const float *dyr = dy + (long)row * c;
             float *token_grad = dwte + (long)tokens[row] * c;

@@ -2,6 +2,8 @@
  * Weight and bias gradients are summed by column blocks so threads never share a sum. */
 #include "meshtrain/kernels.h"
 
+#include "column_blocks.h"
+
 #include <math.h>
 
 static const float LAYERNORM_EPS = 1e-5f;
@@ -60,12 +62,11 @@ static void input_backward(float *dx, const float *dy, const float *x, const flo
 static void parameter_backward(float *dw, float *db, const float *dy, const float *x,
                                const float *mean, const float *rstd, int n, int c)
 {
-    enum { COLUMN_BLOCK = 128 };
-    int blocks = (c + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+    int blocks = column_block_count(c);
 #pragma omp parallel for schedule(static)
     for (int block = 0; block < blocks; block++) {
-        int start = block * COLUMN_BLOCK;
-        int end = start + COLUMN_BLOCK < c ? start + COLUMN_BLOCK : c;
+        int start, end;
+        column_block_range(block, c, &start, &end);
         for (int row = 0; row < n; row++) {
             const float *dyr = dy + (long)row * c, *xr = x + (long)row * c;
             float m = mean[row], s = rstd[row];

@@ -2,6 +2,8 @@
  * The bias is folded into the product by pre-filling y, so y is written exactly once more. */
 #include "meshtrain/kernels.h"
 
+#include "column_blocks.h"
+
 #include <cblas.h>
 
 void mt_linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in,
@@ -29,12 +31,11 @@ void mt_linear_forward(float *y, const float *x, const float *w, const float *b,
 /* db += sum over rows of dy, split by columns across threads so no two threads share a sum. */
 static void bias_backward(float *db, const float *dy, int n, int out)
 {
-    enum { COLUMN_BLOCK = 256 };
-    int blocks = (out + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+    int blocks = column_block_count(out);
 #pragma omp parallel for schedule(static)
     for (int block = 0; block < blocks; block++) {
-        int start = block * COLUMN_BLOCK;
-        int end = start + COLUMN_BLOCK < out ? start + COLUMN_BLOCK : out;
+        int start, end;
+        column_block_range(block, out, &start, &end);
         for (int row = 0; row < n; row++) {
             const float *dyr = dy + (long)row * out;
 #pragma omp simd

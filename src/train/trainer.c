@@ -175,10 +175,14 @@ static mt_status write_summary(trainer *tr, mt_train_summary *s)
     FILE *f = fopen(path, "w");
     if (!f)
         return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(errno));
-    fprintf(f, "{\"steps\": %d, \"final_loss\": %.9g, \"final_val_loss\": %.9g, "
-               "\"tokens_per_s\": %.9g, \"flops_per_token\": %.9g, \"gflops\": %.9g, "
+    fprintf(f, "{\"steps\": %d, \"final_loss\": %.9g, \"final_val_loss\": ", s->steps,
+            s->final_loss);
+    if (isnan(s->final_val_loss))
+        fputs("null", f); /* never evaluated (eval_every 0) */
+    else
+        fprintf(f, "%.9g", s->final_val_loss);
+    fprintf(f, ", \"tokens_per_s\": %.9g, \"flops_per_token\": %.9g, \"gflops\": %.9g, "
                "\"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu}\n",
-            s->steps, s->final_loss, isnan(s->final_val_loss) ? -1.0 : s->final_val_loss,
             s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
             tr->gpt.numel);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
