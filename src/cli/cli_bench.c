@@ -4,21 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
+#include "meshtrain/clock.h"
 #include "meshtrain/config.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/train.h"
 
 enum { BENCH_REPEATS = 5 };
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct gemm_shape {
     int n, in, out; /* x[n, in] times W[out, in]^T */
@@ -30,14 +23,14 @@ static double time_linear(const gemm_shape *s, float *x, float *w, float *y)
 {
     double best = 1e30;
     for (int r = 0; r < BENCH_REPEATS; r++) {
-        double start = now_seconds();
+        double start = mt_clock_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->n, s->out, s->in, 1.0f, x, s->in,
                     w, s->in, 0.0f, y, s->out);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->n, s->in, s->out, 1.0f, y,
                     s->out, w, s->in, 0.0f, x, s->in);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->out, s->in, s->n, 1.0f, y, s->out,
                     x, s->in, 1.0f, w, s->in);
-        double seconds = now_seconds() - start;
+        double seconds = mt_clock_seconds() - start;
         best = seconds < best ? seconds : best;
     }
     return best;

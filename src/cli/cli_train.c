@@ -28,7 +28,7 @@ int cli_train(int argc, char **argv)
         }
     mt_config cfg;
     mt_config_defaults(&cfg);
-    if (mt_config_parse_args(&cfg, argc, argv) || mt_config_validate(&cfg))
+    if (mt_config_parse_args(&cfg, argc, argv)) /* mt_train_run validates the whole */
         return cli_report_error("train");
     mt_train_summary summary;
     if (mt_train_run(&cfg, stdout, stdout, &summary))

@@ -6,8 +6,8 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "meshtrain/clock.h"
 #include "meshtrain/files.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/train.h"
@@ -23,13 +23,6 @@ typedef struct trainer {
     FILE *metrics;
     progress progress;
 } trainer;
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int mt_train_threads(const mt_config *cfg)
 {
@@ -191,14 +184,14 @@ static mt_status write_summary(trainer *tr, mt_train_summary *s)
 static mt_status run_steps(trainer *tr, mt_train_summary *summary)
 {
     const mt_config *cfg = tr->cfg;
-    double start = now_seconds();
+    double start = mt_clock_seconds();
     for (int step = 1; step <= cfg->steps; step++) {
-        double step_start = now_seconds();
+        double step_start = mt_clock_seconds();
         step_record record = {.step = step, .val_loss = NAN};
         mt_status status = train_step(tr, step, &record);
         if (status)
             return status;
-        double seconds = now_seconds() - step_start;
+        double seconds = mt_clock_seconds() - step_start;
         tr->step_seconds[step - 1] = seconds;
         record.tokens_per_s = (double)cfg->batch * cfg->context / seconds;
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
@@ -208,14 +201,14 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
                 return status;
             summary->final_val_loss = record.val_loss;
         }
-        record.elapsed = now_seconds() - start;
+        record.elapsed = mt_clock_seconds() - start;
         summary->final_loss = record.loss;
         summary->steps = step;
         progress_step(&tr->progress, &record);
         if (!metrics_append(tr->metrics, &record))
             return mt_fail(MT_EIO, "cannot append to '%s/metrics.jsonl'", cfg->out);
     }
-    summary->seconds = now_seconds() - start;
+    summary->seconds = mt_clock_seconds() - start;
     return MT_OK;
 }
 
