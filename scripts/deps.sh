@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages meshtrain needs (apt-get, as root); otherwise prints the exact
-# apt-get line and fails. Usage: scripts/deps.sh run|test (test adds the reference checks).
+# apt-get line and fails. Usage: scripts/deps.sh run|test|bench (test adds the reference checks,
+# bench the peer libraries that bench/comm_vs_peers times against).
 set -euo pipefail
 packages=(cmake make gcc libopenblas-openmp-dev bible-kjv)
 if [ "${1:-run}" = test ]; then
   # PyTorch and numpy for the parity test and benchmarks; clang and its sanitizer runtime
   # for the ASan/UBSan build of the suite.
   packages+=(python3-torch python3-numpy clang libclang-rt-14-dev)
+elif [ "${1:-run}" = bench ]; then
+  # Open MPI (mpicc, mpirun) and PyTorch's gloo: the all-reduce peers of bench/comm_vs_peers.
+  packages+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
 fi
 missing=()
 for p in "${packages[@]}"; do

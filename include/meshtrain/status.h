@@ -10,6 +10,7 @@ typedef enum mt_status {
     MT_EFORMAT,  /* a file exists but its contents are malformed */
     MT_ENOMEM,   /* an allocation failed */
     MT_ENUMERIC, /* a NaN or infinity appeared in training */
+    MT_EPEER,    /* a peer process died, timed out, or called a different collective */
 } mt_status;
 
 /* Records a formatted message for the calling thread and returns `code`, so that

@@ -45,6 +45,7 @@ const char *mt_status_name(mt_status code)
     case MT_EFORMAT: return "malformed file";
     case MT_ENOMEM: return "out of memory";
     case MT_ENUMERIC: return "non-finite value";
+    case MT_EPEER: return "peer failure";
     }
     return "unknown status";
 }

@@ -1,0 +1,115 @@
+/* Communicators (process groups) and their collectives: the layer NCCL, Gloo or MPI play
+ * elsewhere. Every call returns a status; a dead, stuck or disagreeing peer is an error. */
+#ifndef MESHTRAIN_COMM_H
+#define MESHTRAIN_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "meshtrain/dtype.h"
+#include "meshtrain/status.h"
+
+typedef struct mt_comm mt_comm;
+typedef struct mt_work mt_work; /* one non-blocking operation in flight */
+
+/* How a communicator is set up. Fields left 0/NULL take their defaults (in brackets), which
+ * the environment variables named here override. */
+typedef struct mt_comm_config {
+    int rank, size;             /* [RANK, WORLD_SIZE] */
+    const char *store_host;     /* [MASTER_ADDR, else 127.0.0.1] */
+    int store_port;             /* [MASTER_PORT] */
+    const char *backend;        /* "shm" [MT_COMM_BACKEND, else shm] */
+    double timeout_seconds;     /* a peer silent this long is an error [MT_COMM_TIMEOUT, 300] */
+    const char *algorithm;      /* "auto", "oneshot" or "twoshot" [MT_COMM_ALGORITHM, auto] */
+    bool debug;                 /* full call fingerprints across ranks [MT_COMM_DEBUG=1] */
+} mt_comm_config;
+
+/* The world communicator: connects to the store and builds the back end. Collective over all
+ * `size` ranks. A NULL config means everything from the environment. */
+mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out);
+
+/* Splits into subgroups as MPI_Comm_split does: ranks with the same color form one group,
+ * ordered by (key, parent rank). Color MT_COMM_NO_GROUP gives *out = NULL. Collective. */
+enum { MT_COMM_NO_GROUP = -1 };
+mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out);
+
+/* Waits for operations in flight, then frees. Not collective: a broken group still tears down. */
+void mt_comm_destroy(mt_comm *comm);
+
+int mt_comm_rank(const mt_comm *comm);
+int mt_comm_size(const mt_comm *comm);
+const char *mt_comm_backend_name(const mt_comm *comm);
+
+/* Memory that peers on this host can read directly (registered): collectives whose buffers
+ * live here skip the copy into staging buffers. Collective: every rank of `comm` allocates
+ * the same size. Usable with `comm` and every communicator split from the same world. */
+mt_status mt_comm_alloc_shared(mt_comm *comm, size_t bytes, void **out);
+void mt_comm_free_shared(mt_comm *comm, void *memory);
+
+/* Blocking collectives. In-place: send == recv for all-reduce and reduce; for all-gather,
+ * send may point at this rank's block of recv; for reduce-scatter, recv may point at this
+ * rank's block of send. Counts are elements; any count, including 0. */
+mt_status mt_comm_allreduce(mt_comm *comm, const void *send, void *recv, size_t count,
+                            mt_dtype dtype, mt_redop op);
+/* recv is used on the root only (may be NULL elsewhere). */
+mt_status mt_comm_reduce(mt_comm *comm, const void *send, void *recv, size_t count,
+                         mt_dtype dtype, mt_redop op, int root);
+mt_status mt_comm_broadcast(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype, int root);
+/* recv holds size * count elements, rank r's block at r * count. */
+mt_status mt_comm_allgather(mt_comm *comm, const void *send, void *recv, size_t count,
+                            mt_dtype dtype);
+/* Variable counts: rank r sends counts[r] elements; recv is their concatenation in rank order.
+ * Every rank passes the same counts. */
+mt_status mt_comm_allgatherv(mt_comm *comm, const void *send, void *recv, const size_t *counts,
+                             mt_dtype dtype);
+/* send holds size * count elements; rank r receives the reduction of block r. */
+mt_status mt_comm_reduce_scatter(mt_comm *comm, const void *send, void *recv, size_t count,
+                                 mt_dtype dtype, mt_redop op);
+/* Variable counts: block r of send has counts[r] elements (blocks concatenated). */
+mt_status mt_comm_reduce_scatterv(mt_comm *comm, const void *send, void *recv,
+                                  const size_t *counts, mt_dtype dtype, mt_redop op);
+/* send and recv hold size * count elements; block j of send goes to rank j, and block i of
+ * recv comes from rank i. Not in place. */
+mt_status mt_comm_alltoall(mt_comm *comm, const void *send, void *recv, size_t count,
+                           mt_dtype dtype);
+mt_status mt_comm_barrier(mt_comm *comm);
+
+/* Point to point. Messages from one rank to another arrive in the order sent; a receive must
+ * name the tag, count and type of the next message from that peer, else both sides fail. */
+mt_status mt_comm_send(mt_comm *comm, const void *buffer, size_t count, mt_dtype dtype, int peer,
+                       int tag);
+mt_status mt_comm_recv(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype, int peer,
+                       int tag);
+
+/* Non-blocking forms: same arguments, plus the handle of the work in flight. Buffers must stay
+ * untouched until the work completes. Operations on one communicator complete in the order
+ * issued (point-to-point included); they run on the communicator's progress thread. */
+mt_status mt_comm_allreduce_async(mt_comm *comm, const void *send, void *recv, size_t count,
+                                  mt_dtype dtype, mt_redop op, mt_work **work);
+mt_status mt_comm_reduce_async(mt_comm *comm, const void *send, void *recv, size_t count,
+                               mt_dtype dtype, mt_redop op, int root, mt_work **work);
+mt_status mt_comm_broadcast_async(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype,
+                                  int root, mt_work **work);
+mt_status mt_comm_allgather_async(mt_comm *comm, const void *send, void *recv, size_t count,
+                                  mt_dtype dtype, mt_work **work);
+mt_status mt_comm_allgatherv_async(mt_comm *comm, const void *send, void *recv,
+                                   const size_t *counts, mt_dtype dtype, mt_work **work);
+mt_status mt_comm_reduce_scatter_async(mt_comm *comm, const void *send, void *recv, size_t count,
+                                       mt_dtype dtype, mt_redop op, mt_work **work);
+mt_status mt_comm_reduce_scatterv_async(mt_comm *comm, const void *send, void *recv,
+                                        const size_t *counts, mt_dtype dtype, mt_redop op,
+                                        mt_work **work);
+mt_status mt_comm_alltoall_async(mt_comm *comm, const void *send, void *recv, size_t count,
+                                 mt_dtype dtype, mt_work **work);
+mt_status mt_comm_barrier_async(mt_comm *comm, mt_work **work);
+mt_status mt_comm_send_async(mt_comm *comm, const void *buffer, size_t count, mt_dtype dtype,
+                             int peer, int tag, mt_work **work);
+mt_status mt_comm_recv_async(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype, int peer,
+                             int tag, mt_work **work);
+
+/* Waits for the work, frees the handle and returns its status (with its message). */
+mt_status mt_work_wait(mt_work *work);
+/* Sets *done without blocking; the handle stays valid until mt_work_wait. */
+mt_status mt_work_test(mt_work *work, bool *done);
+
+#endif

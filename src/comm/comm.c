@@ -1,0 +1,233 @@
+/* Communicator life cycle: the world from a config or the environment, subgroups by
+ * (color, key), registered memory and teardown. Data movement lives in the back ends. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+#include "meshtrain/store.h"
+
+static const double DEFAULT_TIMEOUT = 300;
+
+mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
+                      int debug, mt_comm **out)
+{
+    *out = NULL;
+    mt_comm *c = calloc(1, sizeof *c);
+    if (!c || !(c->world_ranks = malloc((size_t)size * sizeof *c->world_ranks))) {
+        free(c);
+        return mt_fail(MT_ENOMEM, "allocating a communicator of %d ranks", size);
+    }
+    c->rank = rank;
+    c->size = size;
+    for (int r = 0; r < size; r++)
+        c->world_ranks[r] = world_ranks ? world_ranks[r] : r;
+    c->timeout_seconds = timeout_seconds;
+    c->debug = debug;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->p2p_lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    pthread_cond_init(&c->finished, NULL);
+    *out = c;
+    return MT_OK;
+}
+
+static void comm_free(mt_comm *c)
+{
+    if (c->backend && c->impl)
+        c->backend->destroy(c->impl);
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->p2p_lock);
+    pthread_cond_destroy(&c->wake);
+    pthread_cond_destroy(&c->finished);
+    free(c->world_ranks);
+    free(c);
+}
+
+/* An integer from the environment; *out untouched when unset. */
+static mt_status env_int(const char *name, long lo, long hi, int *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return MT_OK;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi)
+        return mt_fail(MT_EINVAL, "%s='%s' is not an integer in [%ld, %ld]", name, v, lo, hi);
+    *out = (int)x;
+    return MT_OK;
+}
+
+static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c)
+{
+    mt_comm_config none = {0};
+    *c = given ? *given : none;
+    mt_status st = MT_OK;
+    if (c->size == 0) {
+        c->rank = -1;
+        if (!getenv("RANK") || !getenv("WORLD_SIZE"))
+            return mt_fail(MT_EINVAL, "RANK and WORLD_SIZE are not set: start the workers with "
+                                      "a spawner or launcher, or pass rank and size");
+        if ((st = env_int("WORLD_SIZE", 1, 1 << 20, &c->size)) ||
+            (st = env_int("RANK", 0, c->size - 1, &c->rank)))
+            return st;
+    }
+    if (c->size < 1 || c->rank < 0 || c->rank >= c->size)
+        return mt_fail(MT_EINVAL, "rank %d is outside a world of %d ranks", c->rank, c->size);
+    if (!c->store_host)
+        c->store_host = getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR")
+                                                                       : "127.0.0.1";
+    if (c->store_port == 0) {
+        if (!getenv("MASTER_PORT"))
+            return mt_fail(MT_EINVAL, "MASTER_PORT is not set: the store's port is unknown");
+        if ((st = env_int("MASTER_PORT", 1, 65535, &c->store_port)))
+            return st;
+    }
+    if (!c->backend)
+        c->backend = getenv("MT_COMM_BACKEND") && *getenv("MT_COMM_BACKEND")
+                         ? getenv("MT_COMM_BACKEND") : "shm";
+    if (c->timeout_seconds == 0) {
+        c->timeout_seconds = DEFAULT_TIMEOUT;
+        const char *t = getenv("MT_COMM_TIMEOUT");
+        if (t && *t) {
+            char *end;
+            c->timeout_seconds = strtod(t, &end);
+            if (*end || !(c->timeout_seconds > 0))
+                return mt_fail(MT_EINVAL, "MT_COMM_TIMEOUT='%s' is not a positive number of "
+                                          "seconds", t);
+        }
+    }
+    if (!(c->timeout_seconds > 0))
+        return mt_fail(MT_EINVAL, "the communicator timeout must be positive, not %g",
+                       c->timeout_seconds);
+    if (!c->algorithm)
+        c->algorithm = getenv("MT_COMM_ALGORITHM");
+    const char *debug = getenv("MT_COMM_DEBUG");
+    if (debug && strcmp(debug, "1") == 0)
+        c->debug = true;
+    return MT_OK;
+}
+
+mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
+{
+    *out = NULL;
+    mt_comm_config c;
+    mt_status st = resolve_config(config, &c);
+    if (st)
+        return mt_fail_context(st, "creating a communicator");
+    if (strcmp(c.backend, "shm") != 0)
+        return mt_fail(MT_EINVAL, "unknown communication back end '%s' (this build has: shm)",
+                       c.backend);
+    mt_comm *comm;
+    if ((st = mt_comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm)))
+        return st;
+    mt_store *store;
+    st = mt_store_connect(c.store_host, c.store_port, c.timeout_seconds, &store);
+    if (st == MT_OK) {
+        st = mt_shm_create_world(comm, store, c.algorithm, &comm->impl);
+        mt_store_close(store);
+    }
+    if (st) {
+        comm_free(comm);
+        return mt_fail_context(st, "creating the world communicator");
+    }
+    comm->backend = &mt_shm_backend;
+    *out = comm;
+    return MT_OK;
+}
+
+/* Orders members by (key, parent rank), as MPI_Comm_split does. */
+static int compare_members(const void *a, const void *b)
+{
+    const int32_t *x = a, *y = b;
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
+{
+    *out = NULL;
+    if (!parent)
+        return mt_fail(MT_EINVAL, "split: no parent communicator");
+    if (color < MT_COMM_NO_GROUP)
+        return mt_fail(MT_EINVAL, "split: color %d is negative (use MT_COMM_NO_GROUP to opt out)",
+                       color);
+    int p = parent->size;
+    int32_t mine[2] = {color, key};
+    int32_t *all = malloc((size_t)p * 2 * sizeof *all);
+    int32_t *order = malloc((size_t)p * 2 * sizeof *order);
+    int *members = malloc((size_t)p * sizeof *members), *world = malloc((size_t)p * sizeof *world);
+    mt_status st = all && order && members && world ? MT_OK
+                                                    : mt_fail(MT_ENOMEM, "split: out of memory");
+    /* Every rank joins the exchange, even after a local failure, so that none is left waiting. */
+    mt_status exchanged = mt_comm_allgather(parent, mine, all, all ? 2 : 0, MT_I32);
+    if (st == MT_OK)
+        st = exchanged;
+    int n = 0, me = -1;
+    if (st == MT_OK && color != MT_COMM_NO_GROUP) {
+        for (int r = 0; r < p; r++)
+            if (all[2 * r] == color) {
+                order[2 * n] = all[2 * r + 1];
+                order[2 * n + 1] = r;
+                n++;
+            }
+        qsort(order, (size_t)n, 2 * sizeof *order, compare_members);
+        for (int i = 0; i < n; i++) {
+            members[i] = order[2 * i + 1];
+            world[i] = parent->world_ranks[members[i]];
+            if (members[i] == parent->rank)
+                me = i;
+        }
+    }
+    mt_comm *child = NULL;
+    if (st == MT_OK && me >= 0)
+        st = mt_comm_new(me, n, world, parent->timeout_seconds, parent->debug, &child);
+    if (st == MT_OK) {
+        st = parent->backend->split(parent, members, n, child, child ? &child->impl : &(void *){0});
+        if (st == MT_OK && child)
+            child->backend = parent->backend;
+    }
+    free(all), free(order), free(members), free(world);
+    if (st) {
+        if (child)
+            comm_free(child);
+        return mt_fail_context(st, "splitting a communicator (color %d, key %d)", color, key);
+    }
+    *out = child;
+    return MT_OK;
+}
+
+void mt_comm_destroy(mt_comm *comm)
+{
+    if (!comm)
+        return;
+    mt_comm_progress_stop(comm);
+    comm_free(comm);
+}
+
+int mt_comm_rank(const mt_comm *comm) { return comm->rank; }
+int mt_comm_size(const mt_comm *comm) { return comm->size; }
+const char *mt_comm_backend_name(const mt_comm *comm) { return comm->backend->name; }
+
+mt_status mt_comm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
+{
+    if (!comm || !out)
+        return mt_fail(MT_EINVAL, "alloc_shared: no communicator or output pointer");
+    return comm->backend->alloc_shared(comm, bytes, out);
+}
+
+void mt_comm_free_shared(mt_comm *comm, void *memory)
+{
+    if (comm && memory)
+        comm->backend->free_shared(comm->impl, memory);
+}
+
+const char *mt_op_name(mt_op_kind kind)
+{
+    static const char *const names[MT_OP_KIND_COUNT] = {
+        "all-reduce", "reduce",  "broadcast", "all-gather", "reduce-scatter",
+        "all-to-all", "barrier", "send",      "recv",
+    };
+    return kind < MT_OP_KIND_COUNT ? names[kind] : "unknown operation";
+}

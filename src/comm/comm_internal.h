@@ -1,0 +1,125 @@
+/* What a communicator is made of: the operation descriptor every call becomes, the back-end
+ * interface (shm now; tcp and mpi later), and the queue of non-blocking work. */
+#ifndef MESHTRAIN_COMM_INTERNAL_H
+#define MESHTRAIN_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "meshtrain/comm.h"
+
+typedef enum mt_op_kind {
+    MT_OP_ALLREDUCE,
+    MT_OP_REDUCE,
+    MT_OP_BROADCAST,
+    MT_OP_ALLGATHER, /* counts == NULL: every rank sends `count` */
+    MT_OP_REDUCE_SCATTER,
+    MT_OP_ALLTOALL,
+    MT_OP_BARRIER,
+    MT_OP_SEND,
+    MT_OP_RECV,
+    MT_OP_KIND_COUNT
+} mt_op_kind;
+
+/* One call, as every back end sees it. */
+typedef struct mt_comm_op {
+    mt_op_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;          /* elements (per rank for gathers and scatters, per peer for alltoall) */
+    const size_t *counts;  /* variable counts per rank, or NULL */
+    mt_dtype dtype;
+    mt_redop redop;
+    int root;              /* reduce, broadcast */
+    int peer, tag;         /* send, recv */
+} mt_comm_op;
+
+const char *mt_op_name(mt_op_kind kind);
+/* Elements rank r contributes (or receives) under op: counts[r] or count. */
+static inline size_t mt_op_count_of(const mt_comm_op *op, int r)
+{
+    return op->counts ? op->counts[r] : op->count;
+}
+
+/* A point-to-point transfer in progress; back ends advance it a piece at a time so that
+ * sends and receives in both directions never wait on each other. */
+typedef struct mt_p2p {
+    mt_comm_op op;
+    size_t bytes_done;
+    int header_done;
+    double started, last_check; /* for the timeout and the liveness check of the peer */
+} mt_p2p;
+
+/* A back end moves the data. Collectives run to completion in the calling thread; transfers
+ * are started, then advanced by p2p_progress until done. All return statuses with messages. */
+typedef struct mt_comm_backend {
+    const char *name;
+    mt_status (*collective)(void *impl, const mt_comm_op *op, uint64_t seq);
+    /* Advances one transfer as far as it can without waiting; sets *done when finished. */
+    mt_status (*p2p_progress)(void *impl, mt_p2p *p2p, int *done);
+    /* Builds the back end of `child`, a subgroup whose members are these parent ranks in
+     * subgroup order. Collective over the whole parent (ranks in no group pass child NULL). */
+    mt_status (*split)(mt_comm *parent, const int *members, int n_members, mt_comm *child,
+                       void **child_impl);
+    mt_status (*alloc_shared)(mt_comm *comm, size_t bytes, void **out);
+    void (*free_shared)(void *impl, void *memory);
+    void (*destroy)(void *impl);
+} mt_comm_backend;
+
+/* Work handed to the progress thread. */
+struct mt_work {
+    mt_comm *comm;
+    mt_comm_op op;
+    uint64_t seq;    /* collectives: fixed at issue, so it matches across ranks */
+    mt_p2p p2p;
+    _Atomic int done;
+    mt_status status;
+    char message[512];
+    struct mt_work *next;
+};
+
+struct mt_comm {
+    int rank, size;
+    int *world_ranks;            /* world rank of each member */
+    const mt_comm_backend *backend;
+    void *impl;
+    double timeout_seconds;
+    int debug;
+    uint64_t seq;                /* collectives issued so far; the next one is seq + 1 */
+
+    /* Non-blocking work: collectives run in order on the progress thread; transfers sit in
+     * their own list and advance together. Guarded by lock. */
+    pthread_mutex_t lock;
+    pthread_cond_t wake, finished;
+    pthread_t thread;
+    int thread_started, stopping;
+    mt_work *collective_head, *collective_tail;
+    mt_work *p2p_head, *p2p_tail;
+    int collective_running;      /* a collective is executing (in any thread) */
+    pthread_mutex_t p2p_lock;    /* one thread advances transfers at a time */
+
+    /* After a peer failure every later call fails at once with the first message. */
+    _Atomic int broken;
+    char broken_message[512];
+};
+
+/* comm.c */
+/* A communicator without a back end yet (the back end's create or split fills it in). */
+mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
+                      int debug, mt_comm **out);
+/* progress.c */
+mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work);
+mt_status mt_comm_run(mt_comm *comm, const mt_comm_op *op);
+void mt_comm_progress_stop(mt_comm *comm);
+/* Advances pending transfers if no other thread is doing so; returns 1 if any moved. */
+int mt_comm_progress_p2p(mt_comm *comm);
+void mt_comm_mark_broken(mt_comm *comm, const char *message);
+
+/* shm back end */
+extern const mt_comm_backend mt_shm_backend;
+struct mt_store;
+mt_status mt_shm_create_world(mt_comm *comm, struct mt_store *store, const char *algorithm,
+                              void **impl);
+
+#endif

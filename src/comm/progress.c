@@ -1,0 +1,265 @@
+/* Running operations: blocking collectives inline in the caller's thread (lowest latency);
+ * non-blocking ones on a per-communicator progress thread, in issue order; transfers advanced
+ * by whichever thread is waiting, so that sends and receives never block each other. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_internal.h"
+
+static int is_p2p(const mt_comm_op *op) { return op->kind == MT_OP_SEND || op->kind == MT_OP_RECV; }
+
+void mt_comm_mark_broken(mt_comm *comm, const char *message)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (!atomic_load(&comm->broken)) {
+        snprintf(comm->broken_message, sizeof comm->broken_message, "%s", message);
+        atomic_store(&comm->broken, 1);
+    }
+    pthread_mutex_unlock(&comm->lock);
+}
+
+static mt_status broken_status(mt_comm *comm)
+{
+    if (!atomic_load(&comm->broken))
+        return MT_OK;
+    pthread_mutex_lock(&comm->lock);
+    mt_status st = mt_fail(MT_EPEER, "communicator failed earlier: %s", comm->broken_message);
+    pthread_mutex_unlock(&comm->lock);
+    return st;
+}
+
+/* A peer failure or disagreement leaves the group in an unknown state: nothing more runs. */
+static mt_status note_result(mt_comm *comm, mt_status st)
+{
+    if (st == MT_EPEER)
+        mt_comm_mark_broken(comm, mt_last_error());
+    return st;
+}
+
+static void finish_work(mt_work *w, mt_status st)
+{
+    w->status = st;
+    if (st)
+        snprintf(w->message, sizeof w->message, "%s", mt_last_error());
+    pthread_mutex_lock(&w->comm->lock);
+    atomic_store_explicit(&w->done, 1, memory_order_release);
+    pthread_cond_broadcast(&w->comm->finished);
+    pthread_mutex_unlock(&w->comm->lock);
+}
+
+int mt_comm_progress_p2p(mt_comm *comm)
+{
+    if (!comm->p2p_head || pthread_mutex_trylock(&comm->p2p_lock) != 0)
+        return 0;
+    int moved = 0;
+    /* Transfers to (or from) one peer complete in the order issued: only the first pending
+     * send and the first pending receive per peer advance. */
+    for (mt_work **link = &comm->p2p_head; *link;) {
+        mt_work *w = *link;
+        int blocked = 0;
+        for (mt_work *e = comm->p2p_head; e != w && !blocked; e = e->next)
+            blocked = e->op.kind == w->op.kind && e->op.peer == w->op.peer;
+        if (blocked) {
+            link = &w->next;
+            continue;
+        }
+        int done = 0;
+        size_t before = w->p2p.bytes_done;
+        int header_before = w->p2p.header_done;
+        mt_status st = broken_status(comm);
+        if (st == MT_OK)
+            st = note_result(comm, comm->backend->p2p_progress(comm->impl, &w->p2p, &done));
+        moved |= w->p2p.bytes_done != before || w->p2p.header_done != header_before;
+        if (!st && !done) {
+            link = &w->next;
+            continue;
+        }
+        *link = w->next;
+        if (comm->p2p_tail == w) {
+            comm->p2p_tail = NULL;
+            for (mt_work *e = comm->p2p_head; e; e = e->next)
+                comm->p2p_tail = e;
+        }
+        finish_work(w, st);
+        moved = 1;
+    }
+    pthread_mutex_unlock(&comm->p2p_lock);
+    return moved;
+}
+
+/* Waiting without burning a core another rank needs: spin, then yield, then short naps. */
+static void backoff(unsigned long *rounds)
+{
+    unsigned long r = (*rounds)++;
+    if (r < 64)
+        return;
+    if (r < 2048) {
+        sched_yield();
+        return;
+    }
+    struct timespec nap = {0, 50000};
+    nanosleep(&nap, NULL);
+}
+
+static void *progress_thread(void *arg)
+{
+    mt_comm *comm = arg;
+    pthread_mutex_lock(&comm->lock);
+    unsigned long idle = 0;
+    for (;;) {
+        if (comm->collective_head && !comm->collective_running) {
+            mt_work *w = comm->collective_head;
+            comm->collective_head = w->next;
+            if (!comm->collective_head)
+                comm->collective_tail = NULL;
+            comm->collective_running = 1;
+            pthread_mutex_unlock(&comm->lock);
+            mt_status st = broken_status(comm);
+            if (st == MT_OK)
+                st = note_result(comm, comm->backend->collective(comm->impl, &w->op, w->seq));
+            finish_work(w, st);
+            pthread_mutex_lock(&comm->lock);
+            comm->collective_running = 0;
+            pthread_cond_broadcast(&comm->finished);
+            idle = 0;
+            continue;
+        }
+        if (comm->p2p_head) {
+            pthread_mutex_unlock(&comm->lock);
+            if (mt_comm_progress_p2p(comm))
+                idle = 0;
+            else
+                backoff(&idle);
+            pthread_mutex_lock(&comm->lock);
+            continue;
+        }
+        if (comm->stopping)
+            break;
+        pthread_cond_wait(&comm->wake, &comm->lock);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
+{
+    *work = NULL;
+    mt_work *w = calloc(1, sizeof *w);
+    if (!w)
+        return mt_fail(MT_ENOMEM, "allocating a work handle");
+    w->comm = comm;
+    w->op = *op;
+    w->p2p.op = *op;
+    pthread_mutex_lock(&comm->lock);
+    if (!comm->thread_started) {
+        if (pthread_create(&comm->thread, NULL, progress_thread, comm) != 0) {
+            pthread_mutex_unlock(&comm->lock);
+            free(w);
+            return mt_fail(MT_ENOMEM, "starting the communicator's progress thread");
+        }
+        comm->thread_started = 1;
+    }
+    if (is_p2p(op)) {
+        pthread_mutex_unlock(&comm->lock);
+        pthread_mutex_lock(&comm->p2p_lock);
+        if (comm->p2p_tail)
+            comm->p2p_tail->next = w;
+        else
+            comm->p2p_head = w;
+        comm->p2p_tail = w;
+        pthread_mutex_unlock(&comm->p2p_lock);
+        pthread_mutex_lock(&comm->lock);
+    } else {
+        w->seq = ++comm->seq;
+        if (comm->collective_tail)
+            comm->collective_tail->next = w;
+        else
+            comm->collective_head = w;
+        comm->collective_tail = w;
+    }
+    pthread_cond_signal(&comm->wake);
+    pthread_mutex_unlock(&comm->lock);
+    *work = w;
+    return MT_OK;
+}
+
+mt_status mt_work_test(mt_work *work, bool *done)
+{
+    if (!work)
+        return mt_fail(MT_EINVAL, "test: no work handle");
+    if (is_p2p(&work->op))
+        mt_comm_progress_p2p(work->comm);
+    *done = atomic_load_explicit(&work->done, memory_order_acquire) != 0;
+    return MT_OK;
+}
+
+mt_status mt_work_wait(mt_work *work)
+{
+    if (!work)
+        return mt_fail(MT_EINVAL, "wait: no work handle");
+    mt_comm *comm = work->comm;
+    unsigned long rounds = 0;
+    while (!atomic_load_explicit(&work->done, memory_order_acquire)) {
+        if (is_p2p(&work->op)) {
+            /* Drive transfers here rather than wait for the progress thread to wake. */
+            if (mt_comm_progress_p2p(comm))
+                rounds = 0;
+            else
+                backoff(&rounds);
+            continue;
+        }
+        if (rounds++ < 256) {
+            sched_yield();
+            continue;
+        }
+        pthread_mutex_lock(&comm->lock);
+        while (!atomic_load_explicit(&work->done, memory_order_acquire))
+            pthread_cond_wait(&comm->finished, &comm->lock);
+        pthread_mutex_unlock(&comm->lock);
+    }
+    mt_status st = work->status;
+    if (st)
+        mt_fail(st, "%s", work->message);
+    free(work);
+    return st;
+}
+
+mt_status mt_comm_run(mt_comm *comm, const mt_comm_op *op)
+{
+    mt_status st = broken_status(comm);
+    if (st)
+        return st;
+    if (!is_p2p(op)) {
+        pthread_mutex_lock(&comm->lock);
+        int inline_ok = !comm->collective_head && !comm->collective_running;
+        if (inline_ok)
+            comm->collective_running = 1;
+        pthread_mutex_unlock(&comm->lock);
+        if (inline_ok) {
+            st = note_result(comm, comm->backend->collective(comm->impl, op, ++comm->seq));
+            pthread_mutex_lock(&comm->lock);
+            comm->collective_running = 0;
+            pthread_cond_broadcast(&comm->finished);
+            pthread_mutex_unlock(&comm->lock);
+            return st;
+        }
+    }
+    mt_work *w;
+    if ((st = mt_comm_submit(comm, op, &w)))
+        return st;
+    return mt_work_wait(w);
+}
+
+void mt_comm_progress_stop(mt_comm *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    int started = comm->thread_started;
+    comm->stopping = 1;
+    pthread_cond_signal(&comm->wake);
+    pthread_mutex_unlock(&comm->lock);
+    if (started)
+        pthread_join(comm->thread, NULL);
+}

@@ -1,0 +1,138 @@
+/* The shm back end as communicators see it: world bootstrap through the store, subgroups
+ * through their parent, and the table of entry points. All ranks must share one host. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "meshtrain/store.h"
+#include "shm_internal.h"
+
+enum { NAME_CAPACITY = 64, HOST_CAPACITY = 160 };
+
+/* Hostname plus boot id: two machines (or two boots) never share /dev/shm. */
+static void host_identity(char *out, size_t capacity)
+{
+    char host[64] = "?", boot[48] = "";
+    gethostname(host, sizeof host - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    snprintf(out, capacity, "%s/%s", host, boot);
+}
+
+typedef struct world_record {
+    char name[NAME_CAPACITY];
+    char host[HOST_CAPACITY];
+} world_record;
+
+mt_status mt_shm_create_world(mt_comm *comm, mt_store *store, const char *algorithm, void **impl)
+{
+    *impl = NULL;
+    mt_shm_group *g;
+    mt_status st = shm_group_build(comm, algorithm, &g);
+    if (st)
+        return st;
+    if ((st = shm_registry_new(comm->size, &g->registry))) {
+        shm_group_free(g);
+        return st;
+    }
+    world_record rec = {0}, mine = {0};
+    host_identity(mine.host, sizeof mine.host);
+    if (comm->rank == 0) {
+        shm_segment_remove_stale();
+        st = shm_group_create_segment(g, rec.name, sizeof rec.name);
+        snprintf(rec.host, sizeof rec.host, "%s", mine.host);
+        if (st == MT_OK)
+            st = mt_store_set(store, "shm/world", &rec, sizeof rec);
+    } else {
+        size_t got;
+        st = mt_store_get(store, "shm/world", &rec, sizeof rec, &got);
+        if (st == MT_OK && got != sizeof rec)
+            st = mt_fail(MT_EFORMAT, "store key shm/world holds %zu bytes, not %zu", got,
+                         sizeof rec);
+        if (st == MT_OK && strcmp(rec.host, mine.host) != 0)
+            st = mt_fail(MT_EINVAL,
+                         "the shm back end needs every rank on one host: rank 0 is on %s, "
+                         "rank %d on %s",
+                         rec.host, comm->rank, mine.host);
+        if (st == MT_OK)
+            st = shm_group_open_segment(g, rec.name);
+    }
+    if (st == MT_OK)
+        st = shm_group_finish_attach(g, rec.name);
+    else if (comm->rank == 0 && rec.name[0])
+        shm_segment_unlink(rec.name);
+    if (st) {
+        shm_group_free(g);
+        return mt_fail_context(st, "shm world of %d ranks, rank %d", comm->size, comm->rank);
+    }
+    *impl = g;
+    return MT_OK;
+}
+
+static mt_status shm_split(mt_comm *parent, const int *members, int n_members, mt_comm *child,
+                           void **child_impl)
+{
+    mt_shm_group *pg = parent->impl, *g = NULL;
+    *child_impl = NULL;
+    char mine[NAME_CAPACITY] = "";
+    mt_status st = MT_OK;
+    if (child) {
+        st = shm_group_build(child, "auto", &g);
+        if (st == MT_OK) {
+            g->algorithm = pg->algorithm;
+            g->registry = pg->registry;
+            shm_registry_retain(g->registry);
+            if (child->rank == 0)
+                st = shm_group_create_segment(g, mine, sizeof mine);
+        }
+    }
+    /* Every parent rank learns every leader's segment name in one exchange. */
+    char *names = calloc((size_t)parent->size, NAME_CAPACITY);
+    if (!names)
+        st = mt_fail(MT_ENOMEM, "splitting a communicator");
+    mt_status exchanged =
+        names ? mt_comm_allgather(parent, mine, names, NAME_CAPACITY, MT_U8) : MT_ENOMEM;
+    if (st == MT_OK)
+        st = exchanged;
+    const char *name = child && names ? names + (size_t)members[0] * NAME_CAPACITY : "";
+    if (st == MT_OK && child && child->rank != 0) {
+        st = name[0] ? shm_group_open_segment(g, name)
+                     : mt_fail(MT_EPEER, "rank %d could not create the subgroup's segment",
+                               members[0]);
+    }
+    /* Fail together: a rank that could not attach must not leave its group waiting. */
+    int32_t failed = st != MT_OK, any_failed = 1;
+    mt_status agreed = mt_comm_allreduce(parent, &failed, &any_failed, 1, MT_I32, MT_MAX);
+    if (st == MT_OK && (agreed || any_failed))
+        st = agreed ? agreed : mt_fail(MT_EPEER, "another rank could not join its subgroup");
+    if (st == MT_OK && child)
+        st = shm_group_finish_attach(g, name);
+    else if (child && child->rank == 0 && mine[0])
+        shm_segment_unlink(mine);
+    (void)n_members;
+    free(names);
+    if (st) {
+        shm_group_free(g);
+        return st;
+    }
+    *child_impl = g;
+    return MT_OK;
+}
+
+static void shm_destroy(void *impl) { shm_group_free(impl); }
+
+const mt_comm_backend mt_shm_backend = {
+    .name = "shm",
+    .collective = shm_collective,
+    .p2p_progress = shm_p2p_progress,
+    .split = shm_split,
+    .alloc_shared = shm_alloc_shared,
+    .free_shared = shm_free_shared,
+    .destroy = shm_destroy,
+};

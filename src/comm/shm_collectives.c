@@ -1,0 +1,479 @@
+/* Collectives over shared memory. Every rank posts what it calls and enters a round; after
+ * that, ranks read each other's staging (or registered buffers) directly: no send/recv. */
+#include <stdio.h>
+#include <string.h>
+
+#include "shm_internal.h"
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+static uint64_t hash_mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+static uint64_t counts_hash(const mt_comm_op *op, int size)
+{
+    if (!op->counts)
+        return 0;
+    uint64_t h = 1469598103934665603ull;
+    for (int r = 0; r < size; r++)
+        h = hash_mix(h, op->counts[r]);
+    return h;
+}
+
+static int is_rooted(mt_op_kind kind) { return kind == MT_OP_REDUCE || kind == MT_OP_BROADCAST; }
+static int is_reduction(mt_op_kind kind)
+{
+    return kind == MT_OP_ALLREDUCE || kind == MT_OP_REDUCE || kind == MT_OP_REDUCE_SCATTER;
+}
+
+/* Writes this rank's header for the next round: fields that do not apply to the operation are
+ * zero, so that headers compare field by field. */
+static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, unsigned flags)
+{
+    shm_op_header *h = &shm_control_of(g, g->rank)->header[(g->round + 1) & 1];
+    memset(h, 0, sizeof *h);
+    h->seq = seq;
+    h->kind = (uint32_t)op->kind;
+    h->dtype = (uint32_t)op->dtype;
+    h->redop = is_reduction(op->kind) ? (uint32_t)op->redop : 0;
+    h->root = is_rooted(op->kind) ? op->root : 0;
+    h->count = op->counts ? 0 : op->count;
+    h->counts_hash = counts_hash(op, g->size);
+    h->send_addr = (uint64_t)(uintptr_t)op->send;
+    h->recv_addr = (uint64_t)(uintptr_t)op->recv;
+    h->flags = flags;
+    if (g->comm->debug) {
+        g->comm_history = hash_mix(g->comm_history, hash_mix(seq, h->kind));
+        g->comm_history = hash_mix(g->comm_history, hash_mix(h->count ^ h->counts_hash,
+                                                             h->dtype ^ (h->redop << 8)));
+        g->comm_history = hash_mix(g->comm_history, (uint64_t)(uint32_t)h->root);
+        h->history = g->comm_history;
+    }
+}
+
+static void describe_call(const shm_op_header *h, char *out, size_t capacity)
+{
+    snprintf(out, capacity, "%s #%llu (count %llu%s, %s", mt_op_name((mt_op_kind)h->kind),
+             (unsigned long long)h->seq, (unsigned long long)h->count,
+             h->counts_hash ? " per rank varying" : "", mt_dtype_name((mt_dtype)h->dtype));
+    size_t n = strlen(out);
+    if (is_reduction((mt_op_kind)h->kind))
+        n += (size_t)snprintf(out + n, capacity - n, ", %s", mt_redop_name((mt_redop)h->redop));
+    if (is_rooted((mt_op_kind)h->kind))
+        n += (size_t)snprintf(out + n, capacity - n, ", root %d", h->root);
+    snprintf(out + n, capacity - n, ")");
+}
+
+/* After the first round: every rank sees every header, so a disagreement fails on all ranks. */
+static mt_status check_headers(mt_shm_group *g, unsigned *all_flags)
+{
+    const shm_op_header *mine = &shm_control_of(g, g->rank)->header[g->round & 1];
+    unsigned flags = ~0u;
+    for (int r = 0; r < g->size; r++) {
+        const shm_op_header *h = &shm_control_of(g, r)->header[g->round & 1];
+        g->peer_flags[r] = h->flags;
+        flags &= h->flags;
+        if (h->seq == mine->seq && h->kind == mine->kind && h->dtype == mine->dtype &&
+            h->redop == mine->redop && h->root == mine->root && h->count == mine->count &&
+            h->counts_hash == mine->counts_hash && h->history == mine->history)
+            continue;
+        char a[200], b[200];
+        describe_call(h, a, sizeof a);
+        describe_call(mine, b, sizeof b);
+        return mt_fail(MT_EPEER, "mismatched collective: rank %d called %s%s but rank %d called %s",
+                       r, a, h->history != mine->history ? " after a different history" : "",
+                       g->rank, b);
+    }
+    *all_flags = flags;
+    return MT_OK;
+}
+
+static mt_status enter_first_round(mt_shm_group *g, unsigned *all_flags)
+{
+    mt_status st = shm_enter_round(g);
+    return st ? st : check_headers(g, all_flags);
+}
+
+static uint8_t *staging_next(mt_shm_group *g) { return shm_staging_of(g, g->rank, g->round + 1); }
+
+static mt_status translate(mt_shm_group *g, int rank, uint64_t addr, size_t bytes, uint8_t **out)
+{
+    *out = shm_registry_translate(g, rank, addr, bytes);
+    if (!*out && bytes)
+        return mt_fail(MT_EPEER, "%s #%llu: rank %d's registered buffer is not mapped here",
+                       g->op_name, (unsigned long long)g->op_seq, rank);
+    return MT_OK;
+}
+
+static unsigned shared_flag(mt_shm_group *g, const void *p, size_t bytes, unsigned flag)
+{
+    return p && shm_registry_covers(g, p, bytes) ? flag : 0;
+}
+
+/* ---- all-reduce and reduce ------------------------------------------------------------ */
+
+/* Reduce-scatter then all-gather over n elements: rank r combines slice r of every rank's
+ * input (in[p]) into out[r], announcing each chunk as it finishes; ranks that gather copy the
+ * other slices from out[p] into gather_to, chunk by chunk as their owners announce them. */
+static mt_status twoshot(mt_shm_group *g, const mt_comm_op *op, size_t n, uint8_t **in,
+                         uint8_t **out, uint8_t *gather_to)
+{
+    size_t esz = mt_dtype_size(op->dtype), per = n / (size_t)g->size,
+           extra = n % (size_t)g->size;
+    size_t chunk = g->chunk_bytes / esz, max_chunks = ceil_div(per + (extra > 0), chunk);
+    uint64_t key = g->round << 24;
+    shm_control *me = shm_control_of(g, g->rank);
+#define SLICE_LO(r) ((size_t)(r) * per + min_size((size_t)(r), extra))
+#define SLICE_N(r) (per + ((size_t)(r) < extra))
+    size_t my_lo = SLICE_LO(g->rank), my_n = SLICE_N(g->rank);
+    for (size_t c = 0; c < max_chunks; c++) {
+        size_t lo = c * chunk;
+        if (lo < my_n) {
+            size_t m = min_size(chunk, my_n - lo), at = (my_lo + lo) * esz;
+            for (int p = 0; p < g->size; p++)
+                g->sources[p] = in[p] + at;
+            mt_reduce_sources(op->dtype, op->redop, out[g->rank] + at, g->sources, g->size, m);
+            atomic_store_explicit(&me->progress, key | (c + 1), memory_order_release);
+            if (gather_to && gather_to != out[g->rank])
+                memcpy(gather_to + at, out[g->rank] + at, m * esz);
+        }
+        if (!gather_to)
+            continue;
+        for (int i = 1; i < g->size; i++) {
+            int p = (g->rank + i) % g->size;
+            size_t p_n = SLICE_N(p);
+            if (lo >= p_n)
+                continue;
+            mt_status st = shm_wait(g, &shm_control_of(g, p)->progress, key | (c + 1), p);
+            if (st)
+                return st;
+            size_t at = (SLICE_LO(p) + lo) * esz;
+            memcpy(gather_to + at, out[p] + at, min_size(chunk, p_n - lo) * esz);
+        }
+    }
+#undef SLICE_LO
+#undef SLICE_N
+    return MT_OK;
+}
+
+/* Small messages: each rank copies its input into its staging and, after one round, the
+ * ranks that need the result combine every rank's staging themselves. */
+static mt_status reduce_oneshot(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, int root)
+{
+    size_t esz = mt_dtype_size(op->dtype), window = g->staging_bytes / esz;
+    const uint8_t *send = op->send;
+    uint8_t *recv = op->recv;
+    size_t lo = 0;
+    do {
+        size_t n = min_size(window, op->count - lo);
+        if (n)
+            memcpy(staging_next(g), send + lo * esz, n * esz);
+        mt_status st;
+        unsigned flags;
+        if (lo == 0) {
+            post_header(g, op, seq, 0);
+            st = enter_first_round(g, &flags);
+        } else {
+            st = shm_enter_round(g);
+        }
+        if (st)
+            return st;
+        if (root < 0 || root == g->rank) {
+            for (int p = 0; p < g->size; p++)
+                g->sources[p] = shm_staging_of(g, p, g->round);
+            mt_reduce_sources(op->dtype, op->redop, recv + lo * esz, g->sources, g->size, n);
+        }
+        lo += n;
+    } while (lo < op->count);
+    return MT_OK;
+}
+
+/* Larger messages: a header round first; then, if every buffer is registered, two-shot on the
+ * buffers themselves, else two-shot on windows copied through staging. */
+static mt_status reduce_twoshot(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, int root)
+{
+    size_t esz = mt_dtype_size(op->dtype), bytes = op->count * esz;
+    int all = root < 0;
+    unsigned mine = shared_flag(g, op->send, bytes, SHM_SEND_SHARED);
+    if (all || root == g->rank)
+        mine |= shared_flag(g, op->recv, bytes, SHM_RECV_SHARED);
+    post_header(g, op, seq, mine);
+    unsigned flags;
+    mt_status st = enter_first_round(g, &flags);
+    if (st)
+        return st;
+    int direct = (flags & SHM_SEND_SHARED) &&
+                 (all ? (flags & SHM_RECV_SHARED) : (g->peer_flags[root] & SHM_RECV_SHARED));
+    int gathers = all || root == g->rank;
+    if (direct) {
+        for (int p = 0; p < g->size; p++) {
+            const shm_op_header *h = &shm_control_of(g, p)->header[g->round & 1];
+            if ((st = translate(g, p, h->send_addr, bytes, &g->peer_send[p])))
+                return st;
+            const shm_op_header *dest = all ? h : &shm_control_of(g, root)->header[g->round & 1];
+            if ((st = translate(g, all ? p : root, dest->recv_addr, bytes, &g->peer_recv[p])))
+                return st;
+        }
+        st = twoshot(g, op, op->count, g->peer_send, g->peer_recv,
+                     all ? g->peer_recv[g->rank] : NULL);
+        /* Peers read this rank's buffers until they leave; so must everyone before returning. */
+        return st ? st : shm_enter_round(g);
+    }
+    size_t window = g->staging_bytes / esz;
+    const uint8_t *send = op->send;
+    uint8_t *recv = op->recv;
+    for (size_t lo = 0; lo < op->count; lo += window) {
+        size_t n = min_size(window, op->count - lo);
+        memcpy(staging_next(g), send + lo * esz, n * esz);
+        if ((st = shm_enter_round(g)))
+            return st;
+        for (int p = 0; p < g->size; p++)
+            g->peer_send[p] = g->peer_recv[p] = shm_staging_of(g, p, g->round);
+        if ((st = twoshot(g, op, n, g->peer_send, g->peer_recv, gathers ? recv + lo * esz : NULL)))
+            return st;
+    }
+    return MT_OK;
+}
+
+static mt_status reduce_any(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, int root)
+{
+    size_t bytes = op->count * mt_dtype_size(op->dtype);
+    int oneshot = g->algorithm == SHM_ALGO_ONESHOT ||
+                  (g->algorithm == SHM_ALGO_AUTO && bytes <= g->oneshot_max);
+    return oneshot ? reduce_oneshot(g, op, seq, root) : reduce_twoshot(g, op, seq, root);
+}
+
+/* ---- data movement: broadcast, all-gather, all-to-all, reduce-scatter ------------------- */
+
+/* These read other ranks' inputs only. A rank whose input is registered is read in place; any
+ * other rank copies its input through staging in windows, one round each. */
+
+static mt_status broadcast(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
+{
+    size_t esz = mt_dtype_size(op->dtype), bytes = op->count * esz, window = g->staging_bytes / esz;
+    uint8_t *buf = op->recv;
+    int is_root = g->rank == op->root;
+    unsigned mine = is_root ? shared_flag(g, buf, bytes, SHM_SEND_SHARED) : 0;
+    if (is_root && !mine)
+        memcpy(staging_next(g), buf, min_size(window, op->count) * esz);
+    post_header(g, op, seq, mine);
+    unsigned flags;
+    mt_status st = enter_first_round(g, &flags);
+    if (st)
+        return st;
+    const shm_op_header *root_header = &shm_control_of(g, op->root)->header[g->round & 1];
+    if (g->peer_flags[op->root] & SHM_SEND_SHARED) {
+        uint8_t *src;
+        if (!is_root && (st = translate(g, op->root, root_header->recv_addr, bytes, &src)))
+            return st;
+        if (!is_root)
+            memcpy(buf, src, bytes);
+        return shm_enter_round(g);
+    }
+    for (size_t lo = 0; lo < op->count; lo += window) {
+        size_t n = min_size(window, op->count - lo);
+        if (lo > 0) {
+            if (is_root)
+                memcpy(staging_next(g), buf + lo * esz, n * esz);
+            if ((st = shm_enter_round(g)))
+                return st;
+        }
+        if (!is_root)
+            memcpy(buf + lo * esz, shm_staging_of(g, op->root, g->round), n * esz);
+    }
+    return MT_OK;
+}
+
+/* Rounds needed when ranks without registered input stage `per_round` of their `count_of(r)`
+ * elements per round (at least one round: the header round). */
+static size_t staged_rounds(mt_shm_group *g, const mt_comm_op *op, size_t per_round,
+                            size_t (*count_of)(const mt_comm_op *, int, int))
+{
+    size_t rounds = 1;
+    for (int r = 0; r < g->size; r++)
+        if (!(g->peer_flags[r] & SHM_SEND_SHARED)) {
+            size_t need = ceil_div(count_of(op, r, g->size), per_round);
+            rounds = need > rounds ? need : rounds;
+        }
+    return rounds;
+}
+
+static size_t gather_count(const mt_comm_op *op, int r, int size)
+{
+    (void)size;
+    return mt_op_count_of(op, r);
+}
+
+static size_t offset_of(const mt_comm_op *op, int r)
+{
+    if (!op->counts)
+        return (size_t)r * op->count;
+    size_t at = 0;
+    for (int i = 0; i < r; i++)
+        at += op->counts[i];
+    return at;
+}
+
+static size_t total_count(const mt_comm_op *op, int size) { return offset_of(op, size); }
+
+static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
+{
+    size_t esz = mt_dtype_size(op->dtype), window = g->staging_bytes / esz;
+    size_t my_n = mt_op_count_of(op, g->rank), my_at = offset_of(op, g->rank);
+    const uint8_t *send = op->send;
+    uint8_t *recv = op->recv;
+    unsigned mine = shared_flag(g, send, my_n * esz, SHM_SEND_SHARED);
+    if (!mine)
+        memcpy(staging_next(g), send, min_size(window, my_n) * esz);
+    post_header(g, op, seq, mine);
+    unsigned flags;
+    mt_status st = enter_first_round(g, &flags);
+    if (st)
+        return st;
+    if (send != recv + my_at * esz)
+        memcpy(recv + my_at * esz, send, my_n * esz);
+    size_t rounds = staged_rounds(g, op, window, gather_count);
+    int any_shared = 0;
+    for (size_t k = 0; k < rounds; k++) {
+        size_t lo = k * window;
+        if (k > 0) {
+            if (!mine && lo < my_n)
+                memcpy(staging_next(g), send + lo * esz, min_size(window, my_n - lo) * esz);
+            if ((st = shm_enter_round(g)))
+                return st;
+        }
+        for (int i = 1; i < g->size; i++) {
+            int p = (g->rank + i) % g->size;
+            size_t p_n = mt_op_count_of(op, p), p_at = offset_of(op, p);
+            if (g->peer_flags[p] & SHM_SEND_SHARED) {
+                any_shared = 1;
+                uint8_t *src;
+                const shm_op_header *h = &shm_control_of(g, p)->header[(g->round - k) & 1];
+                if (k == 0 && p_n) {
+                    if ((st = translate(g, p, h->send_addr, p_n * esz, &src)))
+                        return st;
+                    memcpy(recv + p_at * esz, src, p_n * esz);
+                }
+            } else if (lo < p_n) {
+                memcpy(recv + (p_at + lo) * esz, shm_staging_of(g, p, g->round),
+                       min_size(window, p_n - lo) * esz);
+            }
+        }
+    }
+    any_shared |= (int)(mine != 0);
+    return any_shared ? shm_enter_round(g) : MT_OK;
+}
+
+/* Stages window k of every block of this rank's input: block j's window at j * wb. */
+static void stage_blocks(mt_shm_group *g, const mt_comm_op *op, size_t wb, size_t k)
+{
+    size_t esz = mt_dtype_size(op->dtype);
+    const uint8_t *send = op->send;
+    uint8_t *stage = staging_next(g);
+    for (int j = 0; j < g->size; j++) {
+        size_t n_j = mt_op_count_of(op, j), lo = k * wb;
+        if (lo < n_j)
+            memcpy(stage + (size_t)j * wb * esz, send + (offset_of(op, j) + lo) * esz,
+                   min_size(wb, n_j - lo) * esz);
+    }
+}
+
+static size_t block_max_count(const mt_comm_op *op, int r, int size)
+{
+    (void)r;
+    size_t most = 0;
+    for (int j = 0; j < size; j++)
+        most = mt_op_count_of(op, j) > most ? mt_op_count_of(op, j) : most;
+    return most;
+}
+
+/* All-to-all (no reduction) and reduce-scatter share their shape: block j of every rank's
+ * input is for rank j. */
+static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
+{
+    size_t esz = mt_dtype_size(op->dtype), total = total_count(op, g->size);
+    size_t wb = g->staging_bytes / esz / (size_t)g->size;
+    size_t my_n = mt_op_count_of(op, g->rank), my_at = offset_of(op, g->rank);
+    int reduce = op->kind == MT_OP_REDUCE_SCATTER;
+    uint8_t *recv = op->recv;
+    unsigned mine = shared_flag(g, op->send, total * esz, SHM_SEND_SHARED);
+    if (!mine)
+        stage_blocks(g, op, wb, 0);
+    post_header(g, op, seq, mine);
+    unsigned flags;
+    mt_status st = enter_first_round(g, &flags);
+    if (st)
+        return st;
+    size_t rounds = staged_rounds(g, op, wb, block_max_count);
+    int any_shared = mine != 0;
+    for (int p = 0; p < g->size; p++) {
+        const shm_op_header *h = &shm_control_of(g, p)->header[g->round & 1];
+        any_shared |= (g->peer_flags[p] & SHM_SEND_SHARED) != 0;
+        g->peer_send[p] = NULL;
+        if ((g->peer_flags[p] & SHM_SEND_SHARED) &&
+            (st = translate(g, p, h->send_addr, total * esz, &g->peer_send[p])))
+            return st;
+    }
+    for (size_t k = 0; k < rounds; k++) {
+        if (k > 0) {
+            if (!mine)
+                stage_blocks(g, op, wb, k);
+            if ((st = shm_enter_round(g)))
+                return st;
+        }
+        /* A registered input is read whole in the first round. */
+        size_t lo = k * wb;
+        if (reduce) {
+            size_t n = rounds == 1 ? my_n : (lo < my_n ? min_size(wb, my_n - lo) : 0);
+            if (n == 0)
+                continue;
+            for (int p = 0; p < g->size; p++)
+                g->sources[p] = g->peer_send[p] ? g->peer_send[p] + (my_at + lo) * esz
+                                                : shm_staging_of(g, p, g->round) +
+                                                      (size_t)g->rank * wb * esz;
+            mt_reduce_sources(op->dtype, op->redop, recv + lo * esz, g->sources, g->size, n);
+            continue;
+        }
+        for (int i = 0; i < g->size; i++) {
+            int p = (g->rank + i) % g->size;
+            size_t at = ((size_t)p * op->count) * esz;
+            if (g->peer_send[p]) {
+                if (k == 0)
+                    memcpy(recv + at, g->peer_send[p] + my_at * esz, op->count * esz);
+            } else if (lo < op->count) {
+                memcpy(recv + at + lo * esz,
+                       shm_staging_of(g, p, g->round) + (size_t)g->rank * wb * esz,
+                       min_size(wb, op->count - lo) * esz);
+            }
+        }
+    }
+    return any_shared ? shm_enter_round(g) : MT_OK;
+}
+
+mt_status shm_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    mt_shm_group *g = impl;
+    g->op_name = mt_op_name(op->kind);
+    g->op_seq = seq;
+    mt_status st = shm_check_aborted(g);
+    if (st)
+        return st;
+    switch (op->kind) {
+    case MT_OP_ALLREDUCE: return reduce_any(g, op, seq, -1);
+    case MT_OP_REDUCE: return reduce_any(g, op, seq, op->root);
+    case MT_OP_BROADCAST: return broadcast(g, op, seq);
+    case MT_OP_ALLGATHER: return allgather(g, op, seq);
+    case MT_OP_REDUCE_SCATTER:
+    case MT_OP_ALLTOALL: return blocks_exchange(g, op, seq);
+    case MT_OP_BARRIER: {
+        unsigned flags;
+        post_header(g, op, seq, 0);
+        return enter_first_round(g, &flags);
+    }
+    default: return mt_fail(MT_EINVAL, "%s is not a collective", mt_op_name(op->kind));
+    }
+}

@@ -1,0 +1,32 @@
+/* Multi-rank test programs: run without RANK set, a program launches copies of itself as the
+ * ranks (through meshtrain's spawner) and reports; with RANK set, it is one of the ranks. */
+#ifndef MESHTRAIN_TEST_COMM_HARNESS_H
+#define MESHTRAIN_TEST_COMM_HARNESS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "meshtrain/spawn.h"
+
+static inline int harness_is_rank(void) { return getenv("RANK") != NULL; }
+
+static inline int harness_rank(void) { return atoi(getenv("RANK")); }
+
+/* Runs this program as `nproc` ranks with the given argument (a scenario name); returns the
+ * spawner's status and fills *result. */
+static inline mt_status harness_launch(int nproc, const char *scenario, double grace_seconds,
+                                       mt_spawn_result *result)
+{
+    char *argv[] = {(char *)"/proc/self/exe", (char *)scenario, NULL};
+    static char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        argv[0] = self;
+    }
+    mt_spawn_options options = {.nproc = nproc, .grace_seconds = grace_seconds};
+    return mt_spawn_local(&options, argv, result);
+}
+
+#endif
