@@ -6,6 +6,7 @@
 int cli_train(int argc, char **argv);
 int cli_data(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_bench_comm(int argc, char **argv);
 
 /* Prints "meshtrain COMMAND: error: MESSAGE" for the thread's last error; returns 1. */
 int cli_report_error(const char *command);

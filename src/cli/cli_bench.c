@@ -80,6 +80,7 @@ int cli_bench(int argc, char **argv)
 {
     if (argc < 1 || cli_is_help(argv[0])) {
         printf("usage: meshtrain bench gemm [--config FILE] [--key value ...]\n"
+               "       meshtrain bench comm [--nproc N] [--op OP] ... (meshtrain bench comm --help)\n"
                "\n"
                "gemm: times the sgemm products of one training step at the model's shapes\n"
                "(forward, input gradient and weight gradient of every linear layer, and the\n"
@@ -88,6 +89,9 @@ int cli_bench(int argc, char **argv)
     }
     if (strcmp(argv[0], "gemm") == 0)
         return bench_gemm(argc - 1, argv + 1);
-    fprintf(stderr, "meshtrain bench: error: unknown benchmark '%s' (expected gemm)\n", argv[0]);
+    if (strcmp(argv[0], "comm") == 0)
+        return cli_bench_comm(argc - 1, argv + 1);
+    fprintf(stderr, "meshtrain bench: error: unknown benchmark '%s' (expected gemm or comm)\n",
+            argv[0]);
     return 2;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "copy.h"
 #include "shm_internal.h"
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
@@ -139,7 +140,7 @@ static mt_status twoshot(mt_shm_group *g, const mt_comm_op *op, size_t n, uint8_
             mt_reduce_sources(op->dtype, op->redop, out[g->rank] + at, g->sources, g->size, m);
             atomic_store_explicit(&me->progress, key | (c + 1), memory_order_release);
             if (gather_to && gather_to != out[g->rank])
-                memcpy(gather_to + at, out[g->rank] + at, m * esz);
+                mt_copy(gather_to + at, out[g->rank] + at, m * esz);
         }
         if (!gather_to)
             continue;
@@ -152,7 +153,7 @@ static mt_status twoshot(mt_shm_group *g, const mt_comm_op *op, size_t n, uint8_
             if (st)
                 return st;
             size_t at = (SLICE_LO(p) + lo) * esz;
-            memcpy(gather_to + at, out[p] + at, min_size(chunk, p_n - lo) * esz);
+            mt_copy(gather_to + at, out[p] + at, min_size(chunk, p_n - lo) * esz);
         }
     }
 #undef SLICE_LO
@@ -171,7 +172,7 @@ static mt_status reduce_oneshot(mt_shm_group *g, const mt_comm_op *op, uint64_t 
     do {
         size_t n = min_size(window, op->count - lo);
         if (n)
-            memcpy(staging_next(g), send + lo * esz, n * esz);
+            mt_copy(staging_next(g), send + lo * esz, n * esz);
         mt_status st;
         unsigned flags;
         if (lo == 0) {
@@ -228,7 +229,7 @@ static mt_status reduce_twoshot(mt_shm_group *g, const mt_comm_op *op, uint64_t 
     uint8_t *recv = op->recv;
     for (size_t lo = 0; lo < op->count; lo += window) {
         size_t n = min_size(window, op->count - lo);
-        memcpy(staging_next(g), send + lo * esz, n * esz);
+        mt_copy(staging_next(g), send + lo * esz, n * esz);
         if ((st = shm_enter_round(g)))
             return st;
         for (int p = 0; p < g->size; p++)
@@ -259,7 +260,7 @@ static mt_status broadcast(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
     int is_root = g->rank == op->root;
     unsigned mine = is_root ? shared_flag(g, buf, bytes, SHM_SEND_SHARED) : 0;
     if (is_root && !mine)
-        memcpy(staging_next(g), buf, min_size(window, op->count) * esz);
+        mt_copy(staging_next(g), buf, min_size(window, op->count) * esz);
     post_header(g, op, seq, mine);
     unsigned flags;
     mt_status st = enter_first_round(g, &flags);
@@ -271,19 +272,19 @@ static mt_status broadcast(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
         if (!is_root && (st = translate(g, op->root, root_header->recv_addr, bytes, &src)))
             return st;
         if (!is_root)
-            memcpy(buf, src, bytes);
+            mt_copy(buf, src, bytes);
         return shm_enter_round(g);
     }
     for (size_t lo = 0; lo < op->count; lo += window) {
         size_t n = min_size(window, op->count - lo);
         if (lo > 0) {
             if (is_root)
-                memcpy(staging_next(g), buf + lo * esz, n * esz);
+                mt_copy(staging_next(g), buf + lo * esz, n * esz);
             if ((st = shm_enter_round(g)))
                 return st;
         }
         if (!is_root)
-            memcpy(buf + lo * esz, shm_staging_of(g, op->root, g->round), n * esz);
+            mt_copy(buf + lo * esz, shm_staging_of(g, op->root, g->round), n * esz);
     }
     return MT_OK;
 }
@@ -328,21 +329,21 @@ static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
     uint8_t *recv = op->recv;
     unsigned mine = shared_flag(g, send, my_n * esz, SHM_SEND_SHARED);
     if (!mine)
-        memcpy(staging_next(g), send, min_size(window, my_n) * esz);
+        mt_copy(staging_next(g), send, min_size(window, my_n) * esz);
     post_header(g, op, seq, mine);
     unsigned flags;
     mt_status st = enter_first_round(g, &flags);
     if (st)
         return st;
     if (send != recv + my_at * esz)
-        memcpy(recv + my_at * esz, send, my_n * esz);
+        mt_copy(recv + my_at * esz, send, my_n * esz);
     size_t rounds = staged_rounds(g, op, window, gather_count);
     int any_shared = 0;
     for (size_t k = 0; k < rounds; k++) {
         size_t lo = k * window;
         if (k > 0) {
             if (!mine && lo < my_n)
-                memcpy(staging_next(g), send + lo * esz, min_size(window, my_n - lo) * esz);
+                mt_copy(staging_next(g), send + lo * esz, min_size(window, my_n - lo) * esz);
             if ((st = shm_enter_round(g)))
                 return st;
         }
@@ -356,10 +357,10 @@ static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
                 if (k == 0 && p_n) {
                     if ((st = translate(g, p, h->send_addr, p_n * esz, &src)))
                         return st;
-                    memcpy(recv + p_at * esz, src, p_n * esz);
+                    mt_copy(recv + p_at * esz, src, p_n * esz);
                 }
             } else if (lo < p_n) {
-                memcpy(recv + (p_at + lo) * esz, shm_staging_of(g, p, g->round),
+                mt_copy(recv + (p_at + lo) * esz, shm_staging_of(g, p, g->round),
                        min_size(window, p_n - lo) * esz);
             }
         }
@@ -377,7 +378,7 @@ static void stage_blocks(mt_shm_group *g, const mt_comm_op *op, size_t wb, size_
     for (int j = 0; j < g->size; j++) {
         size_t n_j = mt_op_count_of(op, j), lo = k * wb;
         if (lo < n_j)
-            memcpy(stage + (size_t)j * wb * esz, send + (offset_of(op, j) + lo) * esz,
+            mt_copy(stage + (size_t)j * wb * esz, send + (offset_of(op, j) + lo) * esz,
                    min_size(wb, n_j - lo) * esz);
     }
 }
@@ -443,9 +444,9 @@ static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t
             size_t at = ((size_t)p * op->count) * esz;
             if (g->peer_send[p]) {
                 if (k == 0)
-                    memcpy(recv + at, g->peer_send[p] + my_at * esz, op->count * esz);
+                    mt_copy(recv + at, g->peer_send[p] + my_at * esz, op->count * esz);
             } else if (lo < op->count) {
-                memcpy(recv + at + lo * esz,
+                mt_copy(recv + at + lo * esz,
                        shm_staging_of(g, p, g->round) + (size_t)g->rank * wb * esz,
                        min_size(wb, op->count - lo) * esz);
             }

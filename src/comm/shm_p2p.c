@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "meshtrain/clock.h"
+#include "copy.h"
 #include "shm_internal.h"
 
 enum { P2P_MAGIC = 0x4d545032 /* "MTP2" */ };
@@ -20,15 +21,15 @@ _Static_assert(sizeof(p2p_header) == 32, "ring positions stay 8-byte aligned");
 static void ring_put(uint8_t *ring, size_t capacity, uint64_t pos, const uint8_t *src, size_t n)
 {
     size_t at = (size_t)(pos % capacity), first = n < capacity - at ? n : capacity - at;
-    memcpy(ring + at, src, first);
-    memcpy(ring, src + first, n - first);
+    mt_copy(ring + at, src, first);
+    mt_copy(ring, src + first, n - first);
 }
 
 static void ring_get(const uint8_t *ring, size_t capacity, uint64_t pos, uint8_t *dst, size_t n)
 {
     size_t at = (size_t)(pos % capacity), first = n < capacity - at ? n : capacity - at;
-    memcpy(dst, ring + at, first);
-    memcpy(dst + first, ring, n - first);
+    mt_copy(dst, ring + at, first);
+    mt_copy(dst + first, ring, n - first);
 }
 
 static mt_status check_stalled(mt_shm_group *g, mt_p2p *p2p)
