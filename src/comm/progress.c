@@ -39,6 +39,44 @@ static mt_status note_result(mt_comm *comm, mt_status st)
     return st;
 }
 
+/* Debug mode: after a collective whose result every rank holds a copy of, all copies must be
+ * equal; a difference (a bug, corrupted memory, a rank writing its buffer too early) fails
+ * every rank instead of training on silently different models. */
+static mt_status verify_replicated(mt_comm *comm, const mt_comm_op *op, uint64_t seq)
+{
+    size_t elems = op->count;
+    if (op->kind == MT_OP_ALLGATHER) {
+        elems = 0;
+        for (int r = 0; r < comm->size; r++)
+            elems += mt_op_count_of(op, r);
+    } else if (op->kind != MT_OP_ALLREDUCE && op->kind != MT_OP_BROADCAST) {
+        return MT_OK;
+    }
+    size_t bytes = elems * mt_dtype_size(op->dtype);
+    const unsigned char *p = op->recv;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    /* max(h) and max(~h) = ~min(h): equal hashes everywhere iff max == h and ~max2 == h. */
+    int64_t mine[2] = {(int64_t)h, (int64_t)~h}, most[2];
+    mt_comm_op check = {.kind = MT_OP_ALLREDUCE, .send = mine, .recv = most, .count = 2,
+                        .dtype = MT_I64, .redop = MT_MAX};
+    mt_status st = comm->backend->collective(comm->impl, &check, seq);
+    if (st == MT_OK && (most[0] != (int64_t)h || ~most[1] != (int64_t)h))
+        st = mt_fail(MT_EPEER, "debug check: ranks hold different results after %s #%llu "
+                               "(rank %d's differs from another rank's)",
+                     mt_op_name(op->kind), (unsigned long long)seq, comm->rank);
+    return st;
+}
+
+static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t seq)
+{
+    mt_status st = comm->backend->collective(comm->impl, op, seq);
+    if (st == MT_OK && comm->debug)
+        st = verify_replicated(comm, op, seq);
+    return note_result(comm, st);
+}
+
 static void finish_work(mt_work *w, mt_status st)
 {
     w->status = st;
@@ -119,7 +157,7 @@ static void *progress_thread(void *arg)
             pthread_mutex_unlock(&comm->lock);
             mt_status st = broken_status(comm);
             if (st == MT_OK)
-                st = note_result(comm, comm->backend->collective(comm->impl, &w->op, w->seq));
+                st = run_collective(comm, &w->op, w->seq);
             finish_work(w, st);
             pthread_mutex_lock(&comm->lock);
             comm->collective_running = 0;
@@ -239,7 +277,7 @@ mt_status mt_comm_run(mt_comm *comm, const mt_comm_op *op)
             comm->collective_running = 1;
         pthread_mutex_unlock(&comm->lock);
         if (inline_ok) {
-            st = note_result(comm, comm->backend->collective(comm->impl, op, ++comm->seq));
+            st = run_collective(comm, op, ++comm->seq);
             pthread_mutex_lock(&comm->lock);
             comm->collective_running = 0;
             pthread_cond_broadcast(&comm->finished);

@@ -47,13 +47,6 @@ static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, uns
     h->send_addr = (uint64_t)(uintptr_t)op->send;
     h->recv_addr = (uint64_t)(uintptr_t)op->recv;
     h->flags = flags;
-    if (g->comm->debug) {
-        g->comm_history = hash_mix(g->comm_history, hash_mix(seq, h->kind));
-        g->comm_history = hash_mix(g->comm_history, hash_mix(h->count ^ h->counts_hash,
-                                                             h->dtype ^ (h->redop << 8)));
-        g->comm_history = hash_mix(g->comm_history, (uint64_t)(uint32_t)h->root);
-        h->history = g->comm_history;
-    }
 }
 
 static void describe_call(const shm_op_header *h, char *out, size_t capacity)
@@ -80,14 +73,13 @@ static mt_status check_headers(mt_shm_group *g, unsigned *all_flags)
         flags &= h->flags;
         if (h->seq == mine->seq && h->kind == mine->kind && h->dtype == mine->dtype &&
             h->redop == mine->redop && h->root == mine->root && h->count == mine->count &&
-            h->counts_hash == mine->counts_hash && h->history == mine->history)
+            h->counts_hash == mine->counts_hash)
             continue;
         char a[200], b[200];
         describe_call(h, a, sizeof a);
         describe_call(mine, b, sizeof b);
-        return mt_fail(MT_EPEER, "mismatched collective: rank %d called %s%s but rank %d called %s",
-                       r, a, h->history != mine->history ? " after a different history" : "",
-                       g->rank, b);
+        return mt_fail(MT_EPEER, "mismatched collective: rank %d called %s but rank %d called %s",
+                       r, a, g->rank, b);
     }
     *all_flags = flags;
     return MT_OK;

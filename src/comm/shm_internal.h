@@ -26,10 +26,9 @@ typedef struct shm_op_header {
     int32_t root;
     uint64_t count;
     uint64_t counts_hash;  /* variable counts, hashed */
-    uint64_t history;      /* debug mode: hash of every call so far */
     uint64_t send_addr, recv_addr;
     uint32_t flags;
-    uint8_t pad[128 - 68];
+    uint8_t pad[128 - 60];
 } shm_op_header;
 _Static_assert(sizeof(shm_op_header) == 128, "one header is two cache lines");
 
@@ -81,7 +80,6 @@ typedef struct mt_shm_group {
     const void **sources;
     uint8_t **peer_send, **peer_recv;
     unsigned *peer_flags;  /* each rank's header flags in the current collective */
-    uint64_t comm_history; /* debug mode: hash of every collective so far */
     /* The collective in progress, for error messages. */
     const char *op_name;
     uint64_t op_seq;
