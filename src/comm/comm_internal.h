@@ -95,7 +95,8 @@ struct mt_comm {
     pthread_t thread;
     int thread_started, stopping;
     mt_work *collective_head, *collective_tail;
-    mt_work *p2p_head, *p2p_tail;
+    mt_work *p2p_head, *p2p_tail; /* guarded by p2p_lock */
+    _Atomic int p2p_pending;      /* transfers in the list, readable without the lock */
     int collective_running;      /* a collective is executing (in any thread) */
     pthread_mutex_t p2p_lock;    /* one thread advances transfers at a time */
 

@@ -79,18 +79,20 @@ static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t se
 
 static void finish_work(mt_work *w, mt_status st)
 {
+    /* Once done is set the waiter may free w at once: nothing below may touch it. */
+    mt_comm *comm = w->comm;
     w->status = st;
     if (st)
         snprintf(w->message, sizeof w->message, "%s", mt_last_error());
-    pthread_mutex_lock(&w->comm->lock);
+    pthread_mutex_lock(&comm->lock);
     atomic_store_explicit(&w->done, 1, memory_order_release);
-    pthread_cond_broadcast(&w->comm->finished);
-    pthread_mutex_unlock(&w->comm->lock);
+    pthread_cond_broadcast(&comm->finished);
+    pthread_mutex_unlock(&comm->lock);
 }
 
 int mt_comm_progress_p2p(mt_comm *comm)
 {
-    if (!comm->p2p_head || pthread_mutex_trylock(&comm->p2p_lock) != 0)
+    if (!atomic_load(&comm->p2p_pending) || pthread_mutex_trylock(&comm->p2p_lock) != 0)
         return 0;
     int moved = 0;
     /* Transfers to (or from) one peer complete in the order issued: only the first pending
@@ -121,6 +123,7 @@ int mt_comm_progress_p2p(mt_comm *comm)
             for (mt_work *e = comm->p2p_head; e; e = e->next)
                 comm->p2p_tail = e;
         }
+        atomic_fetch_sub(&comm->p2p_pending, 1);
         finish_work(w, st);
         moved = 1;
     }
@@ -165,7 +168,7 @@ static void *progress_thread(void *arg)
             idle = 0;
             continue;
         }
-        if (comm->p2p_head) {
+        if (atomic_load(&comm->p2p_pending)) {
             pthread_mutex_unlock(&comm->lock);
             if (mt_comm_progress_p2p(comm))
                 idle = 0;
@@ -208,6 +211,7 @@ mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
         else
             comm->p2p_head = w;
         comm->p2p_tail = w;
+        atomic_fetch_add(&comm->p2p_pending, 1);
         pthread_mutex_unlock(&comm->p2p_lock);
         pthread_mutex_lock(&comm->lock);
     } else {
