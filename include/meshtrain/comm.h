@@ -81,9 +81,12 @@ mt_status mt_comm_send(mt_comm *comm, const void *buffer, size_t count, mt_dtype
 mt_status mt_comm_recv(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype, int peer,
                        int tag);
 
-/* Non-blocking forms: same arguments, plus the handle of the work in flight. Buffers must stay
- * untouched until the work completes. Operations on one communicator complete in the order
- * issued (point-to-point included); they run on the communicator's progress thread. */
+/* Non-blocking forms: same arguments, plus the handle of the work in flight (*work is NULL when
+ * the arguments are refused). Buffers and counts must stay untouched until the work completes.
+ * Collectives on one communicator run in the order issued, on its progress thread; a blocking
+ * collective issued after them waits for them. Transfers advance independently of collectives
+ * (as MPI's do, so a pipeline can send while a gradient all-reduce runs); sends to one peer,
+ * and receives from one peer, complete in the order issued. */
 mt_status mt_comm_allreduce_async(mt_comm *comm, const void *send, void *recv, size_t count,
                                   mt_dtype dtype, mt_redop op, mt_work **work);
 mt_status mt_comm_reduce_async(mt_comm *comm, const void *send, void *recv, size_t count,

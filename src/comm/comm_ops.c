@@ -85,6 +85,8 @@ static mt_status validate(mt_comm *comm, const mt_comm_op *op)
 
 static mt_status issue(mt_comm *comm, const mt_comm_op *op, mt_work **work)
 {
+    if (work)
+        *work = NULL;
     mt_status st = validate(comm, op);
     if (st)
         return st;
