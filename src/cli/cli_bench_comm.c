@@ -106,6 +106,9 @@ static int parse_args(int argc, char **argv, bench_args *a)
             return bad("unknown option '%s' (see --help)", k);
         }
     }
+    if (a->inplace && (a->op == OP_ALLTOALL || a->op == OP_SENDRECV))
+        return bad("--inplace does not apply to %s (its output cannot be its input)",
+                   OP_NAMES[a->op]);
     if (a->min < 1 || a->max < a->min)
         return bad("%s", "sizes must satisfy 1 <= --min <= --max");
     return 0;

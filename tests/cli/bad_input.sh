@@ -140,6 +140,24 @@ run_case "data --help" 0 "usage" -- "$MT" data --help
 run_case "bench --help" 0 "usage" -- "$MT" bench --help
 run_case "--help" 0 "usage" -- "$MT" --help
 
+# meshtrain bench comm: bad options are usage errors; tiny runs of every operation check out.
+run_case "bench comm --help" 0 "usage" "busbw" -- "$MT" bench comm --help
+run_case "bench comm zero ranks" 2 "--nproc" "0" -- "$MT" bench comm --nproc 0
+run_case "bench comm unknown op" 2 "--op" "scatterall" -- "$MT" bench comm --op scatterall
+run_case "bench comm unknown backend" 2 "--backend" "nccl" -- "$MT" bench comm --backend nccl
+run_case "bench comm bad size" 2 "12X" -- "$MT" bench comm --min 12X
+run_case "bench comm min above max" 2 "--min" -- "$MT" bench comm --min 1M --max 1K
+run_case "bench comm unknown dtype" 2 "f16" -- "$MT" bench comm --dtype f16
+run_case "bench comm alltoall in place" 2 "--inplace" -- "$MT" bench comm --op alltoall --inplace
+for op in allreduce allgather reducescatter bcast reduce alltoall sendrecv; do
+    run_case "bench comm $op, 3 ranks" 0 "check" " ok" -- \
+        "$MT" bench comm --nproc 3 --op "$op" --min 8 --max 64K
+    inplace=(--inplace)
+    [[ $op == alltoall || $op == sendrecv ]] && inplace=()
+    run_case "bench comm $op, registered" 0 "registered" " ok" -- \
+        "$MT" bench comm --nproc 2 --op "$op" --min 64 --max 256K --registered "${inplace[@]}"
+done
+
 [[ -e $WORK/unused ]] && { echo "FAIL a rejected data command created its output folder"; failed=$((failed + 1)); }
 
 echo "bad_input: $passed passed, $failed failed"
