@@ -37,6 +37,11 @@ mt_status mt_redop_parse(const char *name, mt_redop *out);
 uint16_t mt_bf16_from_f32(float value);
 float mt_bf16_to_f32(uint16_t value);
 
+/* Element i of a buffer of this type as a double, and back (integers truncate toward zero and
+ * wrap, bf16 rounds to nearest even): for checks, tests and benchmarks, not for hot loops. */
+double mt_dtype_load(mt_dtype dtype, const void *buffer, size_t i);
+void mt_dtype_store(mt_dtype dtype, void *buffer, size_t i, double value);
+
 /* dst[i] = op(srcs[0][i], srcs[1][i], ..., srcs[n_srcs-1][i]) for i < count, always combined
  * in source order, so every rank and every algorithm gets bitwise the same result.
  * Floats accumulate in their own type (bf16 in f32, rounded once); integer sums and products

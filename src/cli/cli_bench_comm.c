@@ -155,30 +155,6 @@ static bench_shape shape_of(bench_op op, size_t bytes, size_t esz, int n)
 /* Rank r's input element i: small integers, so every sum is exact in every type. */
 static double input_value(int r, size_t i) { return r + 1 + (int)(i % 17); }
 
-static void store(mt_dtype t, void *buf, size_t i, double v)
-{
-    switch (t) {
-    case MT_F32: ((float *)buf)[i] = (float)v; break;
-    case MT_F64: ((double *)buf)[i] = v; break;
-    case MT_BF16: ((uint16_t *)buf)[i] = mt_bf16_from_f32((float)v); break;
-    case MT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case MT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    default: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    }
-}
-
-static double load(mt_dtype t, const void *buf, size_t i)
-{
-    switch (t) {
-    case MT_F32: return ((const float *)buf)[i];
-    case MT_F64: return ((const double *)buf)[i];
-    case MT_BF16: return mt_bf16_to_f32(((const uint16_t *)buf)[i]);
-    case MT_I32: return ((const int32_t *)buf)[i];
-    case MT_I64: return (double)((const int64_t *)buf)[i];
-    default: return ((const uint8_t *)buf)[i];
-    }
-}
-
 typedef struct bench_rank {
     mt_comm *comm;
     const bench_args *a;
@@ -230,11 +206,11 @@ static void fill_input(bench_rank *b, const bench_shape *s)
     if (b->a->op == OP_ALLGATHER && b->a->inplace) {
         uint8_t *mine = b->out + (size_t)b->rank * s->count * esz;
         for (size_t i = 0; i < s->count; i++)
-            store(t, mine, i, input_value(b->rank, i));
+            mt_dtype_store(t, mine, i, input_value(b->rank, i));
         return;
     }
     for (size_t i = 0; i < s->in_elems; i++)
-        store(t, b->in, i, input_value(b->rank, i));
+        mt_dtype_store(t, b->in, i, input_value(b->rank, i));
 }
 
 /* Expected output element i on this rank, for sums over n ranks of input_value. */
@@ -270,7 +246,7 @@ static int check(bench_rank *b, const bench_shape *s)
     if (b->a->op == OP_BCAST)
         result = b->in;
     for (size_t i = 0; ok && i < n; i++)
-        ok = load(b->a->dtype, result, i) == expected(b, s, i);
+        ok = mt_dtype_load(b->a->dtype, result, i) == expected(b, s, i);
     int32_t mine = ok, all = 0;
     if (mt_comm_allreduce(b->comm, &mine, &all, 1, MT_I32, MT_MIN))
         return 0;

@@ -83,3 +83,30 @@ mt_status mt_redop_parse(const char *name, mt_redop *out)
 uint16_t mt_bf16_from_f32(float value) { return mt_bf16_round(value); }
 
 float mt_bf16_to_f32(uint16_t value) { return mt_bf16_widen(value); }
+
+double mt_dtype_load(mt_dtype dtype, const void *buffer, size_t i)
+{
+    switch (dtype) {
+    case MT_F32: return ((const float *)buffer)[i];
+    case MT_F64: return ((const double *)buffer)[i];
+    case MT_BF16: return mt_bf16_widen(((const uint16_t *)buffer)[i]);
+    case MT_I32: return ((const int32_t *)buffer)[i];
+    case MT_I64: return (double)((const int64_t *)buffer)[i];
+    case MT_U8: return ((const uint8_t *)buffer)[i];
+    default: return 0;
+    }
+}
+
+void mt_dtype_store(mt_dtype dtype, void *buffer, size_t i, double value)
+{
+    /* Through int64 first, so that negative values wrap into unsigned types as C defines. */
+    switch (dtype) {
+    case MT_F32: ((float *)buffer)[i] = (float)value; break;
+    case MT_F64: ((double *)buffer)[i] = value; break;
+    case MT_BF16: ((uint16_t *)buffer)[i] = mt_bf16_round((float)value); break;
+    case MT_I32: ((int32_t *)buffer)[i] = (int32_t)(uint32_t)(int64_t)value; break;
+    case MT_I64: ((int64_t *)buffer)[i] = (int64_t)value; break;
+    case MT_U8: ((uint8_t *)buffer)[i] = (uint8_t)(int64_t)value; break;
+    default: break;
+    }
+}

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "meshtrain/spawn.h"
@@ -27,6 +28,20 @@ static inline mt_status harness_launch(int nproc, const char *scenario, double g
     }
     mt_spawn_options options = {.nproc = nproc, .grace_seconds = grace_seconds};
     return mt_spawn_local(&options, argv, result);
+}
+
+/* Doubling copies: buf[k + j * period] = buf[k] for the n elements of esz bytes, the first
+ * period being written; test inputs and references repeat with a prime period. */
+static inline void harness_repeat_period(void *buf, size_t period, size_t n, size_t esz)
+{
+    unsigned char *o = buf;
+    for (size_t done = period; done < n;) {
+        size_t m = n - done < done ? n - done : done;
+        if (m > period)
+            m -= m % period;
+        memcpy(o + done * esz, o, m * esz);
+        done += m;
+    }
 }
 
 #endif

@@ -28,38 +28,12 @@ static int value_of(int r, size_t i, int salt, mt_dtype dtype)
     return dtype == MT_U8 ? v : v - 5;
 }
 
-static void store_value(mt_dtype dtype, void *buf, size_t i, double v)
-{
-    switch (dtype) {
-    case MT_F32: ((float *)buf)[i] = (float)v; break;
-    case MT_F64: ((double *)buf)[i] = v; break;
-    case MT_BF16: ((uint16_t *)buf)[i] = mt_bf16_from_f32((float)v); break;
-    case MT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case MT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case MT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
-    default: break;
-    }
-}
-
-/* Doubling copies: out[k + j * period] = out[k], the first period being already written. */
-static void repeat_period(void *out, size_t period, size_t n, size_t esz)
-{
-    uint8_t *o = out;
-    for (size_t done = period; done < n;) {
-        size_t m = n - done < done ? n - done : done;
-        if (m > period)
-            m -= m % period;
-        memcpy(o + done * esz, o, m * esz);
-        done += m;
-    }
-}
-
 static void fill(mt_dtype dtype, void *buf, size_t n, int r, size_t first, int salt)
 {
     size_t period = n < PERIOD ? n : PERIOD;
     for (size_t i = 0; i < period; i++)
-        store_value(dtype, buf, i, value_of(r, first + i, salt, dtype));
-    repeat_period(buf, period, n, mt_dtype_size(dtype));
+        mt_dtype_store(dtype, buf, i, value_of(r, first + i, salt, dtype));
+    harness_repeat_period(buf, period, n, mt_dtype_size(dtype));
 }
 
 /* The reduction over ranks 0..size-1 of element `index`, in each type's own arithmetic. */
@@ -103,7 +77,7 @@ static void reference_element(mt_dtype dtype, mt_redop op, size_t index, int sal
     case MT_I32: ((int32_t *)out)[at] = (int32_t)iacc; break;
     case MT_I64: ((int64_t *)out)[at] = iacc; break;
     case MT_U8: ((uint8_t *)out)[at] = (uint8_t)iacc; break;
-    default: store_value(dtype, out, at, facc); break;
+    default: mt_dtype_store(dtype, out, at, facc); break;
     }
 }
 
@@ -115,7 +89,7 @@ static void reference_fill(mt_dtype dtype, mt_redop op, size_t first, size_t n, 
     size_t esz = mt_dtype_size(dtype), period = n < PERIOD ? n : PERIOD;
     for (size_t i = 0; i < period; i++)
         reference_element(dtype, op, first + i, salt, out, i);
-    repeat_period(out, period, n, esz);
+    harness_repeat_period(out, period, n, esz);
 }
 
 /* ---- buffers ---------------------------------------------------------------------------- */

@@ -25,48 +25,13 @@ static int val(int world_rank, size_t i, int salt)
                  11u) - 5;
 }
 
-static void put(mt_dtype t, void *buf, size_t i, double v)
-{
-    switch (t) {
-    case MT_F32: ((float *)buf)[i] = (float)v; break;
-    case MT_F64: ((double *)buf)[i] = v; break;
-    case MT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case MT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    default: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
-    }
-}
-
-static double get(mt_dtype t, const void *buf, size_t i)
-{
-    switch (t) {
-    case MT_F32: return ((const float *)buf)[i];
-    case MT_F64: return ((const double *)buf)[i];
-    case MT_I32: return ((const int32_t *)buf)[i];
-    case MT_I64: return (double)((const int64_t *)buf)[i];
-    default: return ((const uint8_t *)buf)[i];
-    }
-}
-
-/* out[k + j * period] = out[k], the first period being written. */
-static void repeat(void *out, size_t period, size_t n, size_t esz)
-{
-    uint8_t *o = out;
-    for (size_t done = period; done < n;) {
-        size_t m = n - done < done ? n - done : done;
-        if (m > period)
-            m -= m % period;
-        memcpy(o + done * esz, o, m * esz);
-        done += m;
-    }
-}
-
 /* buf[i] = val(world_rank, first + i, salt) for i < n. */
 static void fill(mt_dtype t, void *buf, size_t n, size_t first, int world_rank, int salt)
 {
     size_t period = n < PERIOD ? n : PERIOD;
     for (size_t i = 0; i < period; i++)
-        put(t, buf, i, val(world_rank, first + i, salt));
-    repeat(buf, period, n, mt_dtype_size(t));
+        mt_dtype_store(t, buf, i, val(world_rank, first + i, salt));
+    harness_repeat_period(buf, period, n, mt_dtype_size(t));
 }
 
 /* A communicator with what this test expects of it: its members' world ranks in group order. */
@@ -91,9 +56,9 @@ static void expect_reduce(mt_dtype t, mt_redop op, const group *g, size_t n, siz
             acc = r == 0 ? v : op == MT_MAX ? (v > acc ? v : acc)
                 : op == MT_MIN ? (v < acc ? v : acc) : acc + v;
         }
-        put(t, out, i, acc);
+        mt_dtype_store(t, out, i, acc);
     }
-    repeat(out, period, n, mt_dtype_size(t));
+    harness_repeat_period(out, period, n, mt_dtype_size(t));
 }
 
 /* Bitwise comparison, reporting the first differing element. */
@@ -109,7 +74,7 @@ static int same(const group *g, const char *what, const void *got, const void *w
             at++;
     CHECK_MSG(equal, "%s on %s (rank %d of %d, world rank %d), %zu x %s: element %zu is %g, "
               "want %g", what, g->name, g->rank, g->size, me_world(g), n, mt_dtype_name(t), at,
-              at < n ? get(t, got, at) : 0.0, at < n ? get(t, want, at) : 0.0);
+              at < n ? mt_dtype_load(t, got, at) : 0.0, at < n ? mt_dtype_load(t, want, at) : 0.0);
     return equal;
 }
 

@@ -603,9 +603,31 @@ static void test_names(void)
     CHECK(mt_redop_parse(NULL, &r_out) == MT_EINVAL && r_out == MT_AVG);
 }
 
+/* mt_dtype_load/store: exact for small integers in every type; wrapping and rounding as documented. */
+static void test_load_store(void)
+{
+    unsigned char buf[64];
+    for (int t = 0; t < MT_DTYPE_COUNT; t++) {
+        for (int v = -5; v <= 100; v++) {
+            double want = t == MT_U8 && v < 0 ? v + 256 : v;
+            mt_dtype_store((mt_dtype)t, buf, 3, v);
+            CHECK_MSG(mt_dtype_load((mt_dtype)t, buf, 3) == want, "%s: %d", mt_dtype_name((mt_dtype)t), v);
+        }
+    }
+    mt_dtype_store(MT_U8, buf, 0, 300);
+    CHECK(mt_dtype_load(MT_U8, buf, 0) == 44);
+    mt_dtype_store(MT_I32, buf, 0, -7.9);
+    CHECK(mt_dtype_load(MT_I32, buf, 0) == -7);
+    mt_dtype_store(MT_BF16, buf, 0, 1.0 + 1.0 / 512);
+    CHECK(mt_dtype_load(MT_BF16, buf, 0) == 1.0); /* a tie rounds to even */
+    mt_dtype_store(MT_F64, buf, 1, 0.1);
+    CHECK(mt_dtype_load(MT_F64, buf, 1) == 0.1);
+}
+
 int main(void)
 {
     test_names();
+    test_load_store();
     test_bf16();
     test_known_answers();
     test_repeated_buffer();
