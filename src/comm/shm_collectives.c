@@ -313,6 +313,27 @@ static size_t offset_of(const mt_comm_op *op, int r)
 
 static size_t total_count(const mt_comm_op *op, int size) { return offset_of(op, size); }
 
+/* Right after the first round: where each rank's registered input is mapped here (NULL for
+ * ranks whose input goes through staging). *any is set when some rank's input is read in
+ * place, which owes a closing round (nobody may return while a peer still reads its buffer). */
+static mt_status map_shared_inputs(mt_shm_group *g, const mt_comm_op *op, int *any)
+{
+    size_t esz = mt_dtype_size(op->dtype);
+    *any = 0;
+    for (int p = 0; p < g->size; p++) {
+        g->peer_send[p] = NULL;
+        if (!(g->peer_flags[p] & SHM_SEND_SHARED))
+            continue;
+        *any = 1;
+        size_t n = op->kind == MT_OP_ALLGATHER ? mt_op_count_of(op, p) : total_count(op, g->size);
+        const shm_op_header *h = &shm_control_of(g, p)->header[g->round & 1];
+        mt_status st = translate(g, p, h->send_addr, n * esz, &g->peer_send[p]);
+        if (st)
+            return st;
+    }
+    return MT_OK;
+}
+
 static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
 {
     size_t esz = mt_dtype_size(op->dtype), window = g->staging_bytes / esz;
@@ -327,10 +348,12 @@ static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
     mt_status st = enter_first_round(g, &flags);
     if (st)
         return st;
+    int any_shared;
+    if ((st = map_shared_inputs(g, op, &any_shared)))
+        return st;
     if (send != recv + my_at * esz)
         mt_copy(recv + my_at * esz, send, my_n * esz);
     size_t rounds = staged_rounds(g, op, window, gather_count);
-    int any_shared = 0;
     for (size_t k = 0; k < rounds; k++) {
         size_t lo = k * window;
         if (k > 0) {
@@ -342,22 +365,15 @@ static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
         for (int i = 1; i < g->size; i++) {
             int p = (g->rank + i) % g->size;
             size_t p_n = mt_op_count_of(op, p), p_at = offset_of(op, p);
-            if (g->peer_flags[p] & SHM_SEND_SHARED) {
-                any_shared = 1;
-                uint8_t *src;
-                const shm_op_header *h = &shm_control_of(g, p)->header[(g->round - k) & 1];
-                if (k == 0 && p_n) {
-                    if ((st = translate(g, p, h->send_addr, p_n * esz, &src)))
-                        return st;
-                    mt_copy(recv + p_at * esz, src, p_n * esz);
-                }
+            if (g->peer_send[p]) { /* a registered input is read whole in the first round */
+                if (k == 0)
+                    mt_copy(recv + p_at * esz, g->peer_send[p], p_n * esz);
             } else if (lo < p_n) {
                 mt_copy(recv + (p_at + lo) * esz, shm_staging_of(g, p, g->round),
-                       min_size(window, p_n - lo) * esz);
+                        min_size(window, p_n - lo) * esz);
             }
         }
     }
-    any_shared |= (int)(mine != 0);
     return any_shared ? shm_enter_round(g) : MT_OK;
 }
 
@@ -402,15 +418,9 @@ static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t
     if (st)
         return st;
     size_t rounds = staged_rounds(g, op, wb, block_max_count);
-    int any_shared = mine != 0;
-    for (int p = 0; p < g->size; p++) {
-        const shm_op_header *h = &shm_control_of(g, p)->header[g->round & 1];
-        any_shared |= (g->peer_flags[p] & SHM_SEND_SHARED) != 0;
-        g->peer_send[p] = NULL;
-        if ((g->peer_flags[p] & SHM_SEND_SHARED) &&
-            (st = translate(g, p, h->send_addr, total * esz, &g->peer_send[p])))
-            return st;
-    }
+    int any_shared;
+    if ((st = map_shared_inputs(g, op, &any_shared)))
+        return st;
     for (size_t k = 0; k < rounds; k++) {
         if (k > 0) {
             if (!mine)
