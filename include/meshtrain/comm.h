@@ -18,7 +18,7 @@ typedef struct mt_comm_config {
     int rank, size;             /* [RANK, WORLD_SIZE] */
     const char *store_host;     /* [MASTER_ADDR, else 127.0.0.1] */
     int store_port;             /* [MASTER_PORT] */
-    const char *backend;        /* "shm" [MT_COMM_BACKEND, else shm] */
+    const char *backend;        /* "shm" or "tcp" [MT_COMM_BACKEND, else shm] */
     double timeout_seconds;     /* a peer silent this long is an error [MT_COMM_TIMEOUT, 300] */
     const char *algorithm;      /* "auto", "oneshot" or "twoshot" [MT_COMM_ALGORITHM, auto] */
     bool debug;                 /* full call fingerprints across ranks [MT_COMM_DEBUG=1] */

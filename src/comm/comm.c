@@ -115,23 +115,25 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
     mt_status st = resolve_config(config, &c);
     if (st)
         return mt_fail_context(st, "creating a communicator");
-    if (strcmp(c.backend, "shm") != 0)
-        return mt_fail(MT_EINVAL, "unknown communication back end '%s' (this build has: shm)",
-                       c.backend);
+    int tcp = strcmp(c.backend, "tcp") == 0;
+    if (!tcp && strcmp(c.backend, "shm") != 0)
+        return mt_fail(MT_EINVAL, "unknown communication back end '%s' (this build has: shm, "
+                                  "tcp)", c.backend);
     mt_comm *comm;
     if ((st = mt_comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm)))
         return st;
     mt_store *store;
     st = mt_store_connect(c.store_host, c.store_port, c.timeout_seconds, &store);
     if (st == MT_OK) {
-        st = mt_shm_create_world(comm, store, c.algorithm, &comm->impl);
+        st = tcp ? mt_tcp_create_world(comm, store, &comm->impl)
+                 : mt_shm_create_world(comm, store, c.algorithm, &comm->impl);
         mt_store_close(store);
     }
     if (st) {
         comm_free(comm);
         return mt_fail_context(st, "creating the world communicator");
     }
-    comm->backend = &mt_shm_backend;
+    comm->backend = tcp ? &mt_tcp_backend : &mt_shm_backend;
     *out = comm;
     return MT_OK;
 }

@@ -1,5 +1,5 @@
 /* What a communicator is made of: the operation descriptor every call becomes, the back-end
- * interface (shm now; tcp and mpi later), and the queue of non-blocking work. */
+ * interface (shm and tcp now; mpi later), and the queue of non-blocking work. */
 #ifndef MESHTRAIN_COMM_INTERNAL_H
 #define MESHTRAIN_COMM_INTERNAL_H
 
@@ -122,5 +122,9 @@ extern const mt_comm_backend mt_shm_backend;
 struct mt_store;
 mt_status mt_shm_create_world(mt_comm *comm, struct mt_store *store, const char *algorithm,
                               void **impl);
+
+/* tcp back end */
+extern const mt_comm_backend mt_tcp_backend;
+mt_status mt_tcp_create_world(mt_comm *comm, struct mt_store *store, void **impl);
 
 #endif

@@ -1,0 +1,85 @@
+/* The TCP back end's process-local state: a full mesh of sockets per communicator (one
+ * connection per pair for collectives, one for transfers) and the failure that ends it. */
+#ifndef MESHTRAIN_TCP_INTERNAL_H
+#define MESHTRAIN_TCP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "comm_internal.h"
+#include "tcp_frame.h"
+
+enum {
+    TCP_CHANNEL_COLLECTIVE = 0,
+    TCP_CHANNEL_TRANSFER = 1,
+    TCP_ADDRESS_CAPACITY = 64, /* "host:port", NUL-padded */
+};
+
+/* One connection to one peer. The send side may be written by any thread (an abort comes
+ * from wherever a failure is seen), so writes hold send_lock; the receive side belongs to one
+ * thread at a time: the collective in progress, or the transfer thread holding p2p_lock. */
+typedef struct tcp_link {
+    int fd;                      /* written; -1 for collectives with this rank itself */
+    int recv_fd;                 /* read: fd, except for transfers to oneself (a socket pair) */
+    pthread_mutex_t send_lock;
+    size_t out_left;             /* bytes of the frame being written that are still to go */
+    uint64_t out_messages;       /* transfers: messages sent (their sequence numbers) */
+    /* Transfers: a header arriving in pieces, whether a message is half read, messages read. */
+    uint8_t in_header[TCP_FRAME_BYTES];
+    int in_busy;
+    uint64_t in_messages;
+} tcp_link;
+
+typedef struct tcp_group {
+    mt_comm *comm;
+    int rank, size;
+    uint64_t comm_id;
+    uint64_t splits;             /* subgroups split off so far (names their ids) */
+    double timeout_seconds;
+    tcp_link *collective, *transfer; /* by peer rank */
+    /* The first failure, seen here or reported by a peer; every later call fails with it. */
+    _Atomic int aborted;         /* 0 running, 1 message being written, 2 message ready */
+    char abort_message[TCP_ABORT_MAX];
+    /* Reused between collectives (collective thread only). */
+    uint8_t *scratch;
+    size_t scratch_bytes;
+} tcp_group;
+
+/* tcp_link.c: sockets, aborts, the failure messages. */
+mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out);
+void tcp_group_free(tcp_group *g);
+/* Listens on host (NULL: MT_COMM_TCP_HOST, else 127.0.0.1) at an ephemeral port; *address
+ * gets "host:port" for peers to connect to. */
+mt_status tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACITY]);
+/* Connects every pair of members twice (collectives, transfers): lower ranks accept, higher
+ * ones connect, and each connection opens with a checked hello. addresses[r] is member r's. */
+mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
+/* Non-blocking: sends what the socket takes of the frame header (header_bytes of it already
+ * sent) and then of its payload; *moved gets the bytes sent. A closed peer fails the group,
+ * the message naming it and `during` (the operation). */
+mt_status tcp_link_send(tcp_group *g, int peer, tcp_link *link, const uint8_t *header,
+                        size_t header_done, const uint8_t *payload, size_t payload_done,
+                        size_t payload_bytes, size_t *moved, const char *during);
+/* Non-blocking read of up to n bytes; *got is 0 when nothing is there. EOF is an error. */
+mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *link, void *buf, size_t n,
+                        size_t *got, const char *during);
+/* A complete abort frame's payload follows `frame` on the link: reads it (waiting briefly),
+ * records the message and returns MT_EPEER with it. */
+mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *link, const tcp_frame *frame);
+/* Looks at what waits on a link without consuming it: MT_OK with *data_waiting set when a
+ * regular frame is there, an error for an abort frame (consumed) or a closed connection. */
+mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *link, int *data_waiting,
+                        const char *during);
+/* Fails the group: records the message, sends it to every peer, returns MT_EPEER. */
+mt_status tcp_abort(tcp_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Non-zero (message set) when the group already failed. */
+mt_status tcp_check_aborted(tcp_group *g);
+void tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity);
+
+/* tcp_collectives.c */
+mt_status tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq);
+/* tcp_p2p.c */
+mt_status tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done);
+
+#endif

@@ -1,0 +1,446 @@
+/* Sockets of the TCP back end: listening, building the mesh with checked hellos, moving bytes
+ * without blocking, and failing the whole group with a message every peer receives. */
+#define _GNU_SOURCE /* accept4: accepted sockets must be close-on-exec atomically */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "meshtrain/clock.h"
+#include "tcp_internal.h"
+
+/* How long an abort may wait for room in a peer's socket: a failing group must still end. */
+static const double ABORT_SEND_SECONDS = 2.0;
+
+static void link_init(tcp_link *l)
+{
+    memset(l, 0, sizeof *l);
+    l->fd = l->recv_fd = -1;
+    pthread_mutex_init(&l->send_lock, NULL);
+}
+
+mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out)
+{
+    *out = NULL;
+    tcp_group *g = calloc(1, sizeof *g);
+    if (!g || !(g->collective = calloc((size_t)comm->size, sizeof *g->collective)) ||
+        !(g->transfer = calloc((size_t)comm->size, sizeof *g->transfer))) {
+        if (g)
+            free(g->collective);
+        free(g);
+        return mt_fail(MT_ENOMEM, "allocating a tcp group of %d ranks", comm->size);
+    }
+    g->comm = comm;
+    g->rank = comm->rank;
+    g->size = comm->size;
+    g->comm_id = comm_id;
+    g->timeout_seconds = comm->timeout_seconds;
+    for (int r = 0; r < g->size; r++) {
+        link_init(&g->collective[r]);
+        link_init(&g->transfer[r]);
+    }
+    *out = g;
+    return MT_OK;
+}
+
+/* After a failure a peer may still be sending: reading what is there before closing keeps the
+ * kernel from answering with a reset that could overtake our abort frame. */
+static void link_close(tcp_link *l, int drain)
+{
+    if (l->fd >= 0) {
+        shutdown(l->fd, SHUT_WR);
+        char sink[4096];
+        for (int i = 0; drain && i < 64 && recv(l->recv_fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
+            continue;
+        close(l->fd);
+    }
+    if (l->recv_fd >= 0 && l->recv_fd != l->fd)
+        close(l->recv_fd);
+    pthread_mutex_destroy(&l->send_lock);
+}
+
+void tcp_group_free(tcp_group *g)
+{
+    if (!g)
+        return;
+    int drain = atomic_load(&g->aborted) != 0;
+    for (int r = 0; r < g->size; r++) {
+        link_close(&g->collective[r], drain);
+        link_close(&g->transfer[r], drain);
+    }
+    free(g->collective);
+    free(g->transfer);
+    free(g->scratch);
+    free(g);
+}
+
+void tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity)
+{
+    if (g->comm->world_ranks[rank] != rank)
+        snprintf(out, capacity, "rank %d (world rank %d)", rank, g->comm->world_ranks[rank]);
+    else
+        snprintf(out, capacity, "rank %d", rank);
+}
+
+/* ---- failure ---------------------------------------------------------------------------- */
+
+mt_status tcp_check_aborted(tcp_group *g)
+{
+    int state = atomic_load_explicit(&g->aborted, memory_order_acquire);
+    if (state == 0)
+        return MT_OK;
+    /* The recording thread writes the message right after claiming the flag. */
+    for (int i = 0; state == 1 && i < 1000000; i++)
+        state = atomic_load_explicit(&g->aborted, memory_order_acquire);
+    return mt_fail(MT_EPEER, "%s", state == 2 ? g->abort_message : "group aborted");
+}
+
+/* Records the group's failure unless one is recorded already; 1 if this call recorded it. */
+static int record_failure(tcp_group *g, const char *message)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&g->aborted, &expected, 1))
+        return 0;
+    snprintf(g->abort_message, sizeof g->abort_message, "%s", message);
+    atomic_store_explicit(&g->aborted, 2, memory_order_release);
+    return 1;
+}
+
+/* Writes all of buf before the deadline, or gives up (the peer is gone or stuck). */
+static int write_until(int fd, const uint8_t *buf, size_t n, double deadline)
+{
+    while (n) {
+        ssize_t k = send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            buf += k, n -= (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return -1;
+        double left = deadline - mt_clock_seconds();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, (int)(left * 1000) + 1);
+    }
+    return 0;
+}
+
+/* Finishes the frame in flight with zeros (its receiver fails anyway) so that the abort frame
+ * starts on a frame boundary, then sends the abort. */
+static void send_abort_on(tcp_group *g, tcp_link *l, const uint8_t *frame, size_t bytes,
+                          double deadline)
+{
+    if (l->fd < 0)
+        return;
+    pthread_mutex_lock(&l->send_lock);
+    static const uint8_t zeros[4096];
+    int ok = 1;
+    while (ok && l->out_left) {
+        size_t n = l->out_left < sizeof zeros ? l->out_left : sizeof zeros;
+        ok = write_until(l->fd, zeros, n, deadline) == 0;
+        if (ok)
+            l->out_left -= n;
+    }
+    if (ok)
+        write_until(l->fd, frame, bytes, deadline);
+    l->out_left = 0;
+    pthread_mutex_unlock(&l->send_lock);
+    (void)g;
+}
+
+mt_status tcp_abort(tcp_group *g, const char *fmt, ...)
+{
+    char message[TCP_ABORT_MAX];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    if (record_failure(g, message)) {
+        size_t len = strlen(message);
+        uint8_t frame[TCP_FRAME_BYTES + TCP_ABORT_MAX];
+        tcp_frame f = {.kind = TCP_FRAME_ABORT, .sender = g->rank, .comm_id = g->comm_id,
+                       .payload_bytes = (uint32_t)len};
+        tcp_frame_encode(&f, frame);
+        memcpy(frame + TCP_FRAME_BYTES, message, len);
+        double deadline = mt_clock_seconds() + ABORT_SEND_SECONDS;
+        for (int r = 0; r < g->size; r++) {
+            if (r == g->rank)
+                continue;
+            send_abort_on(g, &g->collective[r], frame, TCP_FRAME_BYTES + len, deadline);
+            send_abort_on(g, &g->transfer[r], frame, TCP_FRAME_BYTES + len, deadline);
+        }
+    }
+    return tcp_check_aborted(g);
+}
+
+static mt_status peer_closed(tcp_group *g, int peer, const char *during)
+{
+    char who[64];
+    tcp_describe_rank(g, peer, who, sizeof who);
+    return tcp_abort(g, "%s closed its connection during %s (noticed by rank %d)", who, during,
+                     g->rank);
+}
+
+/* Reads exactly n bytes before the deadline (bootstrap and abort messages only). */
+static int read_until(int fd, uint8_t *buf, size_t n, double deadline)
+{
+    while (n) {
+        ssize_t k = recv(fd, buf, n, MSG_DONTWAIT);
+        if (k > 0) {
+            buf += k, n -= (size_t)k;
+            continue;
+        }
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return -1;
+        double left = deadline - mt_clock_seconds();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {fd, POLLIN, 0};
+        poll(&p, 1, (int)(left * 1000) + 1);
+    }
+    return 0;
+}
+
+mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *l, const tcp_frame *f)
+{
+    char message[TCP_ABORT_MAX + 1] = "";
+    char who[64];
+    tcp_describe_rank(g, peer, who, sizeof who);
+    if (read_until(l->recv_fd, (uint8_t *)message, f->payload_bytes, mt_clock_seconds() + 1.0) != 0)
+        snprintf(message, sizeof message, "%s failed (its message was cut off)", who);
+    message[f->payload_bytes < TCP_ABORT_MAX ? f->payload_bytes : TCP_ABORT_MAX] = '\0';
+    record_failure(g, message);
+    return tcp_check_aborted(g);
+}
+
+mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *l, int *data_waiting,
+                        const char *during)
+{
+    *data_waiting = 0;
+    uint8_t raw[TCP_FRAME_BYTES];
+    ssize_t k = recv(l->recv_fd, raw, sizeof raw, MSG_PEEK | MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return MT_OK;
+    if (k <= 0)
+        return peer_closed(g, peer, during);
+    if (k < TCP_FRAME_BYTES)
+        return MT_OK; /* the rest of the header is on its way */
+    tcp_frame f;
+    mt_status st = tcp_frame_decode(raw, &f);
+    if (st) {
+        char who[64];
+        tcp_describe_rank(g, peer, who, sizeof who);
+        return tcp_abort(g, "%s from %s (noticed by rank %d)", mt_last_error(), who, g->rank);
+    }
+    if (f.kind != TCP_FRAME_ABORT) {
+        *data_waiting = 1;
+        return MT_OK;
+    }
+    if (recv(l->recv_fd, raw, sizeof raw, MSG_DONTWAIT) != TCP_FRAME_BYTES)
+        return peer_closed(g, peer, during);
+    return tcp_take_abort(g, peer, l, &f);
+}
+
+/* ---- moving bytes ----------------------------------------------------------------------- */
+
+static int would_block(void) { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
+
+mt_status tcp_link_send(tcp_group *g, int peer, tcp_link *l, const uint8_t *header,
+                        size_t header_done, const uint8_t *payload, size_t payload_done,
+                        size_t payload_bytes, size_t *moved, const char *during)
+{
+    *moved = 0;
+    struct iovec iov[2];
+    int n = 0;
+    if (header_done < TCP_FRAME_BYTES)
+        iov[n++] = (struct iovec){(void *)(header + header_done), TCP_FRAME_BYTES - header_done};
+    if (payload_done < payload_bytes)
+        iov[n++] = (struct iovec){(void *)(payload + payload_done), payload_bytes - payload_done};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    pthread_mutex_lock(&l->send_lock);
+    if (atomic_load_explicit(&g->aborted, memory_order_relaxed)) {
+        pthread_mutex_unlock(&l->send_lock);
+        return tcp_check_aborted(g);
+    }
+    if (header_done == 0)
+        l->out_left = TCP_FRAME_BYTES + payload_bytes;
+    ssize_t k = sendmsg(l->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int err = errno;
+    if (k > 0)
+        l->out_left -= (size_t)k;
+    pthread_mutex_unlock(&l->send_lock);
+    if (k >= 0) {
+        *moved = (size_t)k;
+        return MT_OK;
+    }
+    errno = err;
+    return would_block() ? MT_OK : peer_closed(g, peer, during);
+}
+
+mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *l, void *buf, size_t n, size_t *got,
+                        const char *during)
+{
+    *got = 0;
+    if (n == 0)
+        return MT_OK;
+    ssize_t k = recv(l->recv_fd, buf, n, MSG_DONTWAIT);
+    if (k > 0) {
+        *got = (size_t)k;
+        return MT_OK;
+    }
+    if (k < 0 && would_block())
+        return MT_OK;
+    return peer_closed(g, peer, during);
+}
+
+/* ---- bootstrap -------------------------------------------------------------------------- */
+
+mt_status tcp_listen(const char *host, int *fd_out, char address[TCP_ADDRESS_CAPACITY])
+{
+    *fd_out = -1;
+    if (!host)
+        host = getenv("MT_COMM_TCP_HOST") && *getenv("MT_COMM_TCP_HOST")
+                   ? getenv("MT_COMM_TCP_HOST") : "127.0.0.1";
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return mt_fail(MT_EINVAL, "MT_COMM_TCP_HOST '%s' is not an IPv4 address", host);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return mt_fail(MT_EIO, "listening on %s: %s", host, strerror(err));
+    }
+    snprintf(address, TCP_ADDRESS_CAPACITY, "%s:%d", host, (int)ntohs(a.sin_port));
+    *fd_out = fd;
+    return MT_OK;
+}
+
+static void tune_socket(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+static mt_status connect_to(const char *address, double deadline, int *fd_out)
+{
+    char host[TCP_ADDRESS_CAPACITY];
+    snprintf(host, sizeof host, "%s", address);
+    char *colon = strrchr(host, ':');
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    if (!colon)
+        return mt_fail(MT_EFORMAT, "peer address '%s' has no port", address);
+    *colon = '\0';
+    a.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return mt_fail(MT_EFORMAT, "peer address '%s' is not IPv4 host:port", address);
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return mt_fail(MT_EIO, "socket: %s", strerror(errno));
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+            *fd_out = fd;
+            return MT_OK;
+        }
+        int err = errno;
+        close(fd);
+        if (mt_clock_seconds() > deadline)
+            return mt_fail(MT_EPEER, "connecting to %s: %s", address, strerror(err));
+        usleep(10000);
+    }
+}
+
+static mt_status say_hello(tcp_group *g, int fd, int channel, double deadline)
+{
+    tcp_frame f = {.kind = TCP_FRAME_HELLO, .root_or_tag = channel, .sender = g->rank,
+                   .comm_id = g->comm_id};
+    uint8_t raw[TCP_FRAME_BYTES];
+    tcp_frame_encode(&f, raw);
+    return write_until(fd, raw, sizeof raw, deadline) == 0
+               ? MT_OK : mt_fail(MT_EPEER, "sending a hello: %s", strerror(errno));
+}
+
+/* Reads and checks an incoming hello; files the connection under its peer and channel. */
+static mt_status take_hello(tcp_group *g, int fd, double deadline)
+{
+    uint8_t raw[TCP_FRAME_BYTES];
+    tcp_frame f;
+    if (read_until(fd, raw, sizeof raw, deadline) != 0)
+        return mt_fail(MT_EPEER, "a connecting peer sent no hello");
+    mt_status st = tcp_frame_decode(raw, &f);
+    if (st)
+        return mt_fail_context(st, "hello of a connecting peer");
+    if (f.kind != TCP_FRAME_HELLO || f.comm_id != g->comm_id || f.sender <= g->rank ||
+        f.sender >= g->size || (f.root_or_tag != TCP_CHANNEL_COLLECTIVE &&
+                                f.root_or_tag != TCP_CHANNEL_TRANSFER))
+        return mt_fail(MT_EPEER, "unexpected hello (kind %u, communicator %llx, rank %d, channel "
+                                 "%d) at rank %d of communicator %llx", f.kind,
+                       (unsigned long long)f.comm_id, f.sender, f.root_or_tag, g->rank,
+                       (unsigned long long)g->comm_id);
+    tcp_link *l = f.root_or_tag == TCP_CHANNEL_COLLECTIVE ? &g->collective[f.sender]
+                                                          : &g->transfer[f.sender];
+    if (l->fd >= 0)
+        return mt_fail(MT_EPEER, "rank %d connected twice on channel %d", f.sender,
+                       f.root_or_tag);
+    l->fd = l->recv_fd = fd;
+    return MT_OK;
+}
+
+/* Transfers to oneself go through a local socket pair, like any other peer's. */
+static mt_status connect_self(tcp_group *g)
+{
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+        return mt_fail(MT_EIO, "socketpair for transfers to oneself: %s", strerror(errno));
+    g->transfer[g->rank].fd = pair[0];
+    g->transfer[g->rank].recv_fd = pair[1];
+    return MT_OK;
+}
+
+mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses)
+{
+    double deadline = mt_clock_seconds() + g->timeout_seconds;
+    mt_status st = connect_self(g);
+    /* Connections complete in the listener's backlog, so connecting first cannot deadlock. */
+    for (int p = 0; p < g->rank && st == MT_OK; p++)
+        for (int channel = 0; channel < 2 && st == MT_OK; channel++) {
+            int fd = -1;
+            st = connect_to(addresses + (size_t)p * TCP_ADDRESS_CAPACITY, deadline, &fd);
+            if (st == MT_OK) {
+                tune_socket(fd);
+                tcp_link *l = &(channel == 0 ? g->collective : g->transfer)[p];
+                l->fd = l->recv_fd = fd;
+                st = say_hello(g, fd, channel, deadline);
+            }
+            if (st)
+                st = mt_fail_context(st, "rank %d connecting to rank %d", g->rank, p);
+        }
+    for (int left = 2 * (g->size - 1 - g->rank); left > 0 && st == MT_OK; left--) {
+        struct pollfd p = {listen_fd, POLLIN, 0};
+        double wait = deadline - mt_clock_seconds();
+        if (wait <= 0 || poll(&p, 1, (int)(wait * 1000) + 1) <= 0) {
+            st = mt_fail(MT_EPEER, "rank %d: %d connections from higher ranks did not arrive "
+                                   "within %.1f s", g->rank, left, g->timeout_seconds);
+            break;
+        }
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        tune_socket(fd);
+        if ((st = take_hello(g, fd, deadline)))
+            close(fd);
+    }
+    return st;
+}
