@@ -127,14 +127,32 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
 }
 
 /* Nothing is shared between processes over TCP: registered memory is ordinary memory,
- * aligned for the vector copies and reductions. */
+ * aligned for the vector copies and reductions. The call stays collective, as the interface
+ * promises: every rank learns what the others asked for, and a disagreement fails all alike. */
 static mt_status tcp_alloc_shared(mt_comm *comm, size_t bytes, void **out)
 {
-    (void)comm;
+    *out = NULL;
     size_t rounded = (bytes + 63) / 64 * 64;
-    *out = aligned_alloc(64, rounded ? rounded : 64);
-    if (!*out)
-        return mt_fail(MT_ENOMEM, "allocating %zu bytes of registered memory", bytes);
+    void *memory = aligned_alloc(64, rounded ? rounded : 64);
+    uint64_t mine[2] = {bytes, memory != NULL};
+    uint64_t *all = malloc((size_t)comm->size * sizeof mine);
+    mt_status st = all ? mt_comm_allgather(comm, mine, all, 2, MT_I64)
+                       : mt_fail(MT_ENOMEM, "allocating registered memory");
+    for (int r = 0; st == MT_OK && r < comm->size; r++) {
+        if (!all[2 * r + 1])
+            st = mt_fail(MT_ENOMEM, "rank %d could not allocate %llu bytes of registered memory",
+                         r, (unsigned long long)all[2 * r]);
+        else if (all[2 * r] != bytes)
+            st = mt_fail(MT_EINVAL,
+                         "shared allocation: rank %d asked for %llu bytes, rank %d for %zu", r,
+                         (unsigned long long)all[2 * r], comm->rank, bytes);
+    }
+    free(all);
+    if (st) {
+        free(memory);
+        return st;
+    }
+    *out = memory;
     return MT_OK;
 }
 

@@ -24,6 +24,7 @@ typedef struct tcp_link {
     int recv_fd;                 /* read: fd, except for transfers to oneself (a socket pair) */
     pthread_mutex_t send_lock;
     size_t out_left;             /* bytes of the frame being written that are still to go */
+    _Atomic int send_closed;     /* writing failed: the peer closed (its abort may be waiting) */
     uint64_t out_messages;       /* transfers: messages sent (their sequence numbers) */
     /* Transfers: a header arriving in pieces, whether a message is half read, messages read. */
     uint8_t in_header[TCP_FRAME_BYTES];
@@ -56,8 +57,9 @@ mt_status tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACIT
  * ones connect, and each connection opens with a checked hello. addresses[r] is member r's. */
 mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
 /* Non-blocking: sends what the socket takes of the frame header (header_bytes of it already
- * sent) and then of its payload; *moved gets the bytes sent. A closed peer fails the group,
- * the message naming it and `during` (the operation). */
+ * sent) and then of its payload; *moved gets the bytes sent. When the peer has closed, sets
+ * link->send_closed and moves nothing: the caller reads what the peer sent last (usually an
+ * abort frame naming the real culprit) before blaming it with tcp_blame_closed. */
 mt_status tcp_link_send(tcp_group *g, int peer, tcp_link *link, const uint8_t *header,
                         size_t header_done, const uint8_t *payload, size_t payload_done,
                         size_t payload_bytes, size_t *moved, const char *during);
@@ -68,9 +70,15 @@ mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *link, void *buf, size_
  * records the message and returns MT_EPEER with it. */
 mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *link, const tcp_frame *frame);
 /* Looks at what waits on a link without consuming it: MT_OK with *data_waiting set when a
- * regular frame is there, an error for an abort frame (consumed) or a closed connection. */
-mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *link, int *data_waiting,
+ * regular frame is there, an error for an abort frame (consumed). A closed connection sets
+ * *closed when closed is given (a peer that finished may close), else is an error. */
+mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *link, int *data_waiting, int *closed,
                         const char *during);
+/* The peer closed a connection this rank is still using: its abort frame if one waits at the
+ * front of the link (looked for only when the link is at a frame boundary), else an error
+ * naming the peer. */
+mt_status tcp_blame_closed(tcp_group *g, int peer, tcp_link *link, int at_boundary,
+                           const char *during);
 /* Fails the group: records the message, sends it to every peer, returns MT_EPEER. */
 mt_status tcp_abort(tcp_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Non-zero (message set) when the group already failed. */

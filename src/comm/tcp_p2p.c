@@ -47,8 +47,12 @@ static mt_status advance_send(tcp_group *g, mt_p2p *p2p, size_t total, const cha
         mt_status st = tcp_link_send(g, p2p->op.peer, l, header, (size_t)p2p->header_done,
                                      (const uint8_t *)p2p->op.send + start,
                                      p2p->bytes_done - start, end - start, &k, during);
-        if (st || k == 0)
+        if (st)
             return st;
+        if (k == 0 && atomic_load(&l->send_closed))
+            return tcp_blame_closed(g, p2p->op.peer, l, !l->in_busy, during);
+        if (k == 0)
+            return MT_OK;
         *moved = 1;
         size_t h = TCP_FRAME_BYTES - (size_t)p2p->header_done;
         h = k < h ? k : h;
@@ -137,7 +141,7 @@ static mt_status check_stalled(tcp_group *g, mt_p2p *p2p, const char *during)
     int data;
     mt_status st = MT_OK;
     if (p2p->op.kind == MT_OP_SEND && !l->in_busy)
-        st = tcp_peek_link(g, p2p->op.peer, l, &data, during);
+        st = tcp_peek_link(g, p2p->op.peer, l, &data, NULL, during);
     if (st || now - p2p->started <= g->timeout_seconds)
         return st;
     char who[64];

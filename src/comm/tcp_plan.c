@@ -123,6 +123,15 @@ static mt_status check_header(tcp_plan *p, tcp_flow *f, size_t bytes)
 
 /* ---- advancing flows -------------------------------------------------------------------- */
 
+static int receiving_from(const tcp_plan *p, int peer)
+{
+    for (int i = 0; i < p->n_flows; i++)
+        if (!p->flows[i].sending && p->flows[i].peer == peer &&
+            p->flows[i].next < p->flows[i].units)
+            return 1;
+    return 0;
+}
+
 static mt_status advance_send(tcp_plan *p, tcp_flow *f, int *moved)
 {
     tcp_group *g = p->g;
@@ -138,10 +147,16 @@ static mt_status advance_send(tcp_plan *p, tcp_flow *f, int *moved)
             tcp_frame_encode(&h, f->header);
         }
         size_t header_done = tcp_min(f->moved, TCP_FRAME_BYTES);
-        mt_status st = tcp_link_send(g, f->peer, &g->collective[f->peer], f->header, header_done,
-                                     buf, f->moved - header_done, bytes, &k, p->during);
-        if (st || k == 0)
+        tcp_link *l = &g->collective[f->peer];
+        mt_status st = tcp_link_send(g, f->peer, l, f->header, header_done, buf,
+                                     f->moved - header_done, bytes, &k, p->during);
+        if (st)
             return st;
+        /* A closed peer's last words (an abort) arrive on a flow still reading from it. */
+        if (k == 0 && atomic_load(&l->send_closed) && !receiving_from(p, f->peer))
+            return tcp_blame_closed(g, f->peer, l, 1, p->during);
+        if (k == 0)
+            return MT_OK;
         *moved = 1;
         f->moved += k;
         if (f->moved == TCP_FRAME_BYTES + bytes)
@@ -233,7 +248,8 @@ static int wait_for_sockets(tcp_plan *p, wait_state *w)
             continue;
         if (!f->sending)
             w->receiving[f->peer] = 1;
-        else if (f->base || !p->ready || p->ready(p, f, f->next))
+        else if ((f->base || !p->ready || p->ready(p, f, f->next)) &&
+                 !atomic_load(&g->collective[f->peer].send_closed))
             w->sending[f->peer] = 1;
     }
     int n = 0;
@@ -259,11 +275,13 @@ static mt_status look_at_idle_links(tcp_plan *p, wait_state *w, int n)
         int q = w->fd_peer[i];
         if (w->receiving[q] || !(w->fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
-        int data;
-        mt_status st = tcp_peek_link(p->g, q, &p->g->collective[q], &data, p->during);
+        int data = 0, closed = 0;
+        mt_status st = tcp_peek_link(p->g, q, &p->g->collective[q], &data, &closed, p->during);
         if (st)
             return st;
-        if (data)
+        /* A peer may run ahead into the next call, or finish and close: both are fine here,
+         * and flows still exchanging with it notice if it failed. */
+        if (data || closed)
             w->watch[q] = 0;
     }
     return MT_OK;
@@ -302,6 +320,23 @@ static mt_status run_flows(tcp_plan *p, wait_state *w)
     }
 }
 
+/* After the last frame: a peer that failed after sending its part has an abort waiting
+ * behind it, and this rank must fail too rather than return a result the group disowned. */
+static mt_status look_for_late_aborts(tcp_plan *p, wait_state *w)
+{
+    tcp_group *g = p->g;
+    int n = 0;
+    for (int q = 0; q < g->size; q++)
+        if (q != g->rank) {
+            w->fds[n] = (struct pollfd){g->collective[q].recv_fd, POLLIN, 0};
+            w->fd_peer[n++] = q;
+            w->receiving[q] = 0;
+        }
+    if (poll(w->fds, (nfds_t)n, 0) <= 0)
+        return MT_OK;
+    return look_at_idle_links(p, w, n);
+}
+
 mt_status tcp_plan_run(tcp_plan *p)
 {
     tcp_group *g = p->g;
@@ -319,6 +354,8 @@ mt_status tcp_plan_run(tcp_plan *p)
     if (st == MT_OK) {
         memset(w.watch, 1, n);
         st = run_flows(p, &w);
+        if (st == MT_OK)
+            st = look_for_late_aborts(p, &w);
     }
     free(w.fds), free(w.fd_peer), free(w.watch), free(w.receiving), free(w.sending);
     return st;
