@@ -12,16 +12,17 @@
 #include "meshtrain/spawn.h"
 
 static const char USAGE[] =
-    "usage: meshtrain bench comm [--nproc N] [--backend shm] [--op OP] [--min SIZE] [--max SIZE]\n"
-    "                            [--dtype f32] [--registered] [--inplace]\n"
+    "usage: meshtrain bench comm [--nproc N] [--backend shm|tcp] [--op OP] [--min SIZE]\n"
+    "                            [--max SIZE] [--dtype f32] [--registered] [--inplace]\n"
     "\n"
     "Times one collective at sizes from --min to --max (bytes; K, M, G = 2^10, 2^20, 2^30),\n"
     "multiplying by 4, over N local ranks, and prints: size count type redop time_us algbw\n"
     "busbw check. time_us is the median over runs of a batch of back-to-back operations;\n"
     "algbw = size / time, busbw as nccl-tests defines it. OP: allreduce (default), allgather,\n"
-    "reducescatter, bcast, reduce, alltoall, sendrecv. --registered puts the buffers in\n"
-    "shared memory that peers read directly (mt_comm_alloc_shared); --inplace reuses the input\n"
-    "as output where the operation allows. Defaults: --nproc 2 --min 8 --max 256M.\n";
+    "reducescatter, bcast, reduce, alltoall, sendrecv. --backend picks shared memory (shm) or\n"
+    "loopback sockets (tcp). --registered puts the buffers in memory from mt_comm_alloc_shared\n"
+    "(shared memory that peers read directly, on shm); --inplace reuses the input as output\n"
+    "where the operation allows. Defaults: --nproc 2 --backend shm --min 8 --max 256M.\n";
 
 typedef enum bench_op {
     OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BCAST, OP_REDUCE, OP_ALLTOALL, OP_SENDRECV
@@ -36,6 +37,7 @@ typedef struct bench_args {
     size_t min, max;
     mt_dtype dtype;
     int registered, inplace;
+    const char *backend;
 } bench_args;
 
 static int parse_size(const char *text, size_t *out)
@@ -64,7 +66,7 @@ static int bad(const char *fmt, const char *value)
 static int parse_args(int argc, char **argv, bench_args *a)
 {
     *a = (bench_args){.nproc = 2, .op = OP_ALLREDUCE, .min = 8, .max = 256u << 20,
-                      .dtype = MT_F32};
+                      .dtype = MT_F32, .backend = "shm"};
     for (int i = 0; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(k, "--registered") == 0) {
@@ -85,8 +87,9 @@ static int parse_args(int argc, char **argv, bench_args *a)
                 return bad("--nproc '%s' is not a rank count in [1, 512]", v);
             a->nproc = (int)n;
         } else if (strcmp(k, "--backend") == 0) {
-            if (strcmp(v, "shm") != 0)
-                return bad("--backend '%s' is not available (this build has: shm)", v);
+            if (strcmp(v, "shm") != 0 && strcmp(v, "tcp") != 0)
+                return bad("--backend '%s' is not available (this build has: shm, tcp)", v);
+            a->backend = v;
         } else if (strcmp(k, "--op") == 0) {
             int found = -1;
             for (int o = 0; o < N_OPS; o++)
@@ -315,8 +318,8 @@ static int bench_rank_main(const bench_args *a)
     if (st == MT_OK)
         st = alloc_buffer(&b, biggest.out_elems * esz, &b.out);
     if (b.rank == 0 && st == MT_OK) {
-        printf("# meshtrain %s: nproc %d, %s sum, shm, %s, %s\n", OP_NAMES[a->op], b.n,
-               mt_dtype_name(a->dtype), a->registered ? "registered" : "ordinary buffers",
+        printf("# meshtrain %s: nproc %d, %s sum, %s, %s, %s\n", OP_NAMES[a->op], b.n,
+               mt_dtype_name(a->dtype), mt_comm_backend_name(b.comm), a->registered ? "registered" : "ordinary buffers",
                a->inplace ? "in-place" : "out-of-place");
         printf("%-12s %11s %4s %5s %12s %9s %9s %5s\n", "size", "count", "type", "redop",
                "time_us", "algbw", "busbw", "check");
@@ -361,7 +364,9 @@ int cli_bench_comm(int argc, char **argv)
         return 2;
     if (getenv("RANK"))
         return bench_rank_main(&a);
-    /* Start the ranks: copies of this command, each finding its rank in the environment. */
+    /* Start the ranks: copies of this command, each finding its rank and back end in the
+     * environment. */
+    setenv("MT_COMM_BACKEND", a.backend, 1);
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {

@@ -158,6 +158,26 @@ static void send_abort_on(tcp_group *g, tcp_link *l, const uint8_t *frame, size_
     (void)g;
 }
 
+/* Tells every peer, on every connection, so that whichever one it is reading from next
+ * brings it the message (a rank reading a closed connection would otherwise blame the wrong
+ * peer: the one that merely gave up after hearing of the failure). */
+static void tell_everyone(tcp_group *g, const char *message)
+{
+    size_t len = strlen(message);
+    uint8_t frame[TCP_FRAME_BYTES + TCP_ABORT_MAX];
+    tcp_frame f = {.kind = TCP_FRAME_ABORT, .sender = g->rank, .comm_id = g->comm_id,
+                   .payload_bytes = (uint32_t)len};
+    tcp_frame_encode(&f, frame);
+    memcpy(frame + TCP_FRAME_BYTES, message, len);
+    double deadline = mt_clock_seconds() + ABORT_SEND_SECONDS;
+    for (int r = 0; r < g->size; r++) {
+        if (r == g->rank)
+            continue;
+        send_abort_on(g, &g->collective[r], frame, TCP_FRAME_BYTES + len, deadline);
+        send_abort_on(g, &g->transfer[r], frame, TCP_FRAME_BYTES + len, deadline);
+    }
+}
+
 mt_status tcp_abort(tcp_group *g, const char *fmt, ...)
 {
     char message[TCP_ABORT_MAX];
@@ -165,21 +185,8 @@ mt_status tcp_abort(tcp_group *g, const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(message, sizeof message, fmt, args);
     va_end(args);
-    if (record_failure(g, message)) {
-        size_t len = strlen(message);
-        uint8_t frame[TCP_FRAME_BYTES + TCP_ABORT_MAX];
-        tcp_frame f = {.kind = TCP_FRAME_ABORT, .sender = g->rank, .comm_id = g->comm_id,
-                       .payload_bytes = (uint32_t)len};
-        tcp_frame_encode(&f, frame);
-        memcpy(frame + TCP_FRAME_BYTES, message, len);
-        double deadline = mt_clock_seconds() + ABORT_SEND_SECONDS;
-        for (int r = 0; r < g->size; r++) {
-            if (r == g->rank)
-                continue;
-            send_abort_on(g, &g->collective[r], frame, TCP_FRAME_BYTES + len, deadline);
-            send_abort_on(g, &g->transfer[r], frame, TCP_FRAME_BYTES + len, deadline);
-        }
-    }
+    if (record_failure(g, message))
+        tell_everyone(g, message);
     return tcp_check_aborted(g);
 }
 
@@ -218,8 +225,10 @@ mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *l, const tcp_frame *f
     tcp_describe_rank(g, peer, who, sizeof who);
     if (read_until(l->recv_fd, (uint8_t *)message, f->payload_bytes, mt_clock_seconds() + 1.0) != 0)
         snprintf(message, sizeof message, "%s failed (its message was cut off)", who);
-    message[f->payload_bytes < TCP_ABORT_MAX ? f->payload_bytes : TCP_ABORT_MAX] = '\0';
-    record_failure(g, message);
+    message[f->payload_bytes < TCP_ABORT_MAX - 1 ? f->payload_bytes : TCP_ABORT_MAX - 1] = '\0';
+    /* Passed on: a peer reading from this rank next learns the cause, not just an EOF. */
+    if (record_failure(g, message))
+        tell_everyone(g, message);
     return tcp_check_aborted(g);
 }
 

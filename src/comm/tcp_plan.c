@@ -155,8 +155,10 @@ static mt_status advance_send(tcp_plan *p, tcp_flow *f, int *moved)
         /* A closed peer's last words (an abort) arrive on a flow still reading from it. */
         if (k == 0 && atomic_load(&l->send_closed) && !receiving_from(p, f->peer))
             return tcp_blame_closed(g, f->peer, l, 1, p->during);
-        if (k == 0)
+        if (k == 0) {
+            f->armed = 0;
             return MT_OK;
+        }
         *moved = 1;
         f->moved += k;
         if (f->moved == TCP_FRAME_BYTES + bytes)
@@ -189,8 +191,10 @@ static mt_status advance_recv(tcp_plan *p, tcp_flow *f, int *moved)
         if (header_now && (st = check_header(p, f, bytes)))
             return st;
         if (f->moved < TCP_FRAME_BYTES + bytes) {
-            if (k == 0)
+            if (k == 0) {
+                f->armed = 0;
                 return MT_OK;
+            }
             continue;
         }
         if (p->arrived && !f->base)
@@ -237,7 +241,9 @@ static mt_status blame_silence(tcp_plan *p, double silent)
                      g->timeout_seconds, p->during, g->rank);
 }
 
-static int wait_for_sockets(tcp_plan *p, wait_state *w)
+/* Polls the sockets of unfinished flows (and idle links, for aborts) for up to timeout_ms;
+ * flows whose socket became ready are armed for the next round. Returns the fds polled. */
+static int wait_for_sockets(tcp_plan *p, wait_state *w, int timeout_ms)
 {
     tcp_group *g = p->g;
     memset(w->receiving, 0, (size_t)g->size);
@@ -263,8 +269,17 @@ static int wait_for_sockets(tcp_plan *p, wait_state *w)
         w->fds[n] = (struct pollfd){g->collective[q].fd, events, 0};
         w->fd_peer[n++] = q;
     }
-    int transfers = atomic_load(&g->comm->p2p_pending) != 0;
-    poll(w->fds, (nfds_t)n, transfers ? 1 : 100);
+    if (poll(w->fds, (nfds_t)n, timeout_ms) <= 0)
+        return n;
+    for (int i = 0; i < n; i++) {
+        short ev = w->fds[i].revents;
+        for (int j = 0; ev && j < p->n_flows; j++) {
+            tcp_flow *f = &p->flows[j];
+            if (f->peer == w->fd_peer[i] &&
+                (ev & (POLLERR | POLLHUP | (f->sending ? POLLOUT : POLLIN))))
+                f->armed = 1;
+        }
+    }
     return n;
 }
 
@@ -287,17 +302,23 @@ static mt_status look_at_idle_links(tcp_plan *p, wait_state *w, int n)
     return MT_OK;
 }
 
+/* One round: every armed flow moves what its socket takes without blocking; then one poll
+ * (not waiting if something moved) says which sockets are worth trying next. */
 static mt_status run_flows(tcp_plan *p, wait_state *w)
 {
     tcp_group *g = p->g;
     double last_moved = mt_clock_seconds();
+    for (int i = 0; i < p->n_flows; i++)
+        p->flows[i].armed = 1;
     for (;;) {
         if (atomic_load_explicit(&g->aborted, memory_order_relaxed))
             return tcp_check_aborted(g);
         int moved = 0, pending = 0;
         for (int i = 0; i < p->n_flows; i++) {
             tcp_flow *f = &p->flows[i];
-            mt_status st = f->sending ? advance_send(p, f, &moved) : advance_recv(p, f, &moved);
+            mt_status st = MT_OK;
+            if (f->armed)
+                st = f->sending ? advance_send(p, f, &moved) : advance_recv(p, f, &moved);
             if (st)
                 return st;
             pending |= f->next < f->units;
@@ -305,16 +326,16 @@ static mt_status run_flows(tcp_plan *p, wait_state *w)
         if (!pending)
             return MT_OK;
         double now = mt_clock_seconds();
-        if (moved) {
+        mt_status st = MT_OK;
+        if (moved)
             last_moved = now;
-            continue;
-        }
-        mt_status st = blame_silence(p, now - last_moved);
-        if (st)
+        else if ((st = blame_silence(p, now - last_moved)))
             return st;
         /* Transfers on this communicator keep moving while a collective waits. */
-        mt_comm_progress_p2p(g->comm);
-        int n = wait_for_sockets(p, w);
+        if (!moved)
+            mt_comm_progress_p2p(g->comm);
+        int transfers = atomic_load(&g->comm->p2p_pending) != 0;
+        int n = wait_for_sockets(p, w, moved ? 0 : transfers ? 1 : 100);
         if ((st = look_at_idle_links(p, w, n)))
             return st;
     }

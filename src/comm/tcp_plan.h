@@ -16,6 +16,7 @@ typedef struct tcp_flow {
     uint8_t *base;                /* flat flows: frame u is [u * CHUNK, ...) of base[0, total) */
     size_t total;
     int heard;                    /* receives: the peer sent something in this collective */
+    int armed;                    /* worth a system call: the socket was ready when last seen */
 } tcp_flow;
 
 typedef struct tcp_plan tcp_plan;
