@@ -1,7 +1,14 @@
-/* Collectives over TCP. Small messages: direct exchange with every peer, reduced in rank order
- * (bitwise as shm). Large: pipelined rings, where float sums may differ from shm in the last
- * bits (another summation order) but every rank ends with the same bits: the rank finishing a
- * block's reduction sends its final value around. Broadcast: a pipelined chain from the root. */
+/* Collectives over TCP: direct exchange for small messages, pipelined rings for large ones,
+ * a pipelined chain for broadcast; each chosen so every rank's result depends on every rank.
+ *
+ * Reductions. Direct exchange reduces all sources in rank order, bitwise as shm. A ring adds
+ * block b in the order b, b+1, ..., so float sums (and products) may differ from shm's in the
+ * last bits, and bf16 rounds at every hop; integers, max and min are exact. Every rank still
+ * ends with the same bits: the rank that finishes a block sends its final value around.
+ * Averages travel as sums and are divided once, at the end; i32 and u8 averages, whose sums
+ * could wrap in their own type, always use direct exchange (memory: size x count). Reduce runs
+ * the all-reduce ring (twice the traffic of the best rooted algorithm, but every rank learns
+ * of any failure). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,7 +136,7 @@ static uint8_t *gathered_block(const mt_comm_op *op, int q, size_t esz, size_t *
 {
     (void)arg;
     *bytes = mt_op_count_of(op, q) * esz;
-    return (uint8_t *)op->recv + offset_of(op, q) * esz;
+    return tcp_at(op->recv, offset_of(op, q) * esz);
 }
 
 static mt_status allgather_direct(tcp_group *g, const mt_comm_op *op, uint64_t seq)
@@ -147,7 +154,7 @@ static uint8_t *block_for(const mt_comm_op *op, int q, size_t esz, size_t *bytes
 {
     (void)arg;
     *bytes = mt_op_count_of(op, q) * esz;
-    return (uint8_t *)op->send + offset_of(op, q) * esz;
+    return tcp_at(op->send, offset_of(op, q) * esz);
 }
 static uint8_t *my_block_slot(const mt_comm_op *op, int q, size_t esz, size_t *bytes, void *arg)
 {
@@ -166,7 +173,7 @@ static mt_status reduce_scatter_direct(tcp_group *g, const mt_comm_op *op, uint6
     mt_status st = run_direct(g, op, seq, &parts);
     if (st)
         return st;
-    const uint8_t *mine = (const uint8_t *)op->send + offset_of(op, g->rank) * esz;
+    const uint8_t *mine = tcp_at(op->send, offset_of(op, g->rank) * esz);
     return reduce_slots(g, op, mine, a.slots, bytes, op->recv, n);
 }
 
@@ -175,7 +182,7 @@ static uint8_t *alltoall_recv(const mt_comm_op *op, int q, size_t esz, size_t *b
 {
     (void)arg;
     *bytes = op->count * esz;
-    return (uint8_t *)op->recv + (size_t)q * *bytes;
+    return tcp_at(op->recv, (size_t)q * *bytes);
 }
 
 static mt_status alltoall(tcp_group *g, const mt_comm_op *op, uint64_t seq)
@@ -377,7 +384,7 @@ static mt_status reduce_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, i
 static mt_status allgather_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
     size_t esz = mt_dtype_size(op->dtype);
-    uint8_t *mine = (uint8_t *)op->recv + offset_of(op, g->rank) * esz;
+    uint8_t *mine = tcp_at(op->recv, offset_of(op, g->rank) * esz);
     if (mine != op->send)
         mt_copy(mine, op->send, mt_op_count_of(op, g->rank) * esz);
     ring R = {.steps = g->size - 1, .acc = op->recv};
@@ -427,7 +434,7 @@ static void chain_span(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **bu
         return;
     }
     size_t total = p->op->count * mt_dtype_size(p->op->dtype), at = unit * TCP_CHUNK_BYTES;
-    *buf = (uint8_t *)p->op->recv + at;
+    *buf = tcp_at(p->op->recv, at);
     *bytes = tcp_min(TCP_CHUNK_BYTES, total - at);
 }
 
@@ -474,7 +481,7 @@ static mt_status allgather(tcp_group *g, const mt_comm_op *op, uint64_t seq)
     size_t bytes = total_count(op, g->size) * mt_dtype_size(op->dtype);
     if (g->size == 1 || bytes <= DIRECT_MAX_BYTES) {
         size_t esz = mt_dtype_size(op->dtype);
-        uint8_t *mine = (uint8_t *)op->recv + offset_of(op, g->rank) * esz;
+        uint8_t *mine = tcp_at(op->recv, offset_of(op, g->rank) * esz);
         if (mine != op->send && mt_op_count_of(op, g->rank))
             mt_copy(mine, op->send, mt_op_count_of(op, g->rank) * esz);
         return allgather_direct(g, op, seq);

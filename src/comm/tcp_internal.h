@@ -47,6 +47,12 @@ typedef struct tcp_group {
     size_t scratch_bytes;
 } tcp_group;
 
+/* base + offset, where a NULL base (allowed with a count of 0) stays NULL. */
+static inline uint8_t *tcp_at(const void *base, size_t offset)
+{
+    return base ? (uint8_t *)base + offset : NULL;
+}
+
 /* tcp_link.c: sockets, aborts, the failure messages. */
 mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out);
 void tcp_group_free(tcp_group *g);

@@ -45,7 +45,7 @@ static mt_status advance_send(tcp_group *g, mt_p2p *p2p, size_t total, const cha
         uint8_t header[TCP_FRAME_BYTES];
         tcp_frame_encode(&f, header);
         mt_status st = tcp_link_send(g, p2p->op.peer, l, header, (size_t)p2p->header_done,
-                                     (const uint8_t *)p2p->op.send + start,
+                                     tcp_at(p2p->op.send, start),
                                      p2p->bytes_done - start, end - start, &k, during);
         if (st)
             return st;
@@ -113,7 +113,7 @@ static mt_status advance_recv(tcp_group *g, mt_p2p *p2p, size_t total, const cha
                 (st = check_transfer_header(g, p2p, l, end - start, during)))
                 return st;
         } else {
-            st = tcp_link_recv(g, p2p->op.peer, l, (uint8_t *)p2p->op.recv + p2p->bytes_done,
+            st = tcp_link_recv(g, p2p->op.peer, l, tcp_at(p2p->op.recv, p2p->bytes_done),
                                end - p2p->bytes_done, &k, during);
             if (st || k == 0)
                 return st;

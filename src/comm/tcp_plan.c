@@ -58,6 +58,7 @@ tcp_flow *tcp_plan_flow(tcp_plan *p, int peer, int sending, int role, size_t uni
 
 void tcp_plan_flat(tcp_flow *f, void *base, size_t total)
 {
+    f->flat = 1;
     f->base = base;
     f->total = total;
     f->units = total ? tcp_ceil_div(total, TCP_CHUNK_BYTES) : 1;
@@ -67,9 +68,9 @@ void tcp_plan_free(tcp_plan *p) { free(p->flows); }
 
 static void span_of(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **buf, size_t *bytes)
 {
-    if (f->base || !p->span) {
+    if (f->flat) {
         size_t at = unit * TCP_CHUNK_BYTES;
-        *buf = f->base ? f->base + at : NULL;
+        *buf = tcp_at(f->base, at);
         *bytes = tcp_min(TCP_CHUNK_BYTES, f->total - at);
         return;
     }
@@ -136,7 +137,7 @@ static mt_status advance_send(tcp_plan *p, tcp_flow *f, int *moved)
 {
     tcp_group *g = p->g;
     while (f->next < f->units) {
-        if (p->ready && !f->base && !p->ready(p, f, f->next))
+        if (p->ready && !f->flat && !p->ready(p, f, f->next))
             return MT_OK;
         uint8_t *buf;
         size_t bytes, k;
@@ -197,7 +198,7 @@ static mt_status advance_recv(tcp_plan *p, tcp_flow *f, int *moved)
             }
             continue;
         }
-        if (p->arrived && !f->base)
+        if (p->arrived && !f->flat)
             p->arrived(p, f, f->next);
         f->next++, f->moved = 0;
     }
@@ -254,7 +255,7 @@ static int wait_for_sockets(tcp_plan *p, wait_state *w, int timeout_ms)
             continue;
         if (!f->sending)
             w->receiving[f->peer] = 1;
-        else if ((f->base || !p->ready || p->ready(p, f, f->next)) &&
+        else if ((f->flat || !p->ready || p->ready(p, f, f->next)) &&
                  !atomic_load(&g->collective[f->peer].send_closed))
             w->sending[f->peer] = 1;
     }

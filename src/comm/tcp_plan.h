@@ -13,7 +13,8 @@ typedef struct tcp_flow {
     size_t units, next;           /* frames in the flow, frames finished */
     size_t moved;                 /* bytes of frame `next` moved so far, header included */
     uint8_t header[TCP_FRAME_BYTES];
-    uint8_t *base;                /* flat flows: frame u is [u * CHUNK, ...) of base[0, total) */
+    int flat;                     /* frame u is [u * CHUNK, ...) of base[0, total), no callbacks */
+    uint8_t *base;
     size_t total;
     int heard;                    /* receives: the peer sent something in this collective */
     int armed;                    /* worth a system call: the socket was ready when last seen */

@@ -91,6 +91,10 @@ static int rank_kill(mt_comm *c, int rank, int registered)
     /* The communicator stays failed: the next call fails at once with the same cause. */
     if (!bad && mt_comm_barrier(c) != MT_EPEER)
         report(rank, "a call after the failure did not fail%s", ""), bad = 1;
+    if (registered)
+        mt_comm_free_shared(c, buf);
+    else
+        free(buf);
     return bad;
 }
 
