@@ -157,6 +157,11 @@ for op in allreduce allgather reducescatter bcast reduce alltoall sendrecv; do
     run_case "bench comm $op, registered" 0 "registered" " ok" -- \
         "$MT" bench comm --nproc 2 --op "$op" --min 64 --max 256K --registered "${inplace[@]}"
 done
+# The tcp back end through the same command: small messages and the pipelined large ones.
+for op in allreduce allgather reducescatter bcast reduce alltoall sendrecv; do
+    run_case "bench comm $op, tcp, 3 ranks" 0 "tcp" " ok" -- \
+        "$MT" bench comm --backend tcp --nproc 3 --op "$op" --min 8K --max 128K
+done
 
 [[ -e $WORK/unused ]] && { echo "FAIL a rejected data command created its output folder"; failed=$((failed + 1)); }
 
