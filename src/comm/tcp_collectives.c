@@ -62,7 +62,9 @@ static mt_status run_direct(tcp_group *g, const mt_comm_op *op, uint64_t seq,
                             const direct_parts *parts)
 {
     tcp_plan p;
-    tcp_plan_init(&p, g, op, seq);
+    mt_status st = tcp_plan_init(&p, g, op, seq);
+    if (st)
+        return st;
     size_t esz = mt_dtype_size(op->dtype), bytes;
     for (int i = 1; i < g->size; i++) {
         /* Staggered peer order spreads the load: everyone starts on a different peer. */
@@ -72,7 +74,7 @@ static mt_status run_direct(tcp_group *g, const mt_comm_op *op, uint64_t seq,
         uint8_t *r = parts->recv_of(op, q, esz, &bytes, parts->arg);
         tcp_plan_flat(tcp_plan_flow(&p, q, 0, 0, 0), r, bytes);
     }
-    mt_status st = tcp_plan_run(&p);
+    st = tcp_plan_run(&p);
     tcp_plan_free(&p);
     return st;
 }
@@ -309,7 +311,11 @@ static mt_status run_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, ring
     if (!starts)
         return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
     tcp_plan p;
-    tcp_plan_init(&p, g, op, seq);
+    mt_status st = tcp_plan_init(&p, g, op, seq);
+    if (st) {
+        free(starts);
+        return st;
+    }
     p.ctx = R;
     for (int sending = 0; sending < 2; sending++) {
         size_t *start = R->start[sending] = starts + sending * ((size_t)R->steps + 1);
@@ -323,7 +329,7 @@ static mt_status run_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, ring
     tcp_plan_flow(&p, (g->rank + 1) % P, 1, 0, R->start[1][R->steps]);
     R->recv_flow = p.n_flows;
     tcp_plan_flow(&p, (g->rank + P - 1) % P, 0, 0, R->start[0][R->steps]);
-    mt_status st = tcp_plan_run(&p);
+    st = tcp_plan_run(&p);
     tcp_plan_free(&p);
     free(starts);
     return st;
@@ -445,7 +451,9 @@ static mt_status broadcast(tcp_group *g, const mt_comm_op *op, uint64_t seq)
     size_t units = bytes ? tcp_ceil_div(bytes, TCP_CHUNK_BYTES) : 1;
     int tail = mod(op->root - 1, P);
     tcp_plan p;
-    tcp_plan_init(&p, g, op, seq);
+    mt_status st = tcp_plan_init(&p, g, op, seq);
+    if (st)
+        return st;
     p.ctx = &recv_flow;
     p.span = chain_span;
     p.ready = chain_ready;
@@ -461,7 +469,7 @@ static mt_status broadcast(tcp_group *g, const mt_comm_op *op, uint64_t seq)
             if (q != g->rank)
                 tcp_plan_flow(&p, q, 1, ROLE_DONE, 1);
     }
-    mt_status st = tcp_plan_run(&p);
+    st = tcp_plan_run(&p);
     tcp_plan_free(&p);
     return st;
 }

@@ -66,9 +66,9 @@ mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
  * sent) and then of its payload; *moved gets the bytes sent. When the peer has closed, sets
  * link->send_closed and moves nothing: the caller reads what the peer sent last (usually an
  * abort frame naming the real culprit) before blaming it with tcp_blame_closed. */
-mt_status tcp_link_send(tcp_group *g, int peer, tcp_link *link, const uint8_t *header,
-                        size_t header_done, const uint8_t *payload, size_t payload_done,
-                        size_t payload_bytes, size_t *moved, const char *during);
+mt_status tcp_link_send(tcp_group *g, tcp_link *link, const uint8_t *header, size_t header_done,
+                        const uint8_t *payload, size_t payload_done, size_t payload_bytes,
+                        size_t *moved);
 /* Non-blocking read of up to n bytes; *got is 0 when nothing is there. EOF is an error. */
 mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *link, void *buf, size_t n,
                         size_t *got, const char *during);

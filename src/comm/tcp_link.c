@@ -137,7 +137,7 @@ static int write_until(int fd, const uint8_t *buf, size_t n, double deadline)
 
 /* Finishes the frame in flight with zeros (its receiver fails anyway) so that the abort frame
  * starts on a frame boundary, then sends the abort. */
-static void send_abort_on(tcp_group *g, tcp_link *l, const uint8_t *frame, size_t bytes,
+static void send_abort_on(tcp_link *l, const uint8_t *frame, size_t bytes,
                           double deadline)
 {
     if (l->fd < 0)
@@ -155,7 +155,6 @@ static void send_abort_on(tcp_group *g, tcp_link *l, const uint8_t *frame, size_
         write_until(l->fd, frame, bytes, deadline);
     l->out_left = 0;
     pthread_mutex_unlock(&l->send_lock);
-    (void)g;
 }
 
 /* Tells every peer, on every connection, so that whichever one it is reading from next
@@ -173,8 +172,8 @@ static void tell_everyone(tcp_group *g, const char *message)
     for (int r = 0; r < g->size; r++) {
         if (r == g->rank)
             continue;
-        send_abort_on(g, &g->collective[r], frame, TCP_FRAME_BYTES + len, deadline);
-        send_abort_on(g, &g->transfer[r], frame, TCP_FRAME_BYTES + len, deadline);
+        send_abort_on(&g->collective[r], frame, TCP_FRAME_BYTES + len, deadline);
+        send_abort_on(&g->transfer[r], frame, TCP_FRAME_BYTES + len, deadline);
     }
 }
 
@@ -276,9 +275,9 @@ mt_status tcp_blame_closed(tcp_group *g, int peer, tcp_link *l, int at_boundary,
 
 static int would_block(void) { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
 
-mt_status tcp_link_send(tcp_group *g, int peer, tcp_link *l, const uint8_t *header,
-                        size_t header_done, const uint8_t *payload, size_t payload_done,
-                        size_t payload_bytes, size_t *moved, const char *during)
+mt_status tcp_link_send(tcp_group *g, tcp_link *l, const uint8_t *header, size_t header_done,
+                        const uint8_t *payload, size_t payload_done, size_t payload_bytes,
+                        size_t *moved)
 {
     *moved = 0;
     struct iovec iov[2];
@@ -311,7 +310,6 @@ mt_status tcp_link_send(tcp_group *g, int peer, tcp_link *l, const uint8_t *head
     errno = err;
     if (!would_block())
         atomic_store(&l->send_closed, 1);
-    (void)g, (void)peer, (void)during;
     return MT_OK;
 }
 

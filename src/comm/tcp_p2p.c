@@ -44,9 +44,9 @@ static mt_status advance_send(tcp_group *g, mt_p2p *p2p, size_t total, const cha
                        .count = p2p->op.count, .payload_bytes = (uint32_t)(end - start)};
         uint8_t header[TCP_FRAME_BYTES];
         tcp_frame_encode(&f, header);
-        mt_status st = tcp_link_send(g, p2p->op.peer, l, header, (size_t)p2p->header_done,
-                                     tcp_at(p2p->op.send, start),
-                                     p2p->bytes_done - start, end - start, &k, during);
+        mt_status st = tcp_link_send(g, l, header, (size_t)p2p->header_done,
+                                     tcp_at(p2p->op.send, start), p2p->bytes_done - start,
+                                     end - start, &k);
         if (st)
             return st;
         if (k == 0 && atomic_load(&l->send_closed))

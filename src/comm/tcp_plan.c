@@ -25,7 +25,7 @@ static uint64_t counts_key(const mt_comm_op *op, int size)
     return h | 1ull << 63;
 }
 
-void tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq)
+mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
     memset(p, 0, sizeof *p);
     p->g = g;
@@ -43,14 +43,13 @@ void tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq
     };
     snprintf(p->during, sizeof p->during, "%s #%llu", mt_op_name(op->kind),
              (unsigned long long)seq);
-    p->flows = calloc(2 * (size_t)g->size + 2, sizeof *p->flows);
+    /* At most a send and a receive per peer. */
+    p->flows = calloc(2 * (size_t)g->size, sizeof *p->flows);
+    return p->flows ? MT_OK : mt_fail(MT_ENOMEM, "%s: out of memory", p->during);
 }
 
 tcp_flow *tcp_plan_flow(tcp_plan *p, int peer, int sending, int role, size_t units)
 {
-    static tcp_flow spare; /* absorbs flows when allocation failed; tcp_plan_run reports it */
-    if (!p->flows)
-        return &spare;
     tcp_flow *f = &p->flows[p->n_flows++];
     *f = (tcp_flow){.peer = peer, .sending = sending, .role = role, .units = units};
     return f;
@@ -79,9 +78,8 @@ static void span_of(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **buf, 
 
 /* ---- checking what arrives -------------------------------------------------------------- */
 
-static void describe_call(const tcp_frame *h, int size, char *out, size_t capacity)
+static void describe_call(const tcp_frame *h, char *out, size_t capacity)
 {
-    (void)size;
     int varying = (h->count >> 63) != 0;
     snprintf(out, capacity, "%s #%llu (count %llu%s, %s", mt_op_name((mt_op_kind)h->op_kind),
              (unsigned long long)h->seq, varying ? 0ull : (unsigned long long)h->count,
@@ -111,8 +109,8 @@ static mt_status check_header(tcp_plan *p, tcp_flow *f, size_t bytes)
         got.op_kind != e->op_kind || got.dtype != e->dtype || got.redop != e->redop ||
         got.root_or_tag != e->root_or_tag || got.count != e->count) {
         char a[200], b[200];
-        describe_call(&got, g->size, a, sizeof a);
-        describe_call(e, g->size, b, sizeof b);
+        describe_call(&got, a, sizeof a);
+        describe_call(e, b, sizeof b);
         return tcp_abort(g, "mismatched collective: %s called %s but rank %d called %s", who, a,
                          g->rank, b);
     }
@@ -149,8 +147,8 @@ static mt_status advance_send(tcp_plan *p, tcp_flow *f, int *moved)
         }
         size_t header_done = tcp_min(f->moved, TCP_FRAME_BYTES);
         tcp_link *l = &g->collective[f->peer];
-        mt_status st = tcp_link_send(g, f->peer, l, f->header, header_done, buf,
-                                     f->moved - header_done, bytes, &k, p->during);
+        mt_status st = tcp_link_send(g, l, f->header, header_done, buf, f->moved - header_done,
+                                     bytes, &k);
         if (st)
             return st;
         /* A closed peer's last words (an abort) arrive on a flow still reading from it. */
@@ -371,7 +369,7 @@ mt_status tcp_plan_run(tcp_plan *p)
         .sending = malloc(n),
     };
     mt_status st = MT_OK;
-    if (!p->flows || !w.fds || !w.fd_peer || !w.watch || !w.receiving || !w.sending)
+    if (!w.fds || !w.fd_peer || !w.watch || !w.receiving || !w.sending)
         st = mt_fail(MT_ENOMEM, "%s: out of memory", p->during);
     if (st == MT_OK) {
         memset(w.watch, 1, n);

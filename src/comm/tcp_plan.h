@@ -37,8 +37,9 @@ struct tcp_plan {
     void *ctx;                    /* the algorithm's state */
 };
 
-/* Prepares a plan for op: the expected header, the description; flows come from the caller. */
-void tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq);
+/* Prepares a plan for op: the expected header, the description, room for the flows the
+ * caller adds. On failure there is nothing to free. */
+mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq);
 /* Adds a flow; flat flows cut [base, base + total) into frames of TCP_CHUNK_BYTES (at least
  * one frame, so that even an empty message carries its header). */
 tcp_flow *tcp_plan_flow(tcp_plan *p, int peer, int sending, int role, size_t units);
