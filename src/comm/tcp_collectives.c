@@ -457,13 +457,15 @@ static mt_status broadcast(tcp_group *g, const mt_comm_op *op, uint64_t seq)
     p.ctx = &recv_flow;
     p.span = chain_span;
     p.ready = chain_ready;
+    /* Everyone downstream of a silent rank waits: the nearest must blame it first. */
+    double step = tcp_patience_step(g);
     if (pos > 0) {
         recv_flow = p.n_flows;
-        tcp_plan_flow(&p, mod(g->rank - 1, P), 0, ROLE_DATA, units);
+        tcp_plan_flow(&p, mod(g->rank - 1, P), 0, ROLE_DATA, units)->patience = pos * step;
     }
     if (pos < P - 1) {
         tcp_plan_flow(&p, (g->rank + 1) % P, 1, ROLE_DATA, units);
-        tcp_plan_flow(&p, tail, 0, ROLE_DONE, 1);
+        tcp_plan_flow(&p, tail, 0, ROLE_DONE, 1)->patience = P * step;
     } else {
         for (int q = 0; q < P; q++)
             if (q != g->rank)

@@ -214,9 +214,8 @@ typedef struct wait_state {
 
 /* A flow that heard from its peer in this call waits longer before blaming it: the peer is
  * alive, probably waiting on someone else, whose own neighbour will name the culprit first. */
-static mt_status blame_silence(tcp_plan *p, double silent)
+static const tcp_flow *blame_target(const tcp_plan *p)
 {
-    tcp_group *g = p->g;
     const tcp_flow *target = NULL;
     for (int i = 0; i < p->n_flows && !target; i++)
         if (!p->flows[i].sending && p->flows[i].next < p->flows[i].units)
@@ -224,12 +223,23 @@ static mt_status blame_silence(tcp_plan *p, double silent)
     for (int i = 0; i < p->n_flows && !target; i++)
         if (p->flows[i].next < p->flows[i].units)
             target = &p->flows[i];
-    if (!target)
-        return MT_OK;
-    double grace = 0;
+    return target;
+}
+
+/* Seconds of silence after which the target's peer is blamed. */
+static double blame_after(const tcp_plan *p, const tcp_flow *target)
+{
+    double t = p->g->timeout_seconds, grace = 0;
     if (target->heard || target->sending)
-        grace = g->timeout_seconds < 4 ? g->timeout_seconds * 0.5 : 2;
-    if (silent <= g->timeout_seconds + grace)
+        grace = t < 4 ? t * 0.5 : 2;
+    return t + grace + target->patience;
+}
+
+static mt_status blame_silence(tcp_plan *p, double silent)
+{
+    tcp_group *g = p->g;
+    const tcp_flow *target = blame_target(p);
+    if (!target || silent <= blame_after(p, target))
         return MT_OK;
     char who[64];
     tcp_describe_rank(g, target->peer, who, sizeof who);
@@ -333,8 +343,14 @@ static mt_status run_flows(tcp_plan *p, wait_state *w)
         /* Transfers on this communicator keep moving while a collective waits. */
         if (!moved)
             mt_comm_progress_p2p(g->comm);
-        int transfers = atomic_load(&g->comm->p2p_pending) != 0;
-        int n = wait_for_sockets(p, w, moved ? 0 : transfers ? 1 : 100);
+        /* Wake for transfers, and in time to blame a silent peer on schedule. */
+        int wait_ms = atomic_load(&g->comm->p2p_pending) ? 1 : 100;
+        const tcp_flow *target = blame_target(p);
+        if (target) {
+            double left = last_moved + blame_after(p, target) - now;
+            wait_ms = left * 1000 < wait_ms ? (int)(left * 1000) + 1 : wait_ms;
+        }
+        int n = wait_for_sockets(p, w, moved ? 0 : wait_ms);
         if ((st = look_at_idle_links(p, w, n)))
             return st;
     }

@@ -18,6 +18,9 @@ typedef struct tcp_flow {
     size_t total;
     int heard;                    /* receives: the peer sent something in this collective */
     int armed;                    /* worth a system call: the socket was ready when last seen */
+    /* Extra seconds of silence before blaming the peer: where ranks wait on each other in a
+     * known order (a chain), the one nearest the culprit must time out first. */
+    double patience;
 } tcp_flow;
 
 typedef struct tcp_plan tcp_plan;
@@ -47,6 +50,13 @@ void tcp_plan_flat(tcp_flow *f, void *base, size_t total);
 /* Runs every flow to the end, or to the first failure (which every peer is told about). */
 mt_status tcp_plan_run(tcp_plan *p);
 void tcp_plan_free(tcp_plan *p);
+
+/* The step between the patience of successive ranks of a chain. */
+static inline double tcp_patience_step(const tcp_group *g)
+{
+    double step = g->timeout_seconds * 0.05;
+    return step < 0.25 ? step : 0.25;
+}
 
 static inline size_t tcp_ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 static inline size_t tcp_min(size_t a, size_t b) { return a < b ? a : b; }

@@ -98,19 +98,28 @@ static int rank_kill(mt_comm *c, int rank, int registered)
     return bad;
 }
 
-/* A rank that is alive but never arrives: the others time out naming it. */
-static int rank_silent(mt_comm *c, int rank)
+/* The call of the silent scenarios: an all-reduce of one float, or a large broadcast from
+ * rank 0 (a chain on tcp, where every rank after the silent one waits too, and only the nearest
+ * may be blamed). */
+static mt_status silent_call(mt_comm *c, int broadcast)
 {
+    static float big[1 << 18];
     float x = 1;
+    return broadcast ? mt_comm_broadcast(c, big, 1 << 18, MT_F32, 0)
+                     : mt_comm_allreduce(c, &x, &x, 1, MT_F32, MT_SUM);
+}
+
+/* A rank that is alive but never arrives: the others time out naming it. */
+static int rank_silent(mt_comm *c, int rank, int broadcast)
+{
     if (rank == 1) {
         struct timespec t = {2, 500 * 1000 * 1000};
         nanosleep(&t, NULL);
         /* By now the group has been aborted: this rank fails too, at once. */
-        return expect_error(rank, mt_comm_allreduce(c, &x, &x, 1, MT_F32, MT_SUM), "rank 1",
-                            SILENT);
+        return expect_error(rank, silent_call(c, broadcast), "rank 1", SILENT);
     }
     double start = mt_clock_seconds();
-    mt_status st = mt_comm_allreduce(c, &x, &x, 1, MT_F32, MT_SUM);
+    mt_status st = silent_call(c, broadcast);
     double waited = mt_clock_seconds() - start;
     if (waited > 2.0) {
         report(rank, "the timeout took %s", "more than 2 s");
@@ -181,7 +190,9 @@ static int run_rank(const char *scenario)
     else if (strcmp(scenario, "kill_registered") == 0)
         bad = rank_kill(c, rank, 1);
     else if (strcmp(scenario, "silent") == 0)
-        bad = rank_silent(c, rank);
+        bad = rank_silent(c, rank, 0);
+    else if (strcmp(scenario, "silent_broadcast") == 0)
+        bad = rank_silent(c, rank, 1);
     else if (strncmp(scenario, "mismatch_", 9) == 0)
         bad = rank_mismatch(c, rank, scenario + 9);
     else if (strcmp(scenario, "tag") == 0)
@@ -274,5 +285,6 @@ int main(int argc, char **argv)
     scenario("tag", 2, -1, 0, 0);
     setenv("MT_COMM_TIMEOUT", "0.7", 1);
     scenario("silent", 3, -1, 0, 0);
+    scenario("silent_broadcast", 4, -1, 0, 0);
     return check_summary("test_comm_faults");
 }
