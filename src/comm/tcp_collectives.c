@@ -1,7 +1,12 @@
 /* Collectives over TCP: direct exchange for small messages, pipelined rings for large ones,
- * a pipelined chain for broadcast; each chosen so every rank's result depends on every rank.
- *
- * Reductions. Direct exchange reduces all sources in rank order, bitwise as shm. A ring adds
+ * a pipelined chain for broadcast; each chosen so every rank's result depends on every rank. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "copy.h"
+#include "tcp_plan.h"
+
+/* Reductions. Direct exchange reduces all sources in rank order, bitwise as shm. A ring adds
  * block b in the order b, b+1, ..., so float sums (and products) may differ from shm's in the
  * last bits, and bf16 rounds at every hop; integers, max and min are exact. Every rank still
  * ends with the same bits: the rank that finishes a block sends its final value around.
@@ -9,11 +14,6 @@
  * could wrap in their own type, always use direct exchange (memory: size x count). Reduce runs
  * the all-reduce ring (twice the traffic of the best rooted algorithm, but every rank learns
  * of any failure). */
-#include <stdlib.h>
-#include <string.h>
-
-#include "copy.h"
-#include "tcp_plan.h"
 
 /* Up to this many bytes, all-reduce, reduce, all-gather and reduce-scatter exchange directly. */
 enum { DIRECT_MAX_BYTES = 64 << 10 };
