@@ -38,6 +38,7 @@ typedef struct tcp_group {
     uint64_t comm_id;
     uint64_t splits;             /* subgroups split off so far (names their ids) */
     double timeout_seconds;
+    double spin_seconds;         /* how long an idle collective polls before sleeping in poll */
     tcp_link *collective, *transfer; /* by peer rank */
     /* The first failure, seen here or reported by a peer; every later call fails with it. */
     _Atomic int aborted;         /* 0 running, 1 message being written, 2 message ready */

@@ -44,6 +44,10 @@ mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out)
     g->size = comm->size;
     g->comm_id = comm_id;
     g->timeout_seconds = comm->timeout_seconds;
+    /* Waking from a blocking poll costs tens of microseconds, more than a small message takes:
+     * wait actively a little first, unless ranks outnumber cores (then spinning steals the
+     * core a peer needs to answer). */
+    g->spin_seconds = g->size <= sysconf(_SC_NPROCESSORS_ONLN) ? 50e-6 : 0;
     for (int r = 0; r < g->size; r++) {
         link_init(&g->collective[r]);
         link_init(&g->transfer[r]);

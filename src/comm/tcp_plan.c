@@ -350,7 +350,8 @@ static mt_status run_flows(tcp_plan *p, wait_state *w)
             double left = last_moved + blame_after(p, target) - now;
             wait_ms = left * 1000 < wait_ms ? (int)(left * 1000) + 1 : wait_ms;
         }
-        int n = wait_for_sockets(p, w, moved ? 0 : wait_ms);
+        int spinning = !moved && now - last_moved < g->spin_seconds;
+        int n = wait_for_sockets(p, w, moved || spinning ? 0 : wait_ms);
         if ((st = look_at_idle_links(p, w, n)))
             return st;
     }
