@@ -42,6 +42,21 @@ static inline size_t mt_op_count_of(const mt_comm_op *op, int r)
     return op->counts ? op->counts[r] : op->count;
 }
 
+/* Where rank r's block starts in a concatenation of every rank's (variable or equal) count. */
+static inline size_t mt_op_offset_of(const mt_comm_op *op, int r)
+{
+    if (!op->counts)
+        return (size_t)r * op->count;
+    size_t at = 0;
+    for (int i = 0; i < r; i++)
+        at += op->counts[i];
+    return at;
+}
+static inline size_t mt_op_total_count(const mt_comm_op *op, int size)
+{
+    return mt_op_offset_of(op, size);
+}
+
 /* A point-to-point transfer in progress; back ends advance it a piece at a time so that
  * sends and receives in both directions never wait on each other. */
 typedef struct mt_p2p {

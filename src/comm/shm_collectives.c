@@ -301,17 +301,6 @@ static size_t gather_count(const mt_comm_op *op, int r, int size)
     return mt_op_count_of(op, r);
 }
 
-static size_t offset_of(const mt_comm_op *op, int r)
-{
-    if (!op->counts)
-        return (size_t)r * op->count;
-    size_t at = 0;
-    for (int i = 0; i < r; i++)
-        at += op->counts[i];
-    return at;
-}
-
-static size_t total_count(const mt_comm_op *op, int size) { return offset_of(op, size); }
 
 /* Right after the first round: where each rank's registered input is mapped here (NULL for
  * ranks whose input goes through staging). *any is set when some rank's input is read in
@@ -325,7 +314,7 @@ static mt_status map_shared_inputs(mt_shm_group *g, const mt_comm_op *op, int *a
         if (!(g->peer_flags[p] & SHM_SEND_SHARED))
             continue;
         *any = 1;
-        size_t n = op->kind == MT_OP_ALLGATHER ? mt_op_count_of(op, p) : total_count(op, g->size);
+        size_t n = op->kind == MT_OP_ALLGATHER ? mt_op_count_of(op, p) : mt_op_total_count(op, g->size);
         const shm_op_header *h = &shm_control_of(g, p)->header[g->round & 1];
         mt_status st = translate(g, p, h->send_addr, n * esz, &g->peer_send[p]);
         if (st)
@@ -337,7 +326,7 @@ static mt_status map_shared_inputs(mt_shm_group *g, const mt_comm_op *op, int *a
 static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
 {
     size_t esz = mt_dtype_size(op->dtype), window = g->staging_bytes / esz;
-    size_t my_n = mt_op_count_of(op, g->rank), my_at = offset_of(op, g->rank);
+    size_t my_n = mt_op_count_of(op, g->rank), my_at = mt_op_offset_of(op, g->rank);
     const uint8_t *send = op->send;
     uint8_t *recv = op->recv;
     unsigned mine = shared_flag(g, send, my_n * esz, SHM_SEND_SHARED);
@@ -364,7 +353,7 @@ static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
         }
         for (int i = 1; i < g->size; i++) {
             int p = (g->rank + i) % g->size;
-            size_t p_n = mt_op_count_of(op, p), p_at = offset_of(op, p);
+            size_t p_n = mt_op_count_of(op, p), p_at = mt_op_offset_of(op, p);
             if (g->peer_send[p]) { /* a registered input is read whole in the first round */
                 if (k == 0)
                     mt_copy(recv + p_at * esz, g->peer_send[p], p_n * esz);
@@ -386,7 +375,7 @@ static void stage_blocks(mt_shm_group *g, const mt_comm_op *op, size_t wb, size_
     for (int j = 0; j < g->size; j++) {
         size_t n_j = mt_op_count_of(op, j), lo = k * wb;
         if (lo < n_j)
-            mt_copy(stage + (size_t)j * wb * esz, send + (offset_of(op, j) + lo) * esz,
+            mt_copy(stage + (size_t)j * wb * esz, send + (mt_op_offset_of(op, j) + lo) * esz,
                    min_size(wb, n_j - lo) * esz);
     }
 }
@@ -404,9 +393,9 @@ static size_t block_max_count(const mt_comm_op *op, int r, int size)
  * input is for rank j. */
 static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
 {
-    size_t esz = mt_dtype_size(op->dtype), total = total_count(op, g->size);
+    size_t esz = mt_dtype_size(op->dtype), total = mt_op_total_count(op, g->size);
     size_t wb = g->staging_bytes / esz / (size_t)g->size;
-    size_t my_n = mt_op_count_of(op, g->rank), my_at = offset_of(op, g->rank);
+    size_t my_n = mt_op_count_of(op, g->rank), my_at = mt_op_offset_of(op, g->rank);
     int reduce = op->kind == MT_OP_REDUCE_SCATTER;
     uint8_t *recv = op->recv;
     unsigned mine = shared_flag(g, op->send, total * esz, SHM_SEND_SHARED);

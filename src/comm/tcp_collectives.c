@@ -30,17 +30,6 @@ static uint8_t *scratch(tcp_group *g, size_t bytes)
     return g->scratch ? g->scratch : (uint8_t *)g;
 }
 
-static size_t offset_of(const mt_comm_op *op, int r)
-{
-    if (!op->counts)
-        return (size_t)r * op->count;
-    size_t at = 0;
-    for (int i = 0; i < r; i++)
-        at += op->counts[i];
-    return at;
-}
-
-static size_t total_count(const mt_comm_op *op, int size) { return offset_of(op, size); }
 
 /* Integer averages must accumulate in 64 bits: partial sums in the type could wrap, so they
  * never travel around a ring. */
@@ -138,7 +127,7 @@ static uint8_t *gathered_block(const mt_comm_op *op, int q, size_t esz, size_t *
 {
     (void)arg;
     *bytes = mt_op_count_of(op, q) * esz;
-    return tcp_at(op->recv, offset_of(op, q) * esz);
+    return tcp_at(op->recv, mt_op_offset_of(op, q) * esz);
 }
 
 static mt_status allgather_direct(tcp_group *g, const mt_comm_op *op, uint64_t seq)
@@ -156,7 +145,7 @@ static uint8_t *block_for(const mt_comm_op *op, int q, size_t esz, size_t *bytes
 {
     (void)arg;
     *bytes = mt_op_count_of(op, q) * esz;
-    return tcp_at(op->send, offset_of(op, q) * esz);
+    return tcp_at(op->send, mt_op_offset_of(op, q) * esz);
 }
 static uint8_t *my_block_slot(const mt_comm_op *op, int q, size_t esz, size_t *bytes, void *arg)
 {
@@ -175,7 +164,7 @@ static mt_status reduce_scatter_direct(tcp_group *g, const mt_comm_op *op, uint6
     mt_status st = run_direct(g, op, seq, &parts);
     if (st)
         return st;
-    const uint8_t *mine = tcp_at(op->send, offset_of(op, g->rank) * esz);
+    const uint8_t *mine = tcp_at(op->send, mt_op_offset_of(op, g->rank) * esz);
     return reduce_slots(g, op, mine, a.slots, bytes, op->recv, n);
 }
 
@@ -362,7 +351,7 @@ static mt_status count_blocks(const mt_comm_op *op, int P, size_t **lo, size_t *
     }
     for (int b = 0; b < P; b++) {
         (*n)[b] = mt_op_count_of(op, b);
-        (*lo)[b] = offset_of(op, b);
+        (*lo)[b] = mt_op_offset_of(op, b);
     }
     return MT_OK;
 }
@@ -390,7 +379,7 @@ static mt_status reduce_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, i
 static mt_status allgather_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
     size_t esz = mt_dtype_size(op->dtype);
-    uint8_t *mine = tcp_at(op->recv, offset_of(op, g->rank) * esz);
+    uint8_t *mine = tcp_at(op->recv, mt_op_offset_of(op, g->rank) * esz);
     if (mine != op->send)
         mt_copy(mine, op->send, mt_op_count_of(op, g->rank) * esz);
     ring R = {.steps = g->size - 1, .acc = op->recv};
@@ -403,7 +392,7 @@ static mt_status allgather_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq
 
 static mt_status reduce_scatter_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
-    size_t bytes = total_count(op, g->size) * mt_dtype_size(op->dtype);
+    size_t bytes = mt_op_total_count(op, g->size) * mt_dtype_size(op->dtype);
     uint8_t *space = scratch(g, TCP_CHUNK_BYTES + bytes);
     if (!space)
         return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
@@ -488,10 +477,10 @@ static mt_status reduce_any(tcp_group *g, const mt_comm_op *op, uint64_t seq, in
 
 static mt_status allgather(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
-    size_t bytes = total_count(op, g->size) * mt_dtype_size(op->dtype);
+    size_t bytes = mt_op_total_count(op, g->size) * mt_dtype_size(op->dtype);
     if (g->size == 1 || bytes <= DIRECT_MAX_BYTES) {
         size_t esz = mt_dtype_size(op->dtype);
-        uint8_t *mine = tcp_at(op->recv, offset_of(op, g->rank) * esz);
+        uint8_t *mine = tcp_at(op->recv, mt_op_offset_of(op, g->rank) * esz);
         if (mine != op->send && mt_op_count_of(op, g->rank))
             mt_copy(mine, op->send, mt_op_count_of(op, g->rank) * esz);
         return allgather_direct(g, op, seq);
@@ -501,7 +490,7 @@ static mt_status allgather(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 
 static mt_status reduce_scatter(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
-    size_t bytes = total_count(op, g->size) * mt_dtype_size(op->dtype);
+    size_t bytes = mt_op_total_count(op, g->size) * mt_dtype_size(op->dtype);
     if (g->size == 1 || bytes <= DIRECT_MAX_BYTES || needs_all_sources(op))
         return reduce_scatter_direct(g, op, seq);
     return reduce_scatter_ring(g, op, seq);
