@@ -216,6 +216,18 @@ mt_status mt_comm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
 {
     if (!comm || !out)
         return mt_fail(MT_EINVAL, "alloc_shared: no communicator or output pointer");
+    *out = NULL;
+    /* The size must agree on every rank, whatever the back end: max(bytes) and max(-bytes)
+     * give the largest and smallest request in one all-reduce. */
+    int64_t extremes[2] = {(int64_t)bytes, -(int64_t)bytes};
+    mt_status st = mt_comm_allreduce(comm, extremes, extremes, 2, MT_I64, MT_MAX);
+    if (st)
+        return mt_fail_context(st, "allocating %zu bytes of registered memory", bytes);
+    if (extremes[0] != -extremes[1])
+        return mt_fail(MT_EINVAL,
+                       "shared allocation: ranks asked for different sizes (%lld to %lld bytes; "
+                       "rank %d asked for %zu)",
+                       (long long)-extremes[1], (long long)extremes[0], comm->rank, bytes);
     return comm->backend->alloc_shared(comm, bytes, out);
 }
 

@@ -66,6 +66,18 @@ typedef struct mt_p2p {
     double started, last_check; /* for the timeout and the liveness check of the peer */
 } mt_p2p;
 
+/* A stalled transfer is looked into (peer alive? timeout?) every 20 ms, not at every poll:
+ * true when that time has come, with `started` set at the first stall. */
+static inline int mt_p2p_check_due(mt_p2p *p2p, double now)
+{
+    if (p2p->started == 0)
+        p2p->started = p2p->last_check = now;
+    if (now - p2p->last_check < 0.02)
+        return 0;
+    p2p->last_check = now;
+    return 1;
+}
+
 /* A back end moves the data. Collectives run to completion in the calling thread; transfers
  * are started, then advanced by p2p_progress until done. All return statuses with messages. */
 typedef struct mt_comm_backend {

@@ -83,8 +83,6 @@ typedef struct mt_shm_group {
     /* The collective in progress, for error messages. */
     const char *op_name;
     uint64_t op_seq;
-    /* Receive side of each incoming ring: bytes consumed are in the sender's ring tail. */
-    double last_liveness_check;
 } mt_shm_group;
 
 enum { SHM_ALGO_AUTO, SHM_ALGO_ONESHOT, SHM_ALGO_TWOSHOT };

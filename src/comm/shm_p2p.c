@@ -35,11 +35,8 @@ static void ring_get(const uint8_t *ring, size_t capacity, uint64_t pos, uint8_t
 static mt_status check_stalled(mt_shm_group *g, mt_p2p *p2p)
 {
     double now = mt_clock_seconds();
-    if (p2p->started == 0)
-        p2p->started = p2p->last_check = now;
-    if (now - p2p->last_check < 0.02)
+    if (!mt_p2p_check_due(p2p, now))
         return MT_OK;
-    p2p->last_check = now;
     g->op_name = mt_op_name(p2p->op.kind);
     mt_status st = shm_check_peer_alive(g, p2p->op.peer);
     if (st || now - p2p->started <= g->timeout_seconds)

@@ -27,7 +27,7 @@ struct shm_registry {
 /* What each member tells the others about its part of an allocation. */
 typedef struct shm_mapping_record {
     char name[64];
-    uint64_t addr, bytes;
+    uint64_t addr;
 } shm_mapping_record;
 
 mt_status shm_registry_new(int world_size, shm_registry **out)
@@ -114,7 +114,7 @@ mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
     }
     m->bytes = bytes;
     m->mapped_bytes = mapped_bytes;
-    shm_mapping_record mine = {.bytes = bytes};
+    shm_mapping_record mine = {0}; /* sizes agree already (mt_comm_alloc_shared) */
     void *local;
     /* A failure to create still joins the exchange (with an empty name), so no peer waits. */
     mt_status created = shm_segment_create(mapped_bytes, mine.name, sizeof mine.name, &local);
@@ -130,10 +130,6 @@ mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
         if (records[r].name[0] == '\0')
             st = created ? mt_fail(created, "%s", created_error)
                          : mt_fail(MT_ENOMEM, "rank %d could not allocate shared memory", r);
-        else if (records[r].bytes != bytes)
-            st = mt_fail(MT_EINVAL,
-                         "shared allocation: rank %d asked for %llu bytes, rank %d for %zu", r,
-                         (unsigned long long)records[r].bytes, comm->rank, bytes);
     }
     int w_me = comm->world_ranks[comm->rank];
     for (int r = 0; st == MT_OK && r < comm->size; r++) {

@@ -128,26 +128,15 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
 
 /* Nothing is shared between processes over TCP: registered memory is ordinary memory,
  * aligned for the vector copies and reductions. The call stays collective, as the interface
- * promises: every rank learns what the others asked for, and a disagreement fails all alike. */
+ * promises (the sizes were compared already): a rank that cannot allocate fails them all. */
 static mt_status tcp_alloc_shared(mt_comm *comm, size_t bytes, void **out)
 {
-    *out = NULL;
     size_t rounded = (bytes + 63) / 64 * 64;
     void *memory = aligned_alloc(64, rounded ? rounded : 64);
-    uint64_t mine[2] = {bytes, memory != NULL};
-    uint64_t *all = malloc((size_t)comm->size * sizeof mine);
-    mt_status st = all ? mt_comm_allgather(comm, mine, all, 2, MT_I64)
-                       : mt_fail(MT_ENOMEM, "allocating registered memory");
-    for (int r = 0; st == MT_OK && r < comm->size; r++) {
-        if (!all[2 * r + 1])
-            st = mt_fail(MT_ENOMEM, "rank %d could not allocate %llu bytes of registered memory",
-                         r, (unsigned long long)all[2 * r]);
-        else if (all[2 * r] != bytes)
-            st = mt_fail(MT_EINVAL,
-                         "shared allocation: rank %d asked for %llu bytes, rank %d for %zu", r,
-                         (unsigned long long)all[2 * r], comm->rank, bytes);
-    }
-    free(all);
+    int32_t failed = memory == NULL;
+    mt_status st = mt_comm_allreduce(comm, &failed, &failed, 1, MT_I32, MT_MAX);
+    if (st == MT_OK && failed)
+        st = mt_fail(MT_ENOMEM, "a rank could not allocate %zu bytes of registered memory", bytes);
     if (st) {
         free(memory);
         return st;

@@ -132,11 +132,8 @@ static mt_status advance_recv(tcp_group *g, mt_p2p *p2p, size_t total, const cha
 static mt_status check_stalled(tcp_group *g, mt_p2p *p2p, const char *during)
 {
     double now = mt_clock_seconds();
-    if (p2p->started == 0)
-        p2p->started = p2p->last_check = now;
-    if (now - p2p->last_check < 0.02)
+    if (!mt_p2p_check_due(p2p, now))
         return MT_OK;
-    p2p->last_check = now;
     tcp_link *l = &g->transfer[p2p->op.peer];
     int data;
     mt_status st = MT_OK;

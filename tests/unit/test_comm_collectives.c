@@ -110,11 +110,13 @@ static int compare(const char *what, const buffers *b, size_t bytes, mt_dtype dt
     return same;
 }
 
-static size_t counts_for(size_t count, size_t *counts)
+/* Each rank's count: `count` for all, or (varied) count * (r + 1) / size, some of them 0.
+ * Returns their sum. */
+static size_t counts_for(size_t count, size_t *counts, int varied)
 {
     size_t total = 0;
     for (int r = 0; r < size; r++)
-        total += counts[r] = count * (size_t)(r + 1) / (size_t)size;
+        total += counts[r] = varied ? count * (size_t)(r + 1) / (size_t)size : count;
     return total;
 }
 
@@ -172,13 +174,7 @@ static void case_broadcast(mt_comm *c, buffers *b, mt_dtype t, size_t n, int sal
 static void case_allgather(mt_comm *c, buffers *b, mt_dtype t, size_t n, int salt, int varied)
 {
     size_t esz = mt_dtype_size(t), counts[MAX_RANKS], at = 0, total;
-    if (varied) {
-        total = counts_for(n, counts);
-    } else {
-        for (int r = 0; r < size; r++)
-            counts[r] = n;
-        total = n * (size_t)size;
-    }
+    total = counts_for(n, counts, varied);
     size_t my_at = 0;
     for (int r = 0; r < size; r++) {
         fill(t, b->expect + at * esz, counts[r], r, 0, salt);
@@ -205,13 +201,7 @@ static void case_reduce_scatter(mt_comm *c, buffers *b, mt_dtype t, mt_redop op,
                                 int salt, int varied)
 {
     size_t esz = mt_dtype_size(t), counts[MAX_RANKS], total, my_at = 0;
-    if (varied) {
-        total = counts_for(n, counts);
-    } else {
-        for (int r = 0; r < size; r++)
-            counts[r] = n;
-        total = n * (size_t)size;
-    }
+    total = counts_for(n, counts, varied);
     for (int r = 0; r < rank; r++)
         my_at += counts[r];
     reference_fill(t, op, my_at, counts[rank], salt, b->expect);
