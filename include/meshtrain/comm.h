@@ -18,10 +18,15 @@ typedef struct mt_comm_config {
     int rank, size;             /* [RANK, WORLD_SIZE] */
     const char *store_host;     /* [MASTER_ADDR, else 127.0.0.1] */
     int store_port;             /* [MASTER_PORT] */
-    const char *backend;        /* "shm" or "tcp" [MT_COMM_BACKEND, else shm] */
+    const char *backend;        /* "shm", "tcp", "hier" or "mpi" [MT_COMM_BACKEND, else shm] */
     double timeout_seconds;     /* a peer silent this long is an error [MT_COMM_TIMEOUT, 300] */
     const char *algorithm;      /* "auto", "oneshot" or "twoshot" [MT_COMM_ALGORITHM, auto] */
     bool debug;                 /* full call fingerprints across ranks [MT_COMM_DEBUG=1] */
+    const char *tcp_host;       /* IPv4 address tcp listens on [MT_COMM_TCP_HOST, 127.0.0.1] */
+    /* What makes two ranks one host for hier: "boot" (hostname and boot id), "netns" (also
+     * the network namespace, so namespaces on one machine count as hosts) or "name:<host>"
+     * (the caller names it) [MT_COMM_HOST_IDENTITY, boot] */
+    const char *host_identity;
 } mt_comm_config;
 
 /* The world communicator: connects to the store and builds the back end. Collective over all

@@ -58,10 +58,39 @@ static mt_status env_int(const char *name, long lo, long hi, int *out)
     return MT_OK;
 }
 
-static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c)
+/* The back ends this build has, by name. */
+static const mt_comm_world_builder *const BUILDERS[] = {
+    &mt_shm_world, &mt_tcp_world, &mt_hier_world,
+#ifdef MT_HAVE_MPI
+    &mt_mpi_world,
+#endif
+};
+enum { N_BUILDERS = sizeof BUILDERS / sizeof BUILDERS[0] };
+
+static mt_status find_builder(const char *name, const mt_comm_world_builder **out)
 {
-    mt_comm_config none = {0};
-    *c = given ? *given : none;
+    char known[128] = "";
+    for (int i = 0; i < N_BUILDERS; i++) {
+        if (strcmp(BUILDERS[i]->name, name) == 0) {
+            *out = BUILDERS[i];
+            return MT_OK;
+        }
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                 BUILDERS[i]->name);
+    }
+    return mt_fail(MT_EINVAL, "unknown communication back end '%s' (this build has: %s)", name,
+                   known);
+}
+
+static const char *env_or(const char *name, const char *fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : fallback;
+}
+
+/* Rank, size and the store's address: from the config, else the environment a launcher set. */
+static mt_status resolve_placement(mt_comm_config *c)
+{
     mt_status st = MT_OK;
     if (c->size == 0) {
         c->rank = -1;
@@ -75,17 +104,32 @@ static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c)
     if (c->size < 1 || c->rank < 0 || c->rank >= c->size)
         return mt_fail(MT_EINVAL, "rank %d is outside a world of %d ranks", c->rank, c->size);
     if (!c->store_host)
-        c->store_host = getenv("MASTER_ADDR") && *getenv("MASTER_ADDR") ? getenv("MASTER_ADDR")
-                                                                       : "127.0.0.1";
+        c->store_host = env_or("MASTER_ADDR", "127.0.0.1");
     if (c->store_port == 0) {
         if (!getenv("MASTER_PORT"))
             return mt_fail(MT_EINVAL, "MASTER_PORT is not set: the store's port is unknown");
         if ((st = env_int("MASTER_PORT", 1, 65535, &c->store_port)))
             return st;
     }
+    return MT_OK;
+}
+
+static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c,
+                                const mt_comm_world_builder **builder)
+{
+    mt_comm_config none = {0};
+    *c = given ? *given : none;
     if (!c->backend)
-        c->backend = getenv("MT_COMM_BACKEND") && *getenv("MT_COMM_BACKEND")
-                         ? getenv("MT_COMM_BACKEND") : "shm";
+        c->backend = env_or("MT_COMM_BACKEND", "shm");
+    mt_status st = find_builder(c->backend, builder);
+    if (st)
+        return st;
+    if ((*builder)->identify)
+        st = (*builder)->identify(&c->rank, &c->size);
+    else
+        st = resolve_placement(c);
+    if (st)
+        return st;
     if (c->timeout_seconds == 0) {
         c->timeout_seconds = DEFAULT_TIMEOUT;
         const char *t = getenv("MT_COMM_TIMEOUT");
@@ -102,6 +146,10 @@ static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c)
                        c->timeout_seconds);
     if (!c->algorithm)
         c->algorithm = getenv("MT_COMM_ALGORITHM");
+    if (!c->tcp_host)
+        c->tcp_host = env_or("MT_COMM_TCP_HOST", "127.0.0.1");
+    if (!c->host_identity)
+        c->host_identity = env_or("MT_COMM_HOST_IDENTITY", "boot");
     const char *debug = getenv("MT_COMM_DEBUG");
     if (debug && strcmp(debug, "1") == 0)
         c->debug = true;
@@ -112,28 +160,25 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
 {
     *out = NULL;
     mt_comm_config c;
-    mt_status st = resolve_config(config, &c);
+    const mt_comm_world_builder *builder = NULL;
+    mt_status st = resolve_config(config, &c, &builder);
     if (st)
         return mt_fail_context(st, "creating a communicator");
-    int tcp = strcmp(c.backend, "tcp") == 0;
-    if (!tcp && strcmp(c.backend, "shm") != 0)
-        return mt_fail(MT_EINVAL, "unknown communication back end '%s' (this build has: shm, "
-                                  "tcp)", c.backend);
     mt_comm *comm;
     if ((st = mt_comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm)))
         return st;
-    mt_store *store;
-    st = mt_store_connect(c.store_host, c.store_port, c.timeout_seconds, &store);
-    if (st == MT_OK) {
-        st = tcp ? mt_tcp_create_world(comm, store, &comm->impl)
-                 : mt_shm_create_world(comm, store, c.algorithm, &comm->impl);
+    mt_store *store = NULL;
+    if (!builder->identify)
+        st = mt_store_connect(c.store_host, c.store_port, c.timeout_seconds, &store);
+    if (st == MT_OK)
+        st = builder->create_world(comm, store, &c, &comm->impl);
+    if (store)
         mt_store_close(store);
-    }
     if (st) {
         comm_free(comm);
-        return mt_fail_context(st, "creating the world communicator");
+        return mt_fail_context(st, "creating the world communicator (%s)", builder->name);
     }
-    comm->backend = tcp ? &mt_tcp_backend : &mt_shm_backend;
+    comm->backend = builder->backend;
     *out = comm;
     return MT_OK;
 }

@@ -1,5 +1,5 @@
 /* What a communicator is made of: the operation descriptor every call becomes, the back-end
- * interface (shm and tcp now; mpi later), and the queue of non-blocking work. */
+ * interface (shm, tcp, hier, mpi), and the queue of non-blocking work. */
 #ifndef MESHTRAIN_COMM_INTERNAL_H
 #define MESHTRAIN_COMM_INTERNAL_H
 
@@ -64,6 +64,7 @@ typedef struct mt_p2p {
     size_t bytes_done;
     int header_done;
     double started, last_check; /* for the timeout and the liveness check of the peer */
+    void *backend_state;        /* what a back end keeps per transfer (mpi: its request) */
 } mt_p2p;
 
 /* A stalled transfer is looked into (peer alive? timeout?) every 20 ms, not at every poll:
@@ -91,6 +92,10 @@ typedef struct mt_comm_backend {
                        void **child_impl);
     mt_status (*alloc_shared)(mt_comm *comm, size_t bytes, void **out);
     void (*free_shared)(void *impl, void *memory);
+    /* Fails the group on every member at once, with this message (hier stops its host group
+     * when its network part failed, instead of letting host peers wait out the timeout).
+     * NULL when the back end has no way to tell its peers. */
+    void (*abort)(void *impl, const char *message);
     void (*destroy)(void *impl);
 } mt_comm_backend;
 
@@ -144,14 +149,34 @@ void mt_comm_progress_stop(mt_comm *comm);
 int mt_comm_progress_p2p(mt_comm *comm);
 void mt_comm_mark_broken(mt_comm *comm, const char *message);
 
-/* shm back end */
-extern const mt_comm_backend mt_shm_backend;
+/* How each back end builds a world communicator (comm.c picks one by name). */
 struct mt_store;
-mt_status mt_shm_create_world(mt_comm *comm, struct mt_store *store, const char *algorithm,
+typedef struct mt_comm_world_builder {
+    const char *name;
+    const mt_comm_backend *backend;
+    /* Back ends started by their own launcher (mpi) know rank and size and need no store;
+     * NULL for those that bootstrap through the store from RANK and WORLD_SIZE. */
+    mt_status (*identify)(int *rank, int *size);
+    /* Collective over the world; `store` is NULL when identify is set. */
+    mt_status (*create_world)(mt_comm *comm, struct mt_store *store, const mt_comm_config *config,
                               void **impl);
+} mt_comm_world_builder;
 
-/* tcp back end */
-extern const mt_comm_backend mt_tcp_backend;
-mt_status mt_tcp_create_world(mt_comm *comm, struct mt_store *store, void **impl);
+extern const mt_comm_backend mt_shm_backend, mt_tcp_backend, mt_hier_backend;
+extern const mt_comm_world_builder mt_shm_world, mt_tcp_world, mt_hier_world;
+#ifdef MT_HAVE_MPI
+extern const mt_comm_backend mt_mpi_backend;
+extern const mt_comm_world_builder mt_mpi_world;
+#endif
+
+/* shm_backend.c: a shm group of some of a parent's members, all on this host, whatever the
+ * parent's back end (hier builds its host groups over tcp). The group takes the algorithm
+ * and registered-memory registry of `like` (another shm group's impl), or when `like` is NULL
+ * the named algorithm and a new registry over `world_size` ranks. Collective over the parent;
+ * ranks outside the group pass child NULL. */
+mt_status mt_shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
+                            const char *algorithm, int world_size, void **child_impl);
+/* This host's identity for grouping ranks: "boot" or "netns" (see mt_comm_config). */
+mt_status mt_host_identity(const char *kind, char *out, size_t capacity);
 
 #endif

@@ -10,31 +10,17 @@
 
 enum { NAME_CAPACITY = 64, HOST_CAPACITY = 160 };
 
-/* Hostname plus boot id: two machines (or two boots) never share /dev/shm. */
-static void host_identity(char *out, size_t capacity)
-{
-    char host[64] = "?", boot[48] = "";
-    gethostname(host, sizeof host - 1);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(boot, sizeof boot, f))
-            boot[0] = '\0';
-        fclose(f);
-        boot[strcspn(boot, "\n")] = '\0';
-    }
-    snprintf(out, capacity, "%s/%s", host, boot);
-}
-
 typedef struct world_record {
     char name[NAME_CAPACITY];
     char host[HOST_CAPACITY];
 } world_record;
 
-mt_status mt_shm_create_world(mt_comm *comm, mt_store *store, const char *algorithm, void **impl)
+static mt_status shm_create_world(mt_comm *comm, mt_store *store, const mt_comm_config *config,
+                                  void **impl)
 {
     *impl = NULL;
     mt_shm_group *g;
-    mt_status st = shm_group_build(comm, algorithm, &g);
+    mt_status st = shm_group_build(comm, config->algorithm, &g);
     if (st)
         return st;
     if ((st = shm_registry_new(comm->size, &g->registry))) {
@@ -42,7 +28,7 @@ mt_status mt_shm_create_world(mt_comm *comm, mt_store *store, const char *algori
         return st;
     }
     world_record rec = {0}, mine = {0};
-    host_identity(mine.host, sizeof mine.host);
+    mt_host_identity("boot", mine.host, sizeof mine.host);
     if (comm->rank == 0) {
         shm_segment_remove_stale();
         st = shm_group_create_segment(g, rec.name, sizeof rec.name);
@@ -75,22 +61,25 @@ mt_status mt_shm_create_world(mt_comm *comm, mt_store *store, const char *algori
     return MT_OK;
 }
 
-static mt_status shm_split(mt_comm *parent, const int *members, int n_members, mt_comm *child,
-                           void **child_impl)
+mt_status mt_shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
+                            const char *algorithm, int world_size, void **child_impl)
 {
-    mt_shm_group *pg = parent->impl, *g = NULL;
+    const mt_shm_group *model = like;
+    mt_shm_group *g = NULL;
     *child_impl = NULL;
     char mine[NAME_CAPACITY] = "";
     mt_status st = MT_OK;
     if (child) {
-        st = shm_group_build(child, "auto", &g);
-        if (st == MT_OK) {
-            g->algorithm = pg->algorithm;
-            g->registry = pg->registry;
+        st = shm_group_build(child, model ? "auto" : algorithm, &g);
+        if (st == MT_OK && model) {
+            g->algorithm = model->algorithm;
+            g->registry = model->registry;
             shm_registry_retain(g->registry);
-            if (child->rank == 0)
-                st = shm_group_create_segment(g, mine, sizeof mine);
+        } else if (st == MT_OK) {
+            st = shm_registry_new(world_size, &g->registry);
         }
+        if (st == MT_OK && child->rank == 0)
+            st = shm_group_create_segment(g, mine, sizeof mine);
     }
     /* Every parent rank learns every leader's segment name in one exchange. */
     char *names = calloc((size_t)parent->size, NAME_CAPACITY);
@@ -115,7 +104,6 @@ static mt_status shm_split(mt_comm *parent, const int *members, int n_members, m
         st = shm_group_finish_attach(g, name);
     else if (child && child->rank == 0 && mine[0])
         shm_segment_unlink(mine);
-    (void)n_members;
     free(names);
     if (st) {
         shm_group_free(g);
@@ -124,6 +112,15 @@ static mt_status shm_split(mt_comm *parent, const int *members, int n_members, m
     *child_impl = g;
     return MT_OK;
 }
+
+static mt_status shm_split(mt_comm *parent, const int *members, int n_members, mt_comm *child,
+                           void **child_impl)
+{
+    (void)n_members;
+    return mt_shm_group_from(parent, members, child, parent->impl, NULL, 0, child_impl);
+}
+
+static void shm_abort_group(void *impl, const char *message) { (void)shm_abort(impl, "%s", message); }
 
 static void shm_destroy(void *impl) { shm_group_free(impl); }
 
@@ -134,5 +131,12 @@ const mt_comm_backend mt_shm_backend = {
     .split = shm_split,
     .alloc_shared = shm_alloc_shared,
     .free_shared = shm_free_shared,
+    .abort = shm_abort_group,
     .destroy = shm_destroy,
+};
+
+const mt_comm_world_builder mt_shm_world = {
+    .name = "shm",
+    .backend = &mt_shm_backend,
+    .create_world = shm_create_world,
 };

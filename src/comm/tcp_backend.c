@@ -28,17 +28,19 @@ static mt_status gather_lower_addresses(tcp_group *g, mt_store *store, const cha
     return st;
 }
 
-mt_status mt_tcp_create_world(mt_comm *comm, mt_store *store, void **impl)
+static mt_status tcp_create_world(mt_comm *comm, mt_store *store, const mt_comm_config *config,
+                                  void **impl)
 {
     *impl = NULL;
     tcp_group *g;
     mt_status st = tcp_group_new(comm, WORLD_ID, &g);
     if (st)
         return st;
+    snprintf(g->listen_host, sizeof g->listen_host, "%s", config->tcp_host);
     char mine[TCP_ADDRESS_CAPACITY] = "";
     char *addresses = calloc((size_t)comm->size, TCP_ADDRESS_CAPACITY);
     int listen_fd = -1;
-    st = addresses ? tcp_listen(NULL, &listen_fd, mine)
+    st = addresses ? tcp_listen(g->listen_host, &listen_fd, mine)
                    : mt_fail(MT_ENOMEM, "allocating %d addresses", comm->size);
     if (st == MT_OK)
         st = gather_lower_addresses(g, store, mine, addresses);
@@ -96,8 +98,10 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
     char mine[TCP_ADDRESS_CAPACITY] = "";
     int listen_fd = -1;
     mt_status st = MT_OK;
-    if (child && (st = tcp_group_new(child, child_id(pg, members[0]), &g)) == MT_OK)
-        st = tcp_listen(NULL, &listen_fd, mine);
+    if (child && (st = tcp_group_new(child, child_id(pg, members[0]), &g)) == MT_OK) {
+        snprintf(g->listen_host, sizeof g->listen_host, "%s", pg->listen_host);
+        st = tcp_listen(g->listen_host, &listen_fd, mine);
+    }
     char *all = calloc((size_t)parent->size, TCP_ADDRESS_CAPACITY);
     if (!all && st == MT_OK)
         st = mt_fail(MT_ENOMEM, "splitting a communicator");
@@ -151,6 +155,8 @@ static void tcp_free_shared(void *impl, void *memory)
     free(memory);
 }
 
+static void tcp_abort_group(void *impl, const char *message) { (void)tcp_abort(impl, "%s", message); }
+
 static void tcp_destroy(void *impl) { tcp_group_free(impl); }
 
 const mt_comm_backend mt_tcp_backend = {
@@ -160,5 +166,12 @@ const mt_comm_backend mt_tcp_backend = {
     .split = tcp_split,
     .alloc_shared = tcp_alloc_shared,
     .free_shared = tcp_free_shared,
+    .abort = tcp_abort_group,
     .destroy = tcp_destroy,
+};
+
+const mt_comm_world_builder mt_tcp_world = {
+    .name = "tcp",
+    .backend = &mt_tcp_backend,
+    .create_world = tcp_create_world,
 };

@@ -37,6 +37,7 @@ typedef struct tcp_group {
     int rank, size;
     uint64_t comm_id;
     uint64_t splits;             /* subgroups split off so far (names their ids) */
+    char listen_host[48];        /* the IPv4 address this rank listens on; subgroups inherit it */
     double timeout_seconds;
     double spin_seconds;         /* how long an idle collective polls before sleeping in poll */
     tcp_link *collective, *transfer; /* by peer rank */
@@ -57,8 +58,8 @@ static inline uint8_t *tcp_at(const void *base, size_t offset)
 /* tcp_link.c: sockets, aborts, the failure messages. */
 mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out);
 void tcp_group_free(tcp_group *g);
-/* Listens on host (NULL: MT_COMM_TCP_HOST, else 127.0.0.1) at an ephemeral port; *address
- * gets "host:port" for peers to connect to. */
+/* Listens on host (an IPv4 address) at an ephemeral port; *address gets "host:port" for
+ * peers to connect to. */
 mt_status tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACITY]);
 /* Connects every pair of members twice (collectives, transfers): lower ranks accept, higher
  * ones connect, and each connection opens with a checked hello. addresses[r] is member r's. */

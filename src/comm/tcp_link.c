@@ -338,12 +338,10 @@ mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *l, void *buf, size_t n
 mt_status tcp_listen(const char *host, int *fd_out, char address[TCP_ADDRESS_CAPACITY])
 {
     *fd_out = -1;
-    if (!host)
-        host = getenv("MT_COMM_TCP_HOST") && *getenv("MT_COMM_TCP_HOST")
-                   ? getenv("MT_COMM_TCP_HOST") : "127.0.0.1";
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
-        return mt_fail(MT_EINVAL, "MT_COMM_TCP_HOST '%s' is not an IPv4 address", host);
+        return mt_fail(MT_EINVAL, "tcp host '%s' (MT_COMM_TCP_HOST) is not an IPv4 address",
+                       host);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t len = sizeof a;
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, SOMAXCONN) != 0 ||

@@ -14,6 +14,19 @@ static inline int harness_is_rank(void) { return getenv("RANK") != NULL; }
 
 static inline int harness_rank(void) { return atoi(getenv("RANK")); }
 
+/* Tests of the hier back end on one machine: with MT_TEST_RANKS_PER_HOST=k, ranks 0..k-1
+ * say they run on one host, the next k on another, and so on (the netns test puts them
+ * on really separate network stacks). Call before creating the communicator. */
+static inline void harness_pretend_hosts(void)
+{
+    const char *k = getenv("MT_TEST_RANKS_PER_HOST");
+    if (!k || atoi(k) < 1 || !getenv("RANK"))
+        return;
+    char name[64];
+    snprintf(name, sizeof name, "name:host%d", harness_rank() / atoi(k));
+    setenv("MT_COMM_HOST_IDENTITY", name, 1);
+}
+
 /* Runs this program as `nproc` ranks with the given argument (a scenario name); returns the
  * spawner's status and fills *result. */
 static inline mt_status harness_launch(int nproc, const char *scenario, double grace_seconds,
