@@ -290,3 +290,18 @@ const char *mt_op_name(mt_op_kind kind)
     };
     return kind < MT_OP_KIND_COUNT ? names[kind] : "unknown operation";
 }
+
+void mt_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_varies,
+                    mt_dtype dtype, mt_redop redop, int root, char *out, size_t capacity)
+{
+    snprintf(out, capacity, "%s #%llu (count %llu%s, %s", mt_op_name(kind),
+             (unsigned long long)seq, count_varies ? 0ull : (unsigned long long)count,
+             count_varies ? " per rank varying" : "", mt_dtype_name(dtype));
+    size_t n = strlen(out);
+    if (mt_op_is_reduction(kind) && n < capacity)
+        n += (size_t)snprintf(out + n, capacity - n, ", %s", mt_redop_name(redop));
+    if (mt_op_is_rooted(kind) && n < capacity)
+        n += (size_t)snprintf(out + n, capacity - n, ", root %d", root);
+    if (n < capacity)
+        snprintf(out + n, capacity - n, ")");
+}

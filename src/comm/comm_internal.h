@@ -36,6 +36,15 @@ typedef struct mt_comm_op {
 } mt_comm_op;
 
 const char *mt_op_name(mt_op_kind kind);
+static inline int mt_op_is_rooted(mt_op_kind k) { return k == MT_OP_REDUCE || k == MT_OP_BROADCAST; }
+static inline int mt_op_is_reduction(mt_op_kind k)
+{
+    return k == MT_OP_ALLREDUCE || k == MT_OP_REDUCE || k == MT_OP_REDUCE_SCATTER;
+}
+/* How error messages name a call, the same in every back end: "all-reduce #3 (count 7, f32,
+ * sum)"; counts that vary per rank print as such. */
+void mt_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_varies,
+                    mt_dtype dtype, mt_redop redop, int root, char *out, size_t capacity);
 /* Elements rank r contributes (or receives) under op: counts[r] or count. */
 static inline size_t mt_op_count_of(const mt_comm_op *op, int r)
 {

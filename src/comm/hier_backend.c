@@ -18,6 +18,7 @@ typedef struct hier_group {
     int hosts, uniform;
     int *host_of;        /* per member: its host, numbered in order of first appearance */
     int *local_rank_of;  /* per member: its rank in its host's group */
+    int *local_members;  /* per local rank: its rank in this group */
 } hier_group;
 
 static void hier_free(hier_group *g)
@@ -29,6 +30,7 @@ static void hier_free(hier_group *g)
     mt_comm_destroy(g->flat);
     free(g->host_of);
     free(g->local_rank_of);
+    free(g->local_members);
     free(g);
 }
 
@@ -93,6 +95,8 @@ static mt_status hier_build(mt_comm *comm, mt_comm *flat, const int *host_of, vo
     if (st == MT_OK && (st = built) == MT_OK) {
         g->local->impl = local_impl;
         g->local->backend = &mt_shm_backend;
+        g->local_members = members;
+        members = NULL;
     }
     if (st == MT_OK) {
         int local_rank = g->local_rank_of[flat->rank];
@@ -314,13 +318,61 @@ static mt_status hier_flat(hier_group *g, const mt_comm_op *op)
     }
 }
 
+/* What a member was called with, as its host peers compare it. */
+typedef struct hier_call {
+    uint64_t seq, count, counts_hash;
+    int32_t kind, dtype, redop, root;
+} hier_call;
+
+static hier_call call_of(const mt_comm_op *op, uint64_t seq, int size)
+{
+    hier_call c = {.seq = seq, .count = op->counts ? 0 : op->count, .kind = op->kind,
+                   .dtype = op->dtype, .redop = mt_op_is_reduction(op->kind) ? op->redop : 0,
+                   .root = mt_op_is_rooted(op->kind) ? op->root : 0};
+    for (int r = 0; op->counts && r < size; r++)
+        c.counts_hash = (c.counts_hash ^ op->counts[r]) * 0x100000001b3ull + 1;
+    return c;
+}
+
+/* Before each collective the members on one host compare their calls (one small shm
+ * all-gather, about a microsecond). Calls that disagree may take different paths (shm here,
+ * tcp there) where no part could compare them: they would wait out the timeout instead of
+ * failing at once with both calls named. Across hosts the tcp parts compare headers. */
+static mt_status agree_on_host(hier_group *g, const mt_comm_op *op, uint64_t seq)
+{
+    int n = g->local->size;
+    if (n == 1)
+        return MT_OK;
+    hier_call mine = call_of(op, seq, g->flat->size), *all = calloc((size_t)n, sizeof *all);
+    mt_status st = all ? mt_comm_allgather(g->local, &mine, all, sizeof mine, MT_U8)
+                       : mt_fail(MT_ENOMEM, "hier: comparing calls");
+    if (st)
+        st = mt_fail_context(st, "comparing the calls on this host before %s #%llu",
+                             mt_op_name(op->kind), (unsigned long long)seq);
+    for (int r = 0; st == MT_OK && r < n; r++) {
+        if (memcmp(&all[r], &mine, sizeof mine) == 0)
+            continue;
+        char a[200], b[200];
+        const hier_call *h = &all[r];
+        mt_op_describe((mt_op_kind)h->kind, h->seq, h->count, h->counts_hash != 0,
+                       (mt_dtype)h->dtype, (mt_redop)h->redop, h->root, a, sizeof a);
+        mt_op_describe((mt_op_kind)mine.kind, mine.seq, mine.count, mine.counts_hash != 0,
+                       (mt_dtype)mine.dtype, (mt_redop)mine.redop, mine.root, b, sizeof b);
+        st = mt_fail(MT_EPEER, "mismatched collective: rank %d called %s but rank %d called %s",
+                     g->local_members[r], a, g->flat->rank, b);
+    }
+    free(all);
+    return st;
+}
+
 static mt_status hier_collective(void *impl, const mt_comm_op *op, uint64_t seq)
 {
-    (void)seq; /* each part numbers its own calls */
     hier_group *g = impl;
-    mt_status st = op->kind == MT_OP_ALLREDUCE   ? hier_allreduce(g, op)
-                   : op->kind == MT_OP_BROADCAST ? hier_broadcast(g, op)
-                                                 : hier_flat(g, op);
+    mt_status st = agree_on_host(g, op, seq);
+    if (st == MT_OK)
+        st = op->kind == MT_OP_ALLREDUCE   ? hier_allreduce(g, op)
+             : op->kind == MT_OP_BROADCAST ? hier_broadcast(g, op)
+                                           : hier_flat(g, op);
     return fail_all_parts(g, st);
 }
 
@@ -328,7 +380,7 @@ static mt_status hier_collective(void *impl, const mt_comm_op *op, uint64_t seq)
 static mt_status hier_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     hier_group *g = impl;
-    return g->flat->backend->p2p_progress(g->flat->impl, p2p, done);
+    return fail_all_parts(g, g->flat->backend->p2p_progress(g->flat->impl, p2p, done));
 }
 
 /* Registered memory is the host group's: the shm steps then read peers' buffers in place. */

@@ -25,11 +25,6 @@ static uint64_t counts_hash(const mt_comm_op *op, int size)
     return h;
 }
 
-static int is_rooted(mt_op_kind kind) { return kind == MT_OP_REDUCE || kind == MT_OP_BROADCAST; }
-static int is_reduction(mt_op_kind kind)
-{
-    return kind == MT_OP_ALLREDUCE || kind == MT_OP_REDUCE || kind == MT_OP_REDUCE_SCATTER;
-}
 
 /* Writes this rank's header for the next round: fields that do not apply to the operation are
  * zero, so that headers compare field by field. */
@@ -40,8 +35,8 @@ static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, uns
     h->seq = seq;
     h->kind = (uint32_t)op->kind;
     h->dtype = (uint32_t)op->dtype;
-    h->redop = is_reduction(op->kind) ? (uint32_t)op->redop : 0;
-    h->root = is_rooted(op->kind) ? op->root : 0;
+    h->redop = mt_op_is_reduction(op->kind) ? (uint32_t)op->redop : 0;
+    h->root = mt_op_is_rooted(op->kind) ? op->root : 0;
     h->count = op->counts ? 0 : op->count;
     h->counts_hash = counts_hash(op, g->size);
     h->send_addr = (uint64_t)(uintptr_t)op->send;
@@ -51,15 +46,8 @@ static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, uns
 
 static void describe_call(const shm_op_header *h, char *out, size_t capacity)
 {
-    snprintf(out, capacity, "%s #%llu (count %llu%s, %s", mt_op_name((mt_op_kind)h->kind),
-             (unsigned long long)h->seq, (unsigned long long)h->count,
-             h->counts_hash ? " per rank varying" : "", mt_dtype_name((mt_dtype)h->dtype));
-    size_t n = strlen(out);
-    if (is_reduction((mt_op_kind)h->kind))
-        n += (size_t)snprintf(out + n, capacity - n, ", %s", mt_redop_name((mt_redop)h->redop));
-    if (is_rooted((mt_op_kind)h->kind))
-        n += (size_t)snprintf(out + n, capacity - n, ", root %d", h->root);
-    snprintf(out + n, capacity - n, ")");
+    mt_op_describe((mt_op_kind)h->kind, h->seq, h->count, h->counts_hash != 0,
+                   (mt_dtype)h->dtype, (mt_redop)h->redop, h->root, out, capacity);
 }
 
 /* After the first round: every rank sees every header, so a disagreement fails on all ranks. */

@@ -8,11 +8,6 @@
 #include "meshtrain/clock.h"
 #include "tcp_plan.h"
 
-static int is_rooted(mt_op_kind k) { return k == MT_OP_REDUCE || k == MT_OP_BROADCAST; }
-static int is_reduction(mt_op_kind k)
-{
-    return k == MT_OP_ALLREDUCE || k == MT_OP_REDUCE || k == MT_OP_REDUCE_SCATTER;
-}
 
 /* Variable counts travel as a hash: equal on every rank exactly when the counts are. */
 static uint64_t counts_key(const mt_comm_op *op, int size)
@@ -34,8 +29,8 @@ mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_
         .kind = TCP_FRAME_DATA,
         .op_kind = (uint32_t)op->kind,
         .dtype = (uint32_t)op->dtype,
-        .redop = is_reduction(op->kind) ? (uint32_t)op->redop : 0,
-        .root_or_tag = is_rooted(op->kind) ? op->root : 0,
+        .redop = mt_op_is_reduction(op->kind) ? (uint32_t)op->redop : 0,
+        .root_or_tag = mt_op_is_rooted(op->kind) ? op->root : 0,
         .sender = g->rank,
         .comm_id = g->comm_id,
         .seq = seq,
@@ -80,16 +75,8 @@ static void span_of(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **buf, 
 
 static void describe_call(const tcp_frame *h, char *out, size_t capacity)
 {
-    int varying = (h->count >> 63) != 0;
-    snprintf(out, capacity, "%s #%llu (count %llu%s, %s", mt_op_name((mt_op_kind)h->op_kind),
-             (unsigned long long)h->seq, varying ? 0ull : (unsigned long long)h->count,
-             varying ? " per rank varying" : "", mt_dtype_name((mt_dtype)h->dtype));
-    size_t n = strlen(out);
-    if (is_reduction((mt_op_kind)h->op_kind))
-        n += (size_t)snprintf(out + n, capacity - n, ", %s", mt_redop_name((mt_redop)h->redop));
-    if (is_rooted((mt_op_kind)h->op_kind))
-        n += (size_t)snprintf(out + n, capacity - n, ", root %d", h->root_or_tag);
-    snprintf(out + n, capacity - n, ")");
+    mt_op_describe((mt_op_kind)h->op_kind, h->seq, h->count, (h->count >> 63) != 0,
+                   (mt_dtype)h->dtype, (mt_redop)h->redop, (int)h->root_or_tag, out, capacity);
 }
 
 static mt_status check_header(tcp_plan *p, tcp_flow *f, size_t bytes)
