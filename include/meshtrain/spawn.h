@@ -12,10 +12,17 @@ typedef struct mt_spawn_options {
     double grace_seconds;
     /* Pins rank r to CPU r % cores when nproc <= cores (as mpirun --bind-to core). */
     int bind_to_core;
+    /* Several nodes (hosts, or network namespaces): this launcher starts ranks
+     * node_rank * nproc .. + nproc - 1 of nnodes * nproc. Node 0 hosts the store on
+     * master_host:master_port, which every rank connects to. nnodes 0 or 1: one node, the
+     * store on 127.0.0.1 at a free port. */
+    int nnodes, node_rank;
+    const char *master_host;
+    int master_port;
 } mt_spawn_options;
 
 typedef struct mt_spawn_result {
-    int failed_rank;  /* the first rank that failed, or -1 */
+    int failed_rank;  /* the first of this node's workers that failed (0..nproc-1), or -1 */
     int exit_code;    /* its exit code, or -1 when it died by a signal */
     int signal;       /* the signal that killed it, or 0 */
 } mt_spawn_result;

@@ -112,6 +112,10 @@ static mt_status hier_build(mt_comm *comm, mt_comm *flat, const int *host_of, vo
                                comm->rank);
     }
     g->flat = flat;
+    if (flat->debug && flat->rank == 0 && !like) /* the world's layout, once */
+        fprintf(stderr, "hier: %d ranks on %d hosts, %s\n", n, g->hosts,
+                g->uniform ? "the same number on each (sliced all-reduce)"
+                           : "different numbers (all-reduce through host leaders)");
     *out = g;
     return MT_OK;
 }

@@ -45,7 +45,8 @@ typedef struct launch {
     char *const *argv;
     char *path; /* argv[0] resolved against PATH, as execvp would */
     worker *workers;
-    mt_store_server *server;
+    mt_store_server *server; /* on node 0 only */
+    int first_rank;          /* the job-wide rank of this launcher's first worker */
     sigset_t original_mask; /* the caller's; restored in children and on return */
     sigset_t wait_set;      /* SIGCHLD plus the signals forwarded to workers */
 } launch;
@@ -80,8 +81,15 @@ static void free_environment(char **envp)
     free(envp);
 }
 
+/* Where the workers of this launcher sit in the job. */
+typedef struct placement {
+    int first_rank, world_size, local_size;
+    const char *master_host;
+    int master_port;
+} placement;
+
 /* The caller's environment with the rank variables replaced; NULL when out of memory. */
-static char **build_environment(int rank, int nproc, int port)
+static char **build_environment(const placement *at, int local_rank)
 {
     size_t inherited = 0;
     while (environ && environ[inherited])
@@ -89,13 +97,13 @@ static char **build_environment(int rank, int nproc, int port)
     char **envp = calloc(RANK_VARIABLES + inherited + 1, sizeof *envp);
     if (!envp)
         return NULL;
-    char values[RANK_VARIABLES][24];
-    snprintf(values[0], sizeof values[0], "%d", rank);
-    snprintf(values[1], sizeof values[1], "%d", nproc);
-    snprintf(values[2], sizeof values[2], "%d", rank);
-    snprintf(values[3], sizeof values[3], "%d", nproc);
-    snprintf(values[4], sizeof values[4], "127.0.0.1");
-    snprintf(values[5], sizeof values[5], "%d", port);
+    char values[RANK_VARIABLES][64];
+    snprintf(values[0], sizeof values[0], "%d", at->first_rank + local_rank);
+    snprintf(values[1], sizeof values[1], "%d", at->world_size);
+    snprintf(values[2], sizeof values[2], "%d", local_rank);
+    snprintf(values[3], sizeof values[3], "%d", at->local_size);
+    snprintf(values[4], sizeof values[4], "%s", at->master_host);
+    snprintf(values[5], sizeof values[5], "%d", at->master_port);
     for (int i = 0; i < RANK_VARIABLES; i++) {
         if (!(envp[i] = format_variable(rank_variable_names[i], values[i]))) {
             free_environment(envp);
@@ -333,7 +341,7 @@ static mt_status report_failure(const launch *l, const mt_spawn_result *result, 
         return mt_fail(MT_EPEER, "spawn: interrupted by signal %d (%s); every worker exited 0",
                        interrupted, strsignal(interrupted));
     const worker *w = &l->workers[result->failed_rank];
-    int rank = result->failed_rank, pid = (int)w->pid;
+    int rank = l->first_rank + result->failed_rank, pid = (int)w->pid;
     if (w->exec_errno)
         return mt_fail(MT_EPEER, "rank %d (pid %d) could not execute '%s': %s (exit code %d)%s",
                        rank, pid, l->argv[0], strerror(w->exec_errno), result->exit_code, cause);
@@ -356,6 +364,14 @@ static mt_status check_options(const mt_spawn_options *options, char *const argv
                        options->grace_seconds);
     if (!argv || !argv[0] || !argv[0][0])
         return mt_fail(MT_EINVAL, "spawn: no command to run");
+    if (options->nnodes > 1 &&
+        (options->node_rank < 0 || options->node_rank >= options->nnodes))
+        return mt_fail(MT_EINVAL, "spawn: node rank %d is outside 0..%d", options->node_rank,
+                       options->nnodes - 1);
+    if (options->nnodes > 1 && (!options->master_host || !*options->master_host ||
+                                options->master_port < 1 || options->master_port > 65535))
+        return mt_fail(MT_EINVAL, "spawn: %d nodes need the store's address (master host and "
+                                  "a port in 1..65535)", options->nnodes);
     return MT_OK;
 }
 
@@ -379,12 +395,21 @@ static mt_status prepare(launch *l)
     l->path = resolve_command(l->argv[0]);
     if (!l->workers || !l->path)
         return mt_fail(MT_ENOMEM, "spawn: out of memory");
-    mt_status status = mt_store_server_start(NULL, 0, &l->server);
-    if (status != MT_OK)
-        return mt_fail_context(status, "spawn: rendezvous store");
-    int port = mt_store_server_port(l->server);
+    const mt_spawn_options *o = l->options;
+    int nodes = o->nnodes > 1 ? o->nnodes : 1;
+    placement at = {.first_rank = nodes > 1 ? o->node_rank * nproc : 0,
+                    .world_size = nodes * nproc, .local_size = nproc,
+                    .master_host = nodes > 1 ? o->master_host : "127.0.0.1",
+                    .master_port = nodes > 1 ? o->master_port : 0};
+    l->first_rank = at.first_rank;
+    if (at.first_rank == 0) {
+        mt_status status = mt_store_server_start(at.master_host, at.master_port, &l->server);
+        if (status != MT_OK)
+            return mt_fail_context(status, "spawn: rendezvous store");
+        at.master_port = mt_store_server_port(l->server);
+    }
     for (int r = 0; r < nproc; r++)
-        if (!(l->workers[r].envp = build_environment(r, nproc, port)))
+        if (!(l->workers[r].envp = build_environment(&at, r)))
             return mt_fail(MT_ENOMEM, "spawn: out of memory");
     assign_cpus(l);
     return MT_OK;
@@ -405,7 +430,8 @@ static void abandon_workers(launch *l)
 
 static void release(launch *l)
 {
-    mt_store_server_stop(l->server);
+    if (l->server)
+        mt_store_server_stop(l->server);
     if (l->workers)
         for (int r = 0; r < l->options->nproc; r++)
             free_environment(l->workers[r].envp);

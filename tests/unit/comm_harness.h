@@ -1,5 +1,6 @@
 /* Multi-rank test programs: run without RANK set, a program launches copies of itself as the
- * ranks (through meshtrain's spawner) and reports; with RANK set, it is one of the ranks. */
+ * ranks (through meshtrain's spawner) and reports; with RANK set, or started by mpirun, it is one
+ * of the ranks. */
 #ifndef MESHTRAIN_TEST_COMM_HARNESS_H
 #define MESHTRAIN_TEST_COMM_HARNESS_H
 
@@ -10,9 +11,24 @@
 
 #include "meshtrain/spawn.h"
 
-static inline int harness_is_rank(void) { return getenv("RANK") != NULL; }
+/* The rank variable of whichever launcher started this process: meshtrain's spawner (RANK),
+ * Open MPI's mpirun (OMPI_COMM_WORLD_RANK) or a PMI launcher such as MPICH's (PMI_RANK). */
+static inline const char *harness_rank_variable(void)
+{
+    static const char *const names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (getenv(names[i]))
+            return getenv(names[i]);
+    return NULL;
+}
 
-static inline int harness_rank(void) { return atoi(getenv("RANK")); }
+static inline int harness_is_rank(void) { return harness_rank_variable() != NULL; }
+
+static inline int harness_rank(void)
+{
+    const char *rank = harness_rank_variable();
+    return rank ? atoi(rank) : -1;
+}
 
 /* Tests of the hier back end on one machine: with MT_TEST_RANKS_PER_HOST=k, ranks 0..k-1
  * say they run on one host, the next k on another, and so on (the netns test puts them
@@ -40,6 +56,23 @@ static inline mt_status harness_launch(int nproc, const char *scenario, double g
         argv[0] = self;
     }
     mt_spawn_options options = {.nproc = nproc, .grace_seconds = grace_seconds};
+    /* Several nodes (tests/net): MT_TEST_NNODES launchers, each started as node
+     * MT_TEST_NODE_RANK, share the store at MT_TEST_MASTER (host:port); the group of nproc
+     * ranks is split evenly between them. */
+    const char *nodes = getenv("MT_TEST_NNODES"), *master = getenv("MT_TEST_MASTER");
+    static char master_host[64];
+    if (nodes && atoi(nodes) > 1 && master && strchr(master, ':')) {
+        options.nnodes = atoi(nodes);
+        options.node_rank = getenv("MT_TEST_NODE_RANK") ? atoi(getenv("MT_TEST_NODE_RANK")) : 0;
+        snprintf(master_host, sizeof master_host, "%.*s", (int)(strchr(master, ':') - master),
+                 master);
+        options.master_host = master_host;
+        options.master_port = atoi(strchr(master, ':') + 1);
+        if (nproc % options.nnodes)
+            return mt_fail(MT_EINVAL, "%d ranks do not split evenly over %d nodes", nproc,
+                           options.nnodes);
+        options.nproc = nproc / options.nnodes;
+    }
     return mt_spawn_local(&options, argv, result);
 }
 
