@@ -290,11 +290,29 @@ static void ring_arrived(tcp_plan *p, const tcp_flow *f, size_t unit)
     (void)f;
 }
 
+/* Elements per chunk: a block is cut into at least RING_MIN_CHUNKS, so that reducing one
+ * chunk overlaps receiving the next even when blocks are small (a 1 MiB all-reduce on 2
+ * ranks has 512 KiB blocks), but never below 64 KiB (each frame costs a header and a
+ * wakeup) nor above the scratch chunk. */
+enum { RING_MIN_CHUNKS = 4, RING_MIN_CHUNK_BYTES = 64 << 10 };
+
+static size_t ring_chunk(const ring *R, int P)
+{
+    size_t largest = 0;
+    for (int b = 0; b < P; b++)
+        largest = R->n[b] > largest ? R->n[b] : largest;
+    size_t bytes = tcp_ceil_div(largest, RING_MIN_CHUNKS) * R->esz;
+    bytes = bytes < RING_MIN_CHUNK_BYTES ? RING_MIN_CHUNK_BYTES
+            : bytes > TCP_CHUNK_BYTES   ? TCP_CHUNK_BYTES
+                                        : bytes;
+    return bytes / R->esz;
+}
+
 static mt_status run_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, ring *R)
 {
     int P = g->size;
     R->esz = mt_dtype_size(op->dtype);
-    R->chunk = TCP_CHUNK_BYTES / R->esz;
+    R->chunk = ring_chunk(R, P);
     R->redop = op->redop == MT_AVG ? MT_SUM : op->redop;
     size_t *starts = malloc(2 * ((size_t)R->steps + 1) * sizeof *starts);
     if (!starts)
