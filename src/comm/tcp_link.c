@@ -228,7 +228,8 @@ mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *l, const tcp_frame *f
     tcp_describe_rank(g, peer, who, sizeof who);
     if (read_until(l->recv_fd, (uint8_t *)message, f->payload_bytes, mt_clock_seconds() + 1.0) != 0)
         snprintf(message, sizeof message, "%s failed (its message was cut off)", who);
-    message[f->payload_bytes < TCP_ABORT_MAX - 1 ? f->payload_bytes : TCP_ABORT_MAX - 1] = '\0';
+    else /* what was read is ended where the frame said it ends */
+        message[f->payload_bytes < TCP_ABORT_MAX - 1 ? f->payload_bytes : TCP_ABORT_MAX - 1] = '\0';
     /* Passed on: a peer reading from this rank next learns the cause, not just an EOF. */
     if (record_failure(g, message))
         tell_everyone(g, message);
