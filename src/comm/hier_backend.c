@@ -1,5 +1,6 @@
 /* The hier back end: groups spanning hosts. All-reduce and broadcast use shared memory inside
- * each host and tcp once per host (one slice per local rank); the rest go flat over tcp. */
+ * each host and tcp once per host (one slice per local rank); the rest go over tcp (or shm
+ * when every member is on one host). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@ enum { HOST_ID_BYTES = 160 };
  * by host; otherwise the hosts' first members only (NULL elsewhere). */
 typedef struct hier_group {
     mt_comm *flat, *local, *cross;
+    mt_comm *whole;      /* what the non-hierarchical operations use: local on one host, else flat */
     int hosts, uniform;
     int *host_of;        /* per member: its host, numbered in order of first appearance */
     int *local_rank_of;  /* per member: its rank in its host's group */
@@ -112,6 +114,7 @@ static mt_status hier_build(mt_comm *comm, mt_comm *flat, const int *host_of, vo
                                comm->rank);
     }
     g->flat = flat;
+    g->whole = g->hosts == 1 ? g->local : flat;
     if (flat->debug && flat->rank == 0 && !like) /* the world's layout, once */
         fprintf(stderr, "hier: %d ranks on %d hosts, %s\n", n, g->hosts,
                 g->uniform ? "the same number on each (sliced all-reduce)"
@@ -278,7 +281,7 @@ static mt_status hier_allreduce(hier_group *g, const mt_comm_op *op)
      * which the flat reduction gives; one host or one rank per host has nothing to split. */
     if ((op->redop == MT_AVG && is_integer(op->dtype)) || g->hosts == 1 ||
         g->hosts == g->flat->size)
-        return mt_comm_allreduce(g->flat, op->send, op->recv, op->count, op->dtype, op->redop);
+        return mt_comm_allreduce(g->whole, op->send, op->recv, op->count, op->dtype, op->redop);
     mt_redop redop = op->redop == MT_AVG ? MT_SUM : op->redop;
     return g->uniform ? allreduce_sliced(g, op, redop) : allreduce_leaders(g, op, redop);
 }
@@ -288,7 +291,7 @@ static mt_status hier_allreduce(hier_group *g, const mt_comm_op *op)
 static mt_status hier_broadcast(hier_group *g, const mt_comm_op *op)
 {
     if (!g->uniform || g->hosts == 1 || g->hosts == g->flat->size)
-        return mt_comm_broadcast(g->flat, op->recv, op->count, op->dtype, op->root);
+        return mt_comm_broadcast(g->whole, op->recv, op->count, op->dtype, op->root);
     int root_local = g->local_rank_of[op->root];
     mt_status st = MT_OK;
     if (g->local->rank == root_local)
@@ -300,7 +303,7 @@ static mt_status hier_broadcast(hier_group *g, const mt_comm_op *op)
 
 static mt_status hier_flat(hier_group *g, const mt_comm_op *op)
 {
-    mt_comm *f = g->flat;
+    mt_comm *f = g->whole;
     switch (op->kind) {
     case MT_OP_REDUCE:
         return mt_comm_reduce(f, op->send, op->recv, op->count, op->dtype, op->redop, op->root);
@@ -345,7 +348,7 @@ static hier_call call_of(const mt_comm_op *op, uint64_t seq, int size)
 static mt_status agree_on_host(hier_group *g, const mt_comm_op *op, uint64_t seq)
 {
     int n = g->local->size;
-    if (n == 1)
+    if (n == 1 || g->hosts == 1) /* one part only, which compares calls itself */
         return MT_OK;
     hier_call mine = call_of(op, seq, g->flat->size), *all = calloc((size_t)n, sizeof *all);
     mt_status st = all ? mt_comm_allgather(g->local, &mine, all, sizeof mine, MT_U8)
@@ -380,11 +383,11 @@ static mt_status hier_collective(void *impl, const mt_comm_op *op, uint64_t seq)
     return fail_all_parts(g, st);
 }
 
-/* Transfers go over the flat tcp group, whose ranks are this group's. */
+/* Transfers go over the whole group (its ranks are this group's): shm on one host, else tcp. */
 static mt_status hier_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     hier_group *g = impl;
-    return fail_all_parts(g, g->flat->backend->p2p_progress(g->flat->impl, p2p, done));
+    return fail_all_parts(g, g->whole->backend->p2p_progress(g->whole->impl, p2p, done));
 }
 
 /* Registered memory is the host group's: the shm steps then read peers' buffers in place. */
