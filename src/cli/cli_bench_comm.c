@@ -1,5 +1,7 @@
 /* `meshtrain bench comm`: nccl-tests-style timing of one collective over N local ranks. The
- * command starts the ranks itself (copies of this program) and rank 0 prints the table. */
+ * command starts the ranks itself (copies of this program, or mpirun's) and rank 0 prints the
+ * table. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,18 +13,29 @@
 #include "meshtrain/comm.h"
 #include "meshtrain/spawn.h"
 
+#ifdef MT_HAVE_MPI
+#define BACKENDS "shm, tcp, mpi"
+#else
+#define BACKENDS "shm, tcp"
+#endif
+
 static const char USAGE[] =
-    "usage: meshtrain bench comm [--nproc N] [--backend shm|tcp] [--op OP] [--min SIZE]\n"
+    "usage: meshtrain bench comm [--nproc N] [--backend shm|tcp|mpi] [--op OP] [--min SIZE]\n"
     "                            [--max SIZE] [--dtype f32] [--registered] [--inplace]\n"
     "\n"
     "Times one collective at sizes from --min to --max (bytes; K, M, G = 2^10, 2^20, 2^30),\n"
     "multiplying by 4, over N local ranks, and prints: size count type redop time_us algbw\n"
     "busbw check. time_us is the median over runs of a batch of back-to-back operations;\n"
     "algbw = size / time, busbw as nccl-tests defines it. OP: allreduce (default), allgather,\n"
-    "reducescatter, bcast, reduce, alltoall, sendrecv. --backend picks shared memory (shm) or\n"
-    "loopback sockets (tcp). --registered puts the buffers in memory from mt_comm_alloc_shared\n"
-    "(shared memory that peers read directly, on shm); --inplace reuses the input as output\n"
-    "where the operation allows. Defaults: --nproc 2 --backend shm --min 8 --max 256M.\n";
+    "reducescatter, bcast, reduce, alltoall, sendrecv. --backend picks shared memory (shm),\n"
+    "loopback sockets (tcp) or MPI (mpi), of those this build has: " BACKENDS ".\n"
+    "With mpi the ranks are mpirun's: the command runs `mpirun -n N` on itself or, when mpirun\n"
+    "started it (mpirun -n 2 meshtrain bench comm --backend mpi ...), is one of the ranks and\n"
+    "ignores --nproc; mpirun's own settings (hosts, binding, --oversubscribe) come from its\n"
+    "command line or OMPI_MCA_* variables. --registered puts the buffers in memory from\n"
+    "mt_comm_alloc_shared (shared memory that peers read directly, on shm); --inplace reuses\n"
+    "the input as output where the operation allows.\n"
+    "Defaults: --nproc 2 --backend shm --min 8 --max 256M.\n";
 
 typedef enum bench_op {
     OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BCAST, OP_REDUCE, OP_ALLTOALL, OP_SENDRECV
@@ -87,8 +100,12 @@ static int parse_args(int argc, char **argv, bench_args *a)
                 return bad("--nproc '%s' is not a rank count in [1, 512]", v);
             a->nproc = (int)n;
         } else if (strcmp(k, "--backend") == 0) {
-            if (strcmp(v, "shm") != 0 && strcmp(v, "tcp") != 0)
-                return bad("--backend '%s' is not available (this build has: shm, tcp)", v);
+            int known = strcmp(v, "shm") == 0 || strcmp(v, "tcp") == 0;
+#ifdef MT_HAVE_MPI
+            known |= strcmp(v, "mpi") == 0;
+#endif
+            if (!known)
+                return bad("--backend '%s' is not available (this build has: " BACKENDS ")", v);
             a->backend = v;
         } else if (strcmp(k, "--op") == 0) {
             int found = -1;
@@ -353,6 +370,41 @@ static int bench_rank_main(const bench_args *a)
     return st || !all_ok ? 1 : 0;
 }
 
+/* Started by mpirun (Open MPI's variable, or a PMI launcher's such as MPICH's)? */
+static int started_by_mpirun(void)
+{
+    return getenv("OMPI_COMM_WORLD_RANK") != NULL || getenv("PMI_RANK") != NULL;
+}
+
+#ifdef MT_HAVE_MPI
+/* Replaces this process with `mpirun -n N <this program> bench comm <args>`: the ranks are
+ * then mpirun's, and its exit status is this command's. */
+static int run_under_mpirun(const bench_args *a, int argc, char **argv, const char *self)
+{
+    char nproc[16];
+    snprintf(nproc, sizeof nproc, "%d", a->nproc);
+    char **command = calloc((size_t)argc + 7, sizeof *command);
+    if (!command)
+        return 1;
+    int k = 0;
+    command[k++] = (char *)MT_MPIEXEC;
+    command[k++] = (char *)"-n";
+    command[k++] = nproc;
+    command[k++] = (char *)self;
+    command[k++] = (char *)"bench";
+    command[k++] = (char *)"comm";
+    for (int i = 0; i < argc; i++)
+        command[k++] = argv[i];
+    fflush(NULL);
+    execv(MT_MPIEXEC, command);
+    fprintf(stderr, "meshtrain bench comm: error: cannot run %s (%s); start the ranks yourself: "
+                    "mpirun -n %d meshtrain bench comm --backend mpi ...\n",
+            MT_MPIEXEC, strerror(errno), a->nproc);
+    free(command);
+    return 1;
+}
+#endif
+
 int cli_bench_comm(int argc, char **argv)
 {
     if (argc > 0 && cli_is_help(argv[0])) {
@@ -362,6 +414,14 @@ int cli_bench_comm(int argc, char **argv)
     bench_args a;
     if (parse_args(argc, argv, &a))
         return 2;
+    int mpi = strcmp(a.backend, "mpi") == 0;
+    if (started_by_mpirun()) {
+        if (!mpi)
+            return bad("started by mpirun, which only the mpi back end uses: pass --backend mpi "
+                       "(%s starts its own ranks: run it without mpirun)", a.backend);
+        setenv("MT_COMM_BACKEND", "mpi", 1);
+        return bench_rank_main(&a);
+    }
     if (getenv("RANK"))
         return bench_rank_main(&a);
     /* Start the ranks: copies of this command, each finding its rank and back end in the
@@ -374,6 +434,10 @@ int cli_bench_comm(int argc, char **argv)
         return 1;
     }
     self[n] = '\0';
+#ifdef MT_HAVE_MPI
+    if (mpi)
+        return run_under_mpirun(&a, argc, argv, self);
+#endif
     char **child = calloc((size_t)argc + 4, sizeof *child);
     if (!child)
         return 1;
