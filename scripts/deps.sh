@@ -7,8 +7,8 @@ packages=(cmake make gcc libopenblas-openmp-dev bible-kjv)
 if [ "${1:-run}" = test ]; then
   # PyTorch and numpy for the parity test and benchmarks; clang and its sanitizer runtime
   # for the ASan/UBSan build of the suite; Open MPI (library and mpirun) for the mpi back end
-  # and its tests.
-  packages+=(python3-torch python3-numpy clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
+  # and its tests; iproute2 (ip netns) for the hier test across network namespaces.
+  packages+=(python3-torch python3-numpy clang libclang-rt-14-dev iproute2 openmpi-bin libopenmpi-dev)
 elif [ "${1:-run}" = bench ]; then
   # Open MPI (mpicc, mpirun) and PyTorch's gloo: the all-reduce peers of bench/comm_vs_peers.
   packages+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
