@@ -279,7 +279,7 @@ static int worker(void)
     mt_comm *c;
     harness_pretend_hosts();
     if (mt_comm_create(NULL, &c)) {
-        fprintf(stderr, "rank %s: %s\n", getenv("RANK"), mt_last_error());
+        fprintf(stderr, "rank %d: %s\n", harness_rank(), mt_last_error());
         return 1;
     }
     rank = mt_comm_rank(c);

@@ -1037,7 +1037,7 @@ static int worker(const char *name)
         if (name && strcmp(SCENARIOS[i].name, name) == 0)
             sc = &SCENARIOS[i];
     if (!sc) {
-        fprintf(stderr, "rank %s: unknown scenario '%s'\n", getenv("RANK"), name ? name : "");
+        fprintf(stderr, "rank %d: unknown scenario '%s'\n", harness_rank(), name ? name : "");
         return 2;
     }
     /* A hang becomes an error well inside ctest's timeout. */
@@ -1045,7 +1045,7 @@ static int worker(const char *name)
     group w = {.name = "world"};
     harness_pretend_hosts();
     if (mt_comm_create(&config, &w.comm)) {
-        fprintf(stderr, "rank %s: %s\n", getenv("RANK"), mt_last_error());
+        fprintf(stderr, "rank %d: %s\n", harness_rank(), mt_last_error());
         return 1;
     }
     w.rank = mt_comm_rank(w.comm);
