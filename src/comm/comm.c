@@ -276,6 +276,30 @@ mt_status mt_comm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
     return comm->backend->alloc_shared(comm, bytes, out);
 }
 
+/* The call stays collective, as the interface promises (the sizes were compared already):
+ * a rank that cannot allocate fails them all. */
+mt_status mt_comm_alloc_ordinary(mt_comm *comm, size_t bytes, void **out)
+{
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *memory = aligned_alloc(64, rounded ? rounded : 64);
+    int32_t failed = memory == NULL;
+    mt_status st = mt_comm_allreduce(comm, &failed, &failed, 1, MT_I32, MT_MAX);
+    if (st == MT_OK && failed)
+        st = mt_fail(MT_ENOMEM, "a rank could not allocate %zu bytes of registered memory", bytes);
+    if (st) {
+        free(memory);
+        return st;
+    }
+    *out = memory;
+    return MT_OK;
+}
+
+void mt_comm_free_ordinary(void *impl, void *memory)
+{
+    (void)impl;
+    free(memory);
+}
+
 void mt_comm_free_shared(mt_comm *comm, void *memory)
 {
     if (comm && memory)

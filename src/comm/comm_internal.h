@@ -147,6 +147,10 @@ struct mt_comm {
 };
 
 /* comm.c */
+/* Registered memory for back ends whose peers cannot read it (tcp, mpi): ordinary memory,
+ * aligned for the vector copies and reductions, still allocated collectively. */
+mt_status mt_comm_alloc_ordinary(mt_comm *comm, size_t bytes, void **out);
+void mt_comm_free_ordinary(void *impl, void *memory);
 /* A communicator without a back end yet (the back end's create or split fills it in). */
 mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
                       int debug, mt_comm **out);

@@ -130,31 +130,6 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
     return MT_OK;
 }
 
-/* Nothing is shared between processes over TCP: registered memory is ordinary memory,
- * aligned for the vector copies and reductions. The call stays collective, as the interface
- * promises (the sizes were compared already): a rank that cannot allocate fails them all. */
-static mt_status tcp_alloc_shared(mt_comm *comm, size_t bytes, void **out)
-{
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *memory = aligned_alloc(64, rounded ? rounded : 64);
-    int32_t failed = memory == NULL;
-    mt_status st = mt_comm_allreduce(comm, &failed, &failed, 1, MT_I32, MT_MAX);
-    if (st == MT_OK && failed)
-        st = mt_fail(MT_ENOMEM, "a rank could not allocate %zu bytes of registered memory", bytes);
-    if (st) {
-        free(memory);
-        return st;
-    }
-    *out = memory;
-    return MT_OK;
-}
-
-static void tcp_free_shared(void *impl, void *memory)
-{
-    (void)impl;
-    free(memory);
-}
-
 static void tcp_abort_group(void *impl, const char *message) { (void)tcp_abort(impl, "%s", message); }
 
 static void tcp_destroy(void *impl) { tcp_group_free(impl); }
@@ -164,8 +139,8 @@ const mt_comm_backend mt_tcp_backend = {
     .collective = tcp_collective,
     .p2p_progress = tcp_p2p_progress,
     .split = tcp_split,
-    .alloc_shared = tcp_alloc_shared,
-    .free_shared = tcp_free_shared,
+    .alloc_shared = mt_comm_alloc_ordinary, /* nothing is shared between processes over TCP */
+    .free_shared = mt_comm_free_ordinary,
     .abort = tcp_abort_group,
     .destroy = tcp_destroy,
 };
