@@ -176,41 +176,16 @@ static mt_status mpi_split(mt_comm *parent, const int *members, int n_members, m
 
 /* ---- memory and the table ---------------------------------------------------------------- */
 
-/* MPI collectives read ordinary memory, so registered memory is ordinary memory, aligned for
- * the vector loops. Still collective, as the interface promises (comm.c compared the sizes):
- * a rank that cannot allocate fails them all. */
-static mt_status mpi_alloc_shared(mt_comm *comm, size_t bytes, void **out)
-{
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *memory = aligned_alloc(64, rounded ? rounded : 64);
-    int32_t failed = memory == NULL;
-    mt_status st = mt_comm_allreduce(comm, &failed, &failed, 1, MT_I32, MT_MAX);
-    if (st == MT_OK && failed)
-        st = mt_fail(MT_ENOMEM, "a rank could not allocate %zu bytes of registered memory", bytes);
-    if (st) {
-        free(memory);
-        return st;
-    }
-    *out = memory;
-    return MT_OK;
-}
-
-static void mpi_free_shared(void *impl, void *memory)
-{
-    (void)impl;
-    free(memory);
-}
-
 static void mpi_destroy(void *impl) { group_free(impl); }
 
 /* No abort: MPI_Abort would end the whole job from inside the library; a failure is a status. */
 const mt_comm_backend mt_mpi_backend = {
     .name = "mpi",
-    .collective = mpi_collective,
-    .p2p_progress = mpi_p2p_progress,
+    .collective = mt_mpi_collective,
+    .p2p_progress = mt_mpi_p2p_progress,
     .split = mpi_split,
-    .alloc_shared = mpi_alloc_shared,
-    .free_shared = mpi_free_shared,
+    .alloc_shared = mt_comm_alloc_ordinary, /* ordinary memory: MPI moves the data */
+    .free_shared = mt_comm_free_ordinary,
     .abort = NULL,
     .destroy = mpi_destroy,
 };

@@ -81,7 +81,7 @@ static mt_status give_up(mpi_group *g, mt_p2p *p2p)
                    p2p->op.kind == MT_OP_SEND ? "receive" : "send");
 }
 
-mt_status mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
+mt_status mt_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     mpi_group *g = impl;
     const mt_comm_op *op = &p2p->op;
@@ -105,7 +105,7 @@ mt_status mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
         if (rc != MPI_SUCCESS) {
             free(t);
             return mt_mpi_fail(MT_EPEER, rc, "%s: %s failed", describe(op, what, sizeof what),
-                               mpi_call(op));
+                               mt_mpi_call(op));
         }
         p2p->backend_state = t;
         p2p->started = mt_clock_seconds();
