@@ -50,4 +50,10 @@ void mt_dtype_store(mt_dtype dtype, void *buffer, size_t i, double value);
 void mt_reduce_sources(mt_dtype dtype, mt_redop op, void *dst, const void *const *srcs,
                        int n_srcs, size_t count);
 
+/* Turns `count` sums of `ranks` values into averages in place, in the type's own arithmetic
+ * as MT_AVG does: f32, f64, bf16 (rounded once) and i64 (the wrapped sum, truncated). i32
+ * and u8 are left alone: their averages need a sum wider than the type (mt_reduce_sources).
+ * For algorithms that carry averages as sums and divide once at the end. */
+void mt_reduce_divide(mt_dtype dtype, void *data, size_t count, int ranks);
+
 #endif

@@ -329,3 +329,13 @@ void mt_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_var
     if (n < capacity)
         snprintf(out + n, capacity - n, ")");
 }
+
+uint64_t mt_op_counts_hash(const mt_comm_op *op, int size)
+{
+    if (!op->counts)
+        return 0;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the counts */
+    for (int r = 0; r < size; r++)
+        h = (h ^ op->counts[r]) * 1099511628211ull;
+    return h | 1;
+}

@@ -41,6 +41,15 @@ static inline int mt_op_is_reduction(mt_op_kind k)
 {
     return k == MT_OP_ALLREDUCE || k == MT_OP_REDUCE || k == MT_OP_REDUCE_SCATTER;
 }
+/* An i32 or u8 average needs the sum of all sources in 64 bits (a partial sum in the type
+ * could wrap), so algorithms that carry partial sums (rings, hier, MPI) treat it apart. */
+static inline int mt_op_avg_needs_wide_sum(const mt_comm_op *op)
+{
+    return op->redop == MT_AVG && (op->dtype == MT_I32 || op->dtype == MT_U8);
+}
+/* Variable counts as one number for headers that ranks compare: 0 when the op has none,
+ * else a hash that is equal on every rank exactly when the counts are (never 0). */
+uint64_t mt_op_counts_hash(const mt_comm_op *op, int size);
 /* How error messages name a call, the same in every back end: "all-reduce #3 (count 7, f32,
  * sum)"; counts that vary per rank print as such. */
 void mt_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_varies,

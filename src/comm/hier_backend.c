@@ -107,9 +107,7 @@ static mt_status hier_build(mt_comm *comm, mt_comm *flat, const int *host_of, vo
     }
     free(members), free(world), free(per_host);
     if (st) {
-        if (g)
-            g->flat = NULL; /* the caller owns flat until this succeeds */
-        hier_free(g);
+        hier_free(g); /* flat is not in g yet: the caller still owns it */
         return mt_fail_context(st, "hier: building the host and cross-host groups of rank %d",
                                comm->rank);
     }
@@ -214,23 +212,6 @@ static mt_status hier_split(mt_comm *parent, const int *members, int n_members, 
 
 /* ---- collectives ---------------------------------------------------------------------- */
 
-/* Divides n elements in place by `by` (the sum becomes the average), as the flat AVG does. */
-static void divide(mt_dtype dtype, void *data, size_t n, int by)
-{
-    if (dtype == MT_F32) {
-        float *x = data;
-        for (size_t i = 0; i < n; i++)
-            x[i] /= (float)by;
-    } else if (dtype == MT_F64) {
-        double *x = data;
-        for (size_t i = 0; i < n; i++)
-            x[i] /= by;
-    } else {
-        for (size_t i = 0; i < n; i++)
-            mt_dtype_store(dtype, data, i, (float)mt_dtype_load(dtype, data, i) / (float)by);
-    }
-}
-
 /* Reduce-scatter inside the host, all-reduce of each slice across hosts, all-gather inside
  * the host: every byte crosses the network once per host, carried by all local ranks. */
 static mt_status allreduce_sliced(hier_group *g, const mt_comm_op *op, mt_redop redop)
@@ -248,7 +229,7 @@ static mt_status allreduce_sliced(hier_group *g, const mt_comm_op *op, mt_redop 
     if (st == MT_OK)
         st = mt_comm_allreduce(g->cross, slice, slice, counts[me], op->dtype, redop);
     if (st == MT_OK && op->redop == MT_AVG)
-        divide(op->dtype, slice, counts[me], g->flat->size);
+        mt_reduce_divide(op->dtype, slice, counts[me], g->flat->size);
     if (st == MT_OK)
         st = mt_comm_allgatherv(g->local, slice, op->recv, counts, op->dtype);
     free(counts);
@@ -264,22 +245,17 @@ static mt_status allreduce_leaders(hier_group *g, const mt_comm_op *op, mt_redop
     if (st == MT_OK && leader)
         st = mt_comm_allreduce(g->cross, op->recv, op->recv, op->count, op->dtype, redop);
     if (st == MT_OK && leader && op->redop == MT_AVG)
-        divide(op->dtype, op->recv, op->count, g->flat->size);
+        mt_reduce_divide(op->dtype, op->recv, op->count, g->flat->size);
     if (st == MT_OK)
         st = mt_comm_broadcast(g->local, op->recv, op->count, op->dtype, 0);
     return st;
 }
 
-static int is_integer(mt_dtype dtype)
-{
-    return dtype == MT_I32 || dtype == MT_I64 || dtype == MT_U8;
-}
-
 static mt_status hier_allreduce(hier_group *g, const mt_comm_op *op)
 {
-    /* An integer average needs the whole sum before dividing (no wrap, one truncation),
-     * which the flat reduction gives; one host or one rank per host has nothing to split. */
-    if ((op->redop == MT_AVG && is_integer(op->dtype)) || g->hosts == 1 ||
+    /* A narrow integer average needs the whole sum in 64 bits, which the flat reduction
+     * gives; one host or one rank per host has nothing to split. */
+    if (mt_op_avg_needs_wide_sum(op) || g->hosts == 1 ||
         g->hosts == g->flat->size)
         return mt_comm_allreduce(g->whole, op->send, op->recv, op->count, op->dtype, op->redop);
     mt_redop redop = op->redop == MT_AVG ? MT_SUM : op->redop;
@@ -335,9 +311,8 @@ static hier_call call_of(const mt_comm_op *op, uint64_t seq, int size)
 {
     hier_call c = {.seq = seq, .count = op->counts ? 0 : op->count, .kind = op->kind,
                    .dtype = op->dtype, .redop = mt_op_is_reduction(op->kind) ? op->redop : 0,
-                   .root = mt_op_is_rooted(op->kind) ? op->root : 0};
-    for (int r = 0; op->counts && r < size; r++)
-        c.counts_hash = (c.counts_hash ^ op->counts[r]) * 0x100000001b3ull + 1;
+                   .root = mt_op_is_rooted(op->kind) ? op->root : 0,
+                   .counts_hash = mt_op_counts_hash(op, size)};
     return c;
 }
 

@@ -105,8 +105,6 @@ static mt_status too_large(const mt_comm_op *op, size_t elements)
                               "broadcast into pieces", mt_op_name(op->kind), elements, INT_MAX);
 }
 
-static int is_narrow_integer(mt_dtype dtype) { return dtype == MT_I32 || dtype == MT_U8; }
-
 static int64_t widened(mt_dtype dtype, const void *data, size_t i)
 {
     return dtype == MT_I32 ? ((const int32_t *)data)[i] : ((const uint8_t *)data)[i];
@@ -162,7 +160,7 @@ static mt_status run_in_pieces(mpi_group *g, const mt_comm_op *op, uint64_t seq)
         first += n;
     } while (first < op->count);
     if (op->redop == MT_AVG && (op->kind == MT_OP_ALLREDUCE || g->comm->rank == op->root))
-        mt_mpi_divide(op->dtype, op->recv, op->count, g->comm->size);
+        mt_reduce_divide(op->dtype, op->recv, op->count, g->comm->size);
     return MT_OK;
 }
 
@@ -286,7 +284,7 @@ static mt_status reduce_scatter(mpi_group *g, const mt_comm_op *op, uint64_t seq
         return st;
     int me = g->comm->rank;
     size_t esz = mt_dtype_size(op->dtype), mine = (size_t)counts[me];
-    if (op->redop == MT_AVG && is_narrow_integer(op->dtype)) {
+    if (mt_op_avg_needs_wide_sum(op)) {
         st = reduce_scatter_average_narrow(g, op, seq, counts,
                                            mt_op_total_count(op, g->comm->size));
         free(counts), free(offsets);
@@ -310,7 +308,7 @@ static mt_status reduce_scatter(mpi_group *g, const mt_comm_op *op, uint64_t seq
     if (st == MT_OK && scratch)
         memcpy(op->recv, scratch, mine * esz);
     if (st == MT_OK && op->redop == MT_AVG)
-        mt_mpi_divide(op->dtype, op->recv, mine, g->comm->size);
+        mt_reduce_divide(op->dtype, op->recv, mine, g->comm->size);
     release_scratch(scratch, &request);
     free(counts), free(offsets);
     return st;
@@ -334,7 +332,7 @@ mt_status mt_mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq)
     switch (op->kind) {
     case MT_OP_ALLREDUCE:
     case MT_OP_REDUCE:
-        if (op->redop == MT_AVG && is_narrow_integer(op->dtype))
+        if (mt_op_avg_needs_wide_sum(op))
             return average_narrow(g, op, seq);
         return run_in_pieces(g, op, seq);
     case MT_OP_BROADCAST: return run_in_pieces(g, op, seq);

@@ -126,25 +126,3 @@ MPI_Op mt_mpi_op(mt_dtype dtype, mt_redop op)
     default: return MPI_SUM;
     }
 }
-
-void mt_mpi_divide(mt_dtype dtype, void *data, size_t count, int ranks)
-{
-    if (dtype == MT_F32) {
-        float *x = data;
-        for (size_t i = 0; i < count; i++)
-            x[i] = x[i] / (float)ranks;
-    } else if (dtype == MT_F64) {
-        double *x = data;
-        for (size_t i = 0; i < count; i++)
-            x[i] = x[i] / (double)ranks;
-    } else if (dtype == MT_BF16) {
-        uint16_t *x = data;
-        for (size_t i = 0; i < count; i++)
-            x[i] = mt_bf16_round(mt_bf16_widen(x[i]) / (float)ranks);
-    } else if (dtype == MT_I64) {
-        /* The sum wrapped modulo 2^64 as reduce.c's does; C division truncates toward zero. */
-        int64_t *x = data;
-        for (size_t i = 0; i < count; i++)
-            x[i] = x[i] / ranks;
-    }
-}

@@ -15,12 +15,9 @@ mt_status mt_mpi_types_create(void);
 MPI_Datatype mt_mpi_datatype(mt_dtype dtype);
 
 /* The operation that combines two ranks' values. MT_AVG maps to the sum: the caller divides
- * (mt_mpi_divide) where the result lands. */
+ * (mt_reduce_divide) where the result lands. */
 MPI_Op mt_mpi_op(mt_dtype dtype, mt_redop op);
 
-/* Turns `count` sums of `ranks` values into averages in the type's own arithmetic, as
- * reduce.c's avg_* do: f32, f64, bf16 and i64 (i32 and u8 averages need a wider sum). */
-void mt_mpi_divide(mt_dtype dtype, void *data, size_t count, int ranks);
 
 /* mt_fail with MPI's description of the error code appended: "<message>: <MPI_Error_string>". */
 mt_status mt_mpi_fail(mt_status code, int rc, const char *fmt, ...)

@@ -214,3 +214,24 @@ void mt_reduce_sources(mt_dtype dtype, mt_redop op, void *dst, const void *const
     }
     REDUCERS[dtype][op](dst, srcs, n_srcs, count);
 }
+
+void mt_reduce_divide(mt_dtype dtype, void *data, size_t count, int ranks)
+{
+    if (dtype == MT_F32) {
+        float *x = data;
+        for (size_t i = 0; i < count; i++)
+            x[i] = avg_f32(x[i], ranks);
+    } else if (dtype == MT_F64) {
+        double *x = data;
+        for (size_t i = 0; i < count; i++)
+            x[i] = avg_f64(x[i], ranks);
+    } else if (dtype == MT_BF16) {
+        uint16_t *x = data;
+        for (size_t i = 0; i < count; i++)
+            x[i] = avg_bf16(mt_bf16_widen(x[i]), ranks);
+    } else if (dtype == MT_I64) {
+        int64_t *x = data;
+        for (size_t i = 0; i < count; i++)
+            x[i] = x[i] / ranks;
+    }
+}

@@ -9,23 +9,6 @@
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
-static uint64_t hash_mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    return h * 0xff51afd7ed558ccdull;
-}
-
-static uint64_t counts_hash(const mt_comm_op *op, int size)
-{
-    if (!op->counts)
-        return 0;
-    uint64_t h = 1469598103934665603ull;
-    for (int r = 0; r < size; r++)
-        h = hash_mix(h, op->counts[r]);
-    return h;
-}
-
-
 /* Writes this rank's header for the next round: fields that do not apply to the operation are
  * zero, so that headers compare field by field. */
 static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, unsigned flags)
@@ -38,7 +21,7 @@ static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, uns
     h->redop = mt_op_is_reduction(op->kind) ? (uint32_t)op->redop : 0;
     h->root = mt_op_is_rooted(op->kind) ? op->root : 0;
     h->count = op->counts ? 0 : op->count;
-    h->counts_hash = counts_hash(op, g->size);
+    h->counts_hash = mt_op_counts_hash(op, g->size);
     h->send_addr = (uint64_t)(uintptr_t)op->send;
     h->recv_addr = (uint64_t)(uintptr_t)op->recv;
     h->flags = flags;

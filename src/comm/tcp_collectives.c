@@ -30,14 +30,6 @@ static uint8_t *scratch(tcp_group *g, size_t bytes)
     return g->scratch ? g->scratch : (uint8_t *)g;
 }
 
-
-/* Integer averages must accumulate in 64 bits: partial sums in the type could wrap, so they
- * never travel around a ring. */
-static int needs_all_sources(const mt_comm_op *op)
-{
-    return op->redop == MT_AVG && (op->dtype == MT_I32 || op->dtype == MT_U8);
-}
-
 /* ---- direct exchange -------------------------------------------------------------------- */
 
 /* Every rank sends `send_of(q)` to each peer q and receives peer q's part into `recv_of(q)`. */
@@ -252,23 +244,6 @@ static int ring_ready(tcp_plan *p, const tcp_flow *f, size_t unit)
     return s == 0 || p->flows[R->recv_flow].next > R->start[0][s - 1] + c;
 }
 
-/* Divides a finished sum by the number of ranks as mt_reduce_sources' MT_AVG does (a true
- * division, rounded once). i32 and u8 averages never travel a ring (needs_all_sources). */
-static void divide(mt_dtype dtype, void *buf, size_t count, int n)
-{
-    for (size_t i = 0; i < count; i++) {
-        if (dtype == MT_F32)
-            ((float *)buf)[i] /= (float)n;
-        else if (dtype == MT_F64)
-            ((double *)buf)[i] /= (double)n;
-        else if (dtype == MT_BF16)
-            ((uint16_t *)buf)[i] =
-                mt_bf16_from_f32(mt_bf16_to_f32(((uint16_t *)buf)[i]) / (float)n);
-        else if (dtype == MT_I64)
-            ((int64_t *)buf)[i] /= n;
-    }
-}
-
 static void ring_arrived(tcp_plan *p, const tcp_flow *f, size_t unit)
 {
     const ring *R = p->ctx;
@@ -286,7 +261,7 @@ static void ring_arrived(tcp_plan *p, const tcp_flow *f, size_t unit)
     const void *sources[2] = {R->tmp, mine};
     mt_reduce_sources(p->op->dtype, R->redop, dst, sources, 2, m);
     if (p->op->redop == MT_AVG && s == R->reduce_steps - 1)
-        divide(p->op->dtype, dst, m, p->g->size);
+        mt_reduce_divide(p->op->dtype, dst, m, p->g->size);
     (void)f;
 }
 
@@ -488,7 +463,7 @@ static mt_status broadcast(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 static mt_status reduce_any(tcp_group *g, const mt_comm_op *op, uint64_t seq, int root)
 {
     size_t bytes = op->count * mt_dtype_size(op->dtype);
-    if (g->size == 1 || bytes <= DIRECT_MAX_BYTES || needs_all_sources(op))
+    if (g->size == 1 || bytes <= DIRECT_MAX_BYTES || mt_op_avg_needs_wide_sum(op))
         return reduce_direct(g, op, seq, root);
     return reduce_ring(g, op, seq, root);
 }
@@ -509,7 +484,7 @@ static mt_status allgather(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 static mt_status reduce_scatter(tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
     size_t bytes = mt_op_total_count(op, g->size) * mt_dtype_size(op->dtype);
-    if (g->size == 1 || bytes <= DIRECT_MAX_BYTES || needs_all_sources(op))
+    if (g->size == 1 || bytes <= DIRECT_MAX_BYTES || mt_op_avg_needs_wide_sum(op))
         return reduce_scatter_direct(g, op, seq);
     return reduce_scatter_ring(g, op, seq);
 }

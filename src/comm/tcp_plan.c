@@ -12,12 +12,7 @@
 /* Variable counts travel as a hash: equal on every rank exactly when the counts are. */
 static uint64_t counts_key(const mt_comm_op *op, int size)
 {
-    if (!op->counts)
-        return op->count;
-    uint64_t h = 1469598103934665603ull;
-    for (int r = 0; r < size; r++)
-        h = (h ^ op->counts[r]) * 1099511628211ull;
-    return h | 1ull << 63;
+    return op->counts ? mt_op_counts_hash(op, size) | 1ull << 63 : op->count;
 }
 
 mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq)
