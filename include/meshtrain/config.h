@@ -19,6 +19,9 @@ typedef struct mt_config {
     uint64_t seed;
     /* machinery */
     int threads; /* 0: the available cores divided by the local ranks */
+    /* parallelism: nproc local workers; a dp x pp x tp mesh over all ranks (dp 0: whatever
+     * the world size leaves, resolved by mt_mesh_shape_resolve, which also checks the rest) */
+    int nproc, dp, tp, pp;
     char data[MT_PATH_MAX], out[MT_PATH_MAX];
     /* reporting */
     int eval_every, eval_seqs, log_every;
