@@ -38,6 +38,10 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out);
 enum { MT_COMM_NO_GROUP = -1 };
 mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out);
 
+/* Removes the shared-memory segments whose creating process is gone (a worker killed while
+ * it built a communicator); launchers call it after their workers ended. */
+void mt_comm_remove_stale_segments(void);
+
 /* Waits for operations in flight, then frees. Not collective: a broken group still tears down. */
 void mt_comm_destroy(mt_comm *comm);
 

@@ -1,5 +1,5 @@
-/* A small key-value store over TCP for bootstrapping communicators (rendezvous).
- * One process hosts it (the spawner); every rank connects as a client. Binds 127.0.0.1. */
+/* The rendezvous store: a small key-value store over TCP that a launcher (or rank 0) hosts and
+ * every rank joins, proving it holds the job's secret, before any communicator exists. */
 #ifndef MESHTRAIN_STORE_H
 #define MESHTRAIN_STORE_H
 
@@ -9,27 +9,92 @@
 #include "meshtrain/status.h"
 
 /* Bounds checked on both sides before anything is allocated. */
-enum { MT_STORE_MAX_KEY = 256, MT_STORE_MAX_VALUE = 1 << 20 };
+enum {
+    MT_STORE_MAX_KEY = 256,
+    MT_STORE_MAX_VALUE = 1 << 20,
+    MT_STORE_MAX_WAIT_KEYS = 1024, /* keys in one wait */
+    MT_STORE_MIN_SECRET = 16,      /* bytes; a generated secret has 64 (hex of 32 random) */
+    MT_STORE_MAX_SECRET = 256,
+};
 
+/* ---- The job's secret ----
+ * Every connection proves it knows the secret with HMAC-SHA256 over fresh nonces of both
+ * sides; the secret itself never crosses the network. It is text (what a user can put in a
+ * file or a variable), used byte for byte. */
+typedef struct mt_store_secret {
+    unsigned char bytes[MT_STORE_MAX_SECRET + 1]; /* NUL-terminated, for putting in the env */
+    size_t size;
+} mt_store_secret;
+
+/* 32 random bytes from the kernel, written as 64 hex digits. */
+mt_status mt_store_secret_generate(mt_store_secret *out);
+/* `where` names the source in messages ("MT_JOB_SECRET"). */
+mt_status mt_store_secret_from_text(const char *text, const char *where, mt_store_secret *out);
+/* The file's contents without trailing white space. Refused when others may read the file
+ * (a secret anyone on the host can read protects nothing). */
+mt_status mt_store_secret_from_file(const char *path, mt_store_secret *out);
+/* MT_JOB_SECRET, else the file named by MT_JOB_SECRET_FILE; *found 0 when neither is set. */
+mt_status mt_store_secret_from_env(mt_store_secret *out, int *found);
+
+/* ---- Server ---- */
 typedef struct mt_store_server mt_store_server;
-typedef struct mt_store mt_store;
 
-/* Starts a server thread listening on host:port (host NULL means 127.0.0.1; port 0 picks a
- * free port, see mt_store_server_port). */
-mt_status mt_store_server_start(const char *host, int port, mt_store_server **out);
+typedef struct mt_store_server_config {
+    const char *host; /* address to bind [127.0.0.1]; another only when asked for */
+    int port;         /* 0 picks a free port (see mt_store_server_port) */
+    const mt_store_secret *secret;
+    int world_size;   /* ranks may join only with this world size (0: not checked) */
+    int launchers;    /* launchers (nodes) of the job (0: not checked) */
+} mt_store_server_config;
+
+/* Starts a server thread. A port in use is an error that says so (another job's store?). */
+mt_status mt_store_server_start(const mt_store_server_config *config, mt_store_server **out);
 int mt_store_server_port(const mt_store_server *server);
 void mt_store_server_stop(mt_store_server *server);
 
-/* Connects, retrying until timeout_seconds (the server may start after the client). */
-mt_status mt_store_connect(const char *host, int port, double timeout_seconds, mt_store **out);
+/* ---- Client ---- */
+typedef struct mt_store mt_store;
+
+/* Who joins: a rank of the job (id of count = world size), a launcher (node rank of count =
+ * nodes), or a tool (no identity). The server refuses a second live rank or launcher with the
+ * same id, and a count that differs from the job's. */
+typedef enum mt_store_role { MT_STORE_RANK = 1, MT_STORE_LAUNCHER = 2, MT_STORE_TOOL = 3 } mt_store_role;
+
+typedef struct mt_store_config {
+    const char *host; /* [127.0.0.1] */
+    int port;
+    double timeout_seconds; /* joining (the server may start later) and each request */
+    const mt_store_secret *secret;
+    mt_store_role role;
+    int id, count;
+    const char *prefix; /* prepended to every key (a restart's namespace: "attempt1/"), or NULL */
+} mt_store_config;
+
+/* Connects (retrying until the timeout while nobody listens), then authenticates both ways:
+ * a server that cannot prove it holds the secret is another job's, and is left. */
+mt_status mt_store_connect(const mt_store_config *config, mt_store **out);
 void mt_store_close(mt_store *store);
 
 mt_status mt_store_set(mt_store *store, const char *key, const void *value, size_t bytes);
-/* Waits until the key exists (up to the connect timeout), then copies at most `capacity` bytes;
+/* Waits until the key exists (up to the timeout), then copies at most `capacity` bytes;
  * *bytes gets the value's size. A value larger than capacity is an error. */
 mt_status mt_store_get(mt_store *store, const char *key, void *value, size_t capacity,
                        size_t *bytes);
+/* As get, without waiting: *found 0 when the key does not exist. */
+mt_status mt_store_try_get(mt_store *store, const char *key, void *value, size_t capacity,
+                           size_t *bytes, int *found);
+/* Waits until every key exists, up to timeout_seconds (the connection is unusable after a
+ * timeout, as after any failed request). */
+mt_status mt_store_wait(mt_store *store, const char *const *keys, int n, double timeout_seconds);
 /* Atomically adds `delta` to the integer at key (missing means 0); *result gets the new value. */
 mt_status mt_store_add(mt_store *store, const char *key, int64_t delta, int64_t *result);
+/* Atomically: if the key's value equals `expected` (a missing key equals the empty value), it
+ * becomes `desired`. The value held afterwards goes to `current` (*current_bytes its size), so
+ * the caller won when it equals desired. */
+mt_status mt_store_compare_set(mt_store *store, const char *key, const void *expected,
+                               size_t expected_bytes, const void *desired, size_t desired_bytes,
+                               void *current, size_t capacity, size_t *current_bytes);
+/* Removes the key; *existed (may be NULL) says whether it was there. */
+mt_status mt_store_delete(mt_store *store, const char *key, int *existed);
 
 #endif

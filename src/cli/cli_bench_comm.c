@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/comm.h"
-#include "meshtrain/spawn.h"
+#include "meshtrain/launch.h"
 
 #ifdef MT_HAVE_MPI
 #define BACKENDS "shm, tcp, mpi"
@@ -446,9 +446,9 @@ int cli_bench_comm(int argc, char **argv)
     child[2] = (char *)"comm";
     for (int i = 0; i < argc; i++)
         child[3 + i] = argv[i];
-    mt_spawn_options options = {.nproc = a.nproc, .grace_seconds = 10, .bind_to_core = 1};
-    mt_spawn_result result;
-    mt_status st = mt_spawn_local(&options, child, &result);
+    mt_launch_options options = {.nproc = a.nproc, .grace_seconds = 10, .bind_to_core = 1};
+    mt_launch_result result;
+    mt_status st = mt_launch(&options, child, &result);
     free(child);
     return st ? cli_report_error("bench comm") : 0;
 }

@@ -1,13 +1,24 @@
-/* `meshtrain train [--config FILE] [--key value ...]`: parses the configuration, runs the
- * training loop, and turns any failure into a message naming its cause and exit status 1. */
+/* `meshtrain train [--config FILE] [--key value ...]`: parses the configuration, places the
+ * run on its mesh (launching local workers for --nproc), runs the training loop, and turns any
+ * failure into a message naming its cause and exit status 1. */
+#define _GNU_SOURCE /* gethostname's HOST_NAME_MAX */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "meshtrain/comm.h"
+#include "meshtrain/job_env.h"
+#include "meshtrain/mesh.h"
 #include "meshtrain/train.h"
+
+enum { HOST_BYTES = 64 };
 
 static void print_help(void)
 {
-    printf("usage: meshtrain train [--config FILE] [--key value | --key=value ...]\n"
+    printf("usage: meshtrain train [--config FILE] [--key value | --key=value ...] [--dry-run]\n"
            "\n"
            "Trains a GPT on a token corpus (see `meshtrain data`). Keys come from their built-in\n"
            "defaults, then from --config files and flags in the order given (later wins);\n"
@@ -15,20 +26,123 @@ static void print_help(void)
            "Writes OUT/metrics.jsonl (one JSON object per step), OUT/summary.json and\n"
            "OUT/config.ini, and prints a text sample at the end.\n"
            "\n"
+           "--nproc N launches N local workers (as `meshtrain launch`); under meshtrain launch,\n"
+           "mpirun, srun or torchrun-style variables the ranks come from the launcher. The ranks\n"
+           "form a dp x pp x tp mesh. --dry-run prints the mesh (each rank's coordinates, host,\n"
+           "stage and layers) and exits without training.\n"
+           "\n"
            "keys (default, meaning):\n");
     mt_config_print_help(stdout);
 }
 
+/* Every rank's host name, gathered over the world (hosts[r] points into *storage). */
+static mt_status gather_hosts(mt_comm *world, char **storage, const char ***hosts)
+{
+    int n = mt_comm_size(world);
+    char mine[HOST_BYTES] = "";
+    gethostname(mine, sizeof mine - 1);
+    *storage = calloc((size_t)n, HOST_BYTES);
+    *hosts = calloc((size_t)n, sizeof **hosts);
+    if (!*storage || !*hosts)
+        return mt_fail(MT_ENOMEM, "gathering host names: out of memory");
+    mt_status st = mt_comm_allgather(world, mine, *storage, HOST_BYTES, MT_U8);
+    for (int r = 0; r < n; r++) {
+        (*storage)[(size_t)r * HOST_BYTES + HOST_BYTES - 1] = '\0';
+        (*hosts)[r] = *storage + (size_t)r * HOST_BYTES;
+    }
+    return st;
+}
+
+/* --dry-run: the mesh of the run as configured. Under a launcher the ranks build the world and
+ * report their real hosts (rank 0 prints); alone, the --nproc workers would share this host. */
+static int dry_run(const mt_config *cfg, const mt_job_env *job)
+{
+    int world_size = job->launcher == MT_JOB_NONE ? cfg->nproc : job->world_size;
+    mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
+    if (mt_mesh_shape_resolve(&shape, world_size, cfg->layers, cfg->heads))
+        return cli_report_error("train");
+    if (job->launcher == MT_JOB_NONE || world_size == 1) {
+        char host[HOST_NAME_MAX + 1] = "";
+        gethostname(host, sizeof host);
+        const char **hosts = calloc((size_t)world_size, sizeof *hosts);
+        for (int r = 0; hosts && r < world_size; r++)
+            hosts[r] = host;
+        mt_mesh_print(&shape, cfg->layers, NULL, hosts, stdout);
+        free(hosts);
+        return 0;
+    }
+    mt_comm *world = NULL;
+    char *storage = NULL;
+    const char **hosts = NULL;
+    mt_status st = mt_comm_create(NULL, &world);
+    if (st == MT_OK)
+        st = gather_hosts(world, &storage, &hosts);
+    if (st == MT_OK && mt_comm_rank(world) == 0)
+        mt_mesh_print(&shape, cfg->layers, NULL, hosts, stdout);
+    mt_comm_destroy(world);
+    free(storage);
+    free(hosts);
+    return st ? cli_report_error("train") : 0;
+}
+
+/* A rank of a job of several: the world and every mesh group are built and checked, so a
+ * layout's mistakes surface now; the trainer itself runs on one rank only in this build. */
+static int train_as_rank(const mt_config *cfg)
+{
+    mt_comm *world = NULL;
+    mt_mesh *mesh = NULL;
+    mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
+    mt_status st = mt_comm_create(NULL, &world);
+    if (st == MT_OK)
+        st = mt_mesh_shape_resolve(&shape, mt_comm_size(world), cfg->layers, cfg->heads);
+    if (st == MT_OK)
+        st = mt_mesh_create(world, &shape, cfg->layers, NULL, &mesh);
+    if (st == MT_OK)
+        st = mt_comm_barrier(world);
+    if (st == MT_OK)
+        st = mt_fail(MT_EINVAL, "the %d-rank mesh (dp %d x pp %d x tp %d) is built, but this "
+                                "build trains on one rank only: data, tensor and pipeline "
+                                "parallel training come next (use `meshtrain check` to test a "
+                                "layout's communication)",
+                     mt_comm_size(world), shape.dp, shape.pp, shape.tp);
+    mt_mesh_destroy(mesh);
+    mt_comm_destroy(world);
+    return cli_report_error("train");
+}
+
 int cli_train(int argc, char **argv)
 {
-    for (int i = 0; i < argc; i++)
+    int dry = 0, kept = 0;
+    for (int i = 0; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             print_help();
             return 0;
         }
+        if (strcmp(argv[i], "--dry-run") == 0)
+            dry = 1;
+        else
+            argv[kept++] = argv[i];
+    }
+    argc = kept;
     mt_config cfg;
     mt_config_defaults(&cfg);
     if (mt_config_parse_args(&cfg, argc, argv)) /* mt_train_run validates the whole */
+        return cli_report_error("train");
+    mt_job_env job;
+    if (mt_job_env_detect(NULL, NULL, &job))
+        return cli_report_error("train");
+    if (dry)
+        return dry_run(&cfg, &job);
+    if (job.launcher == MT_JOB_NONE && cfg.nproc > 1) {
+        mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
+        if (mt_mesh_shape_resolve(&shape, cfg.nproc, cfg.layers, cfg.heads))
+            return cli_report_error("train"); /* before any worker starts */
+        return cli_relaunch_locally(cfg.nproc, "train", argc, argv);
+    }
+    if (job.world_size > 1)
+        return train_as_rank(&cfg);
+    mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
+    if (mt_mesh_shape_resolve(&shape, 1, cfg.layers, cfg.heads))
         return cli_report_error("train");
     mt_train_summary summary;
     if (mt_train_run(&cfg, stdout, stdout, &summary))

@@ -11,6 +11,8 @@ static const char USAGE[] =
     "\n"
     "commands:\n"
     "  train   train a GPT (meshtrain train --help)\n"
+    "  launch  start a job's workers on this node (meshtrain launch --help)\n"
+    "  check   check that a job's ranks and mesh groups communicate correctly\n"
     "  data    write a token corpus folder (meshtrain data --help)\n"
     "  bench   measure the machine's ceilings (meshtrain bench --help)\n";
 
@@ -34,6 +36,10 @@ int main(int argc, char **argv)
     const char *command = argv[1];
     if (strcmp(command, "train") == 0)
         return cli_train(argc - 2, argv + 2);
+    if (strcmp(command, "launch") == 0)
+        return cli_launch(argc - 2, argv + 2);
+    if (strcmp(command, "check") == 0)
+        return cli_check(argc - 2, argv + 2);
     if (strcmp(command, "data") == 0)
         return cli_data(argc - 2, argv + 2);
     if (strcmp(command, "bench") == 0)

@@ -24,6 +24,13 @@ mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout
         c->world_ranks[r] = world_ranks ? world_ranks[r] : r;
     c->timeout_seconds = timeout_seconds;
     c->debug = debug;
+    mt_flight_init(&c->flight, rank, size);
+    mt_status st = mt_flight_register_direct(&c->flight, c->world_ranks, world_ranks != NULL);
+    if (st) {
+        free(c->world_ranks);
+        free(c);
+        return st;
+    }
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->p2p_lock, NULL);
     pthread_cond_init(&c->wake, NULL);
@@ -34,6 +41,7 @@ mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout
 
 static void comm_free(mt_comm *c)
 {
+    mt_flight_unregister(&c->flight); /* before a dump could read freed memory */
     if (c->backend && c->impl)
         c->backend->destroy(c->impl);
     pthread_mutex_destroy(&c->lock);
@@ -42,20 +50,6 @@ static void comm_free(mt_comm *c)
     pthread_cond_destroy(&c->finished);
     free(c->world_ranks);
     free(c);
-}
-
-/* An integer from the environment; *out untouched when unset. */
-static mt_status env_int(const char *name, long lo, long hi, int *out)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return MT_OK;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi)
-        return mt_fail(MT_EINVAL, "%s='%s' is not an integer in [%ld, %ld]", name, v, lo, hi);
-    *out = (int)x;
-    return MT_OK;
 }
 
 /* The back ends this build has, by name. */
@@ -88,32 +82,6 @@ static const char *env_or(const char *name, const char *fallback)
     return v && *v ? v : fallback;
 }
 
-/* Rank, size and the store's address: from the config, else the environment a launcher set. */
-static mt_status resolve_placement(mt_comm_config *c)
-{
-    mt_status st = MT_OK;
-    if (c->size == 0) {
-        c->rank = -1;
-        if (!getenv("RANK") || !getenv("WORLD_SIZE"))
-            return mt_fail(MT_EINVAL, "RANK and WORLD_SIZE are not set: start the workers with "
-                                      "a spawner or launcher, or pass rank and size");
-        if ((st = env_int("WORLD_SIZE", 1, 1 << 20, &c->size)) ||
-            (st = env_int("RANK", 0, c->size - 1, &c->rank)))
-            return st;
-    }
-    if (c->size < 1 || c->rank < 0 || c->rank >= c->size)
-        return mt_fail(MT_EINVAL, "rank %d is outside a world of %d ranks", c->rank, c->size);
-    if (!c->store_host)
-        c->store_host = env_or("MASTER_ADDR", "127.0.0.1");
-    if (c->store_port == 0) {
-        if (!getenv("MASTER_PORT"))
-            return mt_fail(MT_EINVAL, "MASTER_PORT is not set: the store's port is unknown");
-        if ((st = env_int("MASTER_PORT", 1, 65535, &c->store_port)))
-            return st;
-    }
-    return MT_OK;
-}
-
 static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c,
                                 const mt_comm_world_builder **builder)
 {
@@ -124,11 +92,9 @@ static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c,
     mt_status st = find_builder(c->backend, builder);
     if (st)
         return st;
-    if ((*builder)->identify)
-        st = (*builder)->identify(&c->rank, &c->size);
-    else
-        st = resolve_placement(c);
-    if (st)
+    /* Back ends with their own launcher (mpi) know rank and size; the others learn them
+     * in mt_comm_bootstrap, with the store. */
+    if ((*builder)->identify && (st = (*builder)->identify(&c->rank, &c->size)))
         return st;
     if (c->timeout_seconds == 0) {
         c->timeout_seconds = DEFAULT_TIMEOUT;
@@ -165,17 +131,22 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
     if (st)
         return mt_fail_context(st, "creating a communicator");
     mt_comm *comm;
-    if ((st = mt_comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm)))
-        return st;
-    mt_store *store = NULL;
+    mt_comm_bootstrap_result boot = {0};
     if (!builder->identify)
-        st = mt_store_connect(c.store_host, c.store_port, c.timeout_seconds, &store);
-    if (st == MT_OK)
-        st = builder->create_world(comm, store, &c, &comm->impl);
-    if (store)
-        mt_store_close(store);
+        st = mt_comm_bootstrap(&c, &boot);
+    if (st)
+        return mt_fail_context(st, "creating the world communicator (%s)", builder->name);
+    if ((st = mt_comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm))) {
+        mt_store_close(boot.store);
+        mt_store_server_stop(boot.server);
+        return st;
+    }
+    comm->store_server = boot.server;
+    st = builder->create_world(comm, boot.store, &c, &comm->impl);
+    mt_store_close(boot.store);
     if (st) {
         comm_free(comm);
+        mt_store_server_stop(boot.server);
         return mt_fail_context(st, "creating the world communicator (%s)", builder->name);
     }
     comm->backend = builder->backend;
@@ -197,6 +168,8 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
     *out = NULL;
     if (!parent)
         return mt_fail(MT_EINVAL, "split: no parent communicator");
+    /* Counted on every member, whatever happens next: children's ids depend on it. */
+    int split_number = mt_flight_next_split(&parent->flight);
     if (color < MT_COMM_NO_GROUP)
         return mt_fail(MT_EINVAL, "split: color %d is negative (use MT_COMM_NO_GROUP to opt out)",
                        color);
@@ -230,6 +203,8 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
     mt_comm *child = NULL;
     if (st == MT_OK && me >= 0)
         st = mt_comm_new(me, n, world, parent->timeout_seconds, parent->debug, &child);
+    if (st == MT_OK && child)
+        st = mt_flight_register_split(&child->flight, &parent->flight, split_number, color, world);
     if (st == MT_OK) {
         st = parent->backend->split(parent, members, n, child, child ? &child->impl : &(void *){0});
         if (st == MT_OK && child)
@@ -250,7 +225,9 @@ void mt_comm_destroy(mt_comm *comm)
     if (!comm)
         return;
     mt_comm_progress_stop(comm);
+    struct mt_store_server *server = comm->store_server;
     comm_free(comm);
+    mt_store_server_stop(server);
 }
 
 int mt_comm_rank(const mt_comm *comm) { return comm->rank; }

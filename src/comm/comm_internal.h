@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "flight_recorder.h"
 #include "meshtrain/comm.h"
 
 typedef enum mt_op_kind {
@@ -123,6 +124,8 @@ struct mt_work {
     mt_comm_op op;
     uint64_t seq;    /* collectives: fixed at issue, so it matches across ranks */
     mt_p2p p2p;
+    uint64_t flight_ticket; /* its entry in the communicator's flight recorder */
+    int flight_started;     /* transfers: the recorder knows it has started */
     _Atomic int done;
     mt_status status;
     char message[512];
@@ -150,9 +153,15 @@ struct mt_comm {
     int collective_running;      /* a collective is executing (in any thread) */
     pthread_mutex_t p2p_lock;    /* one thread advances transfers at a time */
 
+    /* The job's store when this rank hosts it (rank 0 of a world without a launcher). */
+    struct mt_store_server *store_server;
+
     /* After a peer failure every later call fails at once with the first message. */
     _Atomic int broken;
     char broken_message[512];
+
+    /* The last calls, for hang diagnosis (flight_recorder.h). */
+    mt_flight_recorder flight;
 };
 
 /* comm.c */
@@ -189,6 +198,24 @@ extern const mt_comm_world_builder mt_shm_world, mt_tcp_world, mt_hier_world;
 #ifdef MT_HAVE_MPI
 extern const mt_comm_backend mt_mpi_backend;
 extern const mt_comm_world_builder mt_mpi_world;
+#endif
+
+/* bootstrap.c: rank and size (from the config, else the launcher's variables) and a
+ * connection to the job's store, joined as this rank. When no launcher hosts the store, rank 0
+ * does: `server` is then set and lives as long as the world communicator. */
+struct mt_store_server;
+typedef struct mt_comm_bootstrap_result {
+    struct mt_store *store;
+    struct mt_store_server *server;
+} mt_comm_bootstrap_result;
+mt_status mt_comm_bootstrap(mt_comm_config *config, mt_comm_bootstrap_result *out);
+#ifdef MT_HAVE_MPI
+/* mpi_backend.c, for bootstrapping the other back ends under mpirun: rank 0's `bytes` reach
+ * every rank (MPI is started if needed); rank and size as MPI sees them. */
+mt_status mt_mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
+                                 int *size);
+/* "Open MPI", "MPICH" or "MPI": whose launcher's variables this build's MPI understands. */
+const char *mt_mpi_library_family(void);
 #endif
 
 /* shm_backend.c: a shm group of some of a parent's members, all on this host, whatever the

@@ -1,11 +1,14 @@
 /* The mpi back end: communicators over an MPI job started by mpirun. This file starts MPI and
  * keeps the groups; mpi_collectives.c and mpi_p2p.c run the operations on them. */
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "comm_internal.h"
+#include "meshtrain/clock.h"
 #include "mpi_internal.h"
 #include "mpi_types.h"
 
@@ -72,6 +75,49 @@ static mt_status mpi_identify(int *rank, int *size)
         return mt_fail_context(st, "starting MPI");
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, size);
+    return MT_OK;
+}
+
+const char *mt_mpi_library_family(void)
+{
+#if defined(OMPI_MAJOR_VERSION)
+    return "Open MPI";
+#elif defined(MPICH_VERSION)
+    return "MPICH";
+#else
+    return "MPI";
+#endif
+}
+
+/* One broadcast over a private duplicate of MPI_COMM_WORLD (never matching an application's
+ * own traffic), polled so that a rank that never arrives is an error after the timeout. */
+mt_status mt_mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
+                                 int *size)
+{
+    mt_status st = mpi_identify(rank, size);
+    if (st)
+        return st;
+    if (bytes > INT_MAX)
+        return mt_fail(MT_EINVAL, "bootstrap record of %zu bytes is too large", bytes);
+    MPI_Comm dup;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    if (rc != MPI_SUCCESS)
+        return mt_mpi_fail(MT_EIO, rc, "MPI_Comm_dup for the bootstrap");
+    MPI_Request request;
+    rc = MPI_Ibcast(data, (int)bytes, MPI_BYTE, 0, dup, &request);
+    double start = mt_clock_seconds();
+    int done = 0;
+    while (rc == MPI_SUCCESS && !done) {
+        rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        if (!done && mt_clock_seconds() - start > timeout_seconds)
+            return mt_fail(MT_EPEER, "bootstrap through MPI: rank 0's store address did not "
+                                     "arrive within %.1f s", timeout_seconds);
+        if (!done)
+            sched_yield();
+    }
+    if (rc != MPI_SUCCESS)
+        return mt_mpi_fail(MT_EPEER, rc, "MPI_Ibcast of the bootstrap record");
+    MPI_Comm_free(&dup);
     return MT_OK;
 }
 

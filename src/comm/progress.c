@@ -69,11 +69,22 @@ static mt_status verify_replicated(mt_comm *comm, const mt_comm_op *op, uint64_t
     return st;
 }
 
-static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t seq)
+/* Runs a collective and records it in the flight recorder: `ticket` is its entry when it was
+ * queued, 0 when it runs inline (recorded here). A failure (a timeout among them) writes the
+ * process's flight dump before anything else happens, while the other ranks' state is fresh. */
+static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t seq,
+                                uint64_t ticket)
 {
+    if (ticket)
+        mt_flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
+    else
+        ticket = mt_flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
     mt_status st = comm->backend->collective(comm->impl, op, seq);
     if (st == MT_OK && comm->debug)
         st = verify_replicated(comm, op, seq);
+    mt_flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
+    if (st)
+        mt_flight_on_failure(mt_last_error());
     return note_result(comm, st);
 }
 
@@ -110,8 +121,16 @@ int mt_comm_progress_p2p(mt_comm *comm)
         size_t before = w->p2p.bytes_done;
         int header_before = w->p2p.header_done;
         mt_status st = broken_status(comm);
-        if (st == MT_OK)
-            st = note_result(comm, comm->backend->p2p_progress(comm->impl, &w->p2p, &done));
+        if (st == MT_OK) {
+            if (!w->flight_started) {
+                w->flight_started = 1;
+                mt_flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_STARTED);
+            }
+            st = comm->backend->p2p_progress(comm->impl, &w->p2p, &done);
+            if (st)
+                mt_flight_on_failure(mt_last_error());
+            st = note_result(comm, st);
+        }
         moved |= w->p2p.bytes_done != before || w->p2p.header_done != header_before;
         if (!st && !done) {
             link = &w->next;
@@ -124,6 +143,7 @@ int mt_comm_progress_p2p(mt_comm *comm)
                 comm->p2p_tail = e;
         }
         atomic_fetch_sub(&comm->p2p_pending, 1);
+        mt_flight_update(&comm->flight, w->flight_ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
         finish_work(w, st);
         moved = 1;
     }
@@ -160,7 +180,9 @@ static void *progress_thread(void *arg)
             pthread_mutex_unlock(&comm->lock);
             mt_status st = broken_status(comm);
             if (st == MT_OK)
-                st = run_collective(comm, &w->op, w->seq);
+                st = run_collective(comm, &w->op, w->seq, w->flight_ticket);
+            else
+                mt_flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_FAILED);
             finish_work(w, st);
             pthread_mutex_lock(&comm->lock);
             comm->collective_running = 0;
@@ -206,6 +228,7 @@ mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
     if (is_p2p(op)) {
         pthread_mutex_unlock(&comm->lock);
         pthread_mutex_lock(&comm->p2p_lock);
+        w->flight_ticket = mt_flight_issue(&comm->flight, op, 0, MT_FLIGHT_ISSUED);
         if (comm->p2p_tail)
             comm->p2p_tail->next = w;
         else
@@ -216,6 +239,7 @@ mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
         pthread_mutex_lock(&comm->lock);
     } else {
         w->seq = ++comm->seq;
+        w->flight_ticket = mt_flight_issue(&comm->flight, op, w->seq, MT_FLIGHT_ISSUED);
         if (comm->collective_tail)
             comm->collective_tail->next = w;
         else
@@ -281,7 +305,7 @@ mt_status mt_comm_run(mt_comm *comm, const mt_comm_op *op)
             comm->collective_running = 1;
         pthread_mutex_unlock(&comm->lock);
         if (inline_ok) {
-            st = run_collective(comm, op, ++comm->seq);
+            st = run_collective(comm, op, ++comm->seq, 0);
             pthread_mutex_lock(&comm->lock);
             comm->collective_running = 0;
             pthread_cond_broadcast(&comm->finished);

@@ -107,3 +107,5 @@ void shm_segment_remove_stale(void)
 }
 
 int shm_process_gone(pid_t pid) { return process_gone(pid); }
+
+void mt_comm_remove_stale_segments(void) { shm_segment_remove_stale(); }

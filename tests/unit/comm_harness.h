@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "meshtrain/spawn.h"
+#include "meshtrain/launch.h"
 
 /* The rank variable of whichever launcher started this process: meshtrain's spawner (RANK),
  * Open MPI's mpirun (OMPI_COMM_WORLD_RANK) or a PMI launcher such as MPICH's (PMI_RANK). */
@@ -46,7 +46,7 @@ static inline void harness_pretend_hosts(void)
 /* Runs this program as `nproc` ranks with the given argument (a scenario name); returns the
  * spawner's status and fills *result. */
 static inline mt_status harness_launch(int nproc, const char *scenario, double grace_seconds,
-                                       mt_spawn_result *result)
+                                       mt_launch_result *result)
 {
     char *argv[] = {(char *)"/proc/self/exe", (char *)scenario, NULL};
     static char self[4096];
@@ -55,7 +55,7 @@ static inline mt_status harness_launch(int nproc, const char *scenario, double g
         self[n] = '\0';
         argv[0] = self;
     }
-    mt_spawn_options options = {.nproc = nproc, .grace_seconds = grace_seconds};
+    mt_launch_options options = {.nproc = nproc, .grace_seconds = grace_seconds};
     /* Several nodes (tests/net): MT_TEST_NNODES launchers, each started as node
      * MT_TEST_NODE_RANK, share the store at MT_TEST_MASTER (host:port); the group of nproc
      * ranks is split evenly between them. */
@@ -72,8 +72,15 @@ static inline mt_status harness_launch(int nproc, const char *scenario, double g
             return mt_fail(MT_EINVAL, "%d ranks do not split evenly over %d nodes", nproc,
                            options.nnodes);
         options.nproc = nproc / options.nnodes;
+        /* The launchers of one job share its secret (tests/net sets MT_JOB_SECRET). */
+        static mt_store_secret secret;
+        int found = 0;
+        mt_status st = mt_store_secret_from_env(&secret, &found);
+        if (st)
+            return st;
+        options.secret = found ? &secret : NULL;
     }
-    return mt_spawn_local(&options, argv, result);
+    return mt_launch(&options, argv, result);
 }
 
 /* Doubling copies: buf[k + j * period] = buf[k] for the n elements of esz bytes, the first

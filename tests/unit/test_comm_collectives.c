@@ -325,7 +325,7 @@ int main(int argc, char **argv)
         return worker();
     int first = argc > 1 ? atoi(argv[1]) : 1, last = argc > 2 ? atoi(argv[2]) : MAX_RANKS;
     for (int n = first; n <= last; n++) {
-        mt_spawn_result result;
+        mt_launch_result result;
         mt_status st = harness_launch(n, "matrix", 5.0, &result);
         CHECK_MSG(st == MT_OK, "%d ranks: %s", n, mt_last_error());
         printf("group of %d: %s\n", n, st == MT_OK ? "ok" : "FAILED");

@@ -240,7 +240,7 @@ static void scenario(const char *name, int nproc, int victim, int victim_signal,
     setenv("FAULT_DIR", dir, 1);
     int before = count_segments();
     double start = mt_clock_seconds();
-    mt_spawn_result result;
+    mt_launch_result result;
     mt_status st = harness_launch(nproc, name, 20.0, &result);
     double took = mt_clock_seconds() - start;
     if (victim < 0) {

@@ -17,7 +17,8 @@
 
 #include "check.h"
 #include "meshtrain/clock.h"
-#include "meshtrain/spawn.h"
+#include "meshtrain/hmac.h"
+#include "meshtrain/launch.h"
 #include "meshtrain/status.h"
 #include "meshtrain/store.h"
 
@@ -33,18 +34,48 @@ static void sleep_seconds(double seconds)
     }
 }
 
+/* The job's secret in these tests, and another job's. */
+static const char *const SECRET = "test-secret-0123456789abcdef";
+static const char *const OTHER_SECRET = "another-job-secret-99999999";
+
+static mt_store_secret secret_of(const char *text)
+{
+    mt_store_secret s;
+    CHECK(mt_store_secret_from_text(text, "the test", &s) == MT_OK);
+    return s;
+}
+
+/* A server on host:port (0: a free one) for a job of world_size ranks (0: any). */
+static mt_status server_start_at(const char *host, int port, int world_size,
+                                 mt_store_server **out)
+{
+    mt_store_secret secret = secret_of(SECRET);
+    mt_store_server_config c = {.host = host, .port = port, .secret = &secret,
+                                .world_size = world_size};
+    return mt_store_server_start(&c, out);
+}
+
 static mt_store_server *start_server(void)
 {
     mt_store_server *server = NULL;
-    mt_status st = mt_store_server_start(NULL, 0, &server);
+    mt_status st = server_start_at(NULL, 0, 0, &server);
     CHECK_MSG(st == MT_OK, "server start: %s", mt_last_error());
     return server;
+}
+
+/* Joins as a tool (no rank) with the job's secret. */
+static mt_status tool_connect(const char *host, int port, double timeout, mt_store **out)
+{
+    mt_store_secret secret = secret_of(SECRET);
+    mt_store_config c = {.host = host, .port = port, .timeout_seconds = timeout,
+                         .secret = &secret, .role = MT_STORE_TOOL};
+    return mt_store_connect(&c, out);
 }
 
 static mt_store *connect_client(int port, double timeout)
 {
     mt_store *store = NULL;
-    mt_status st = mt_store_connect("127.0.0.1", port, timeout, &store);
+    mt_status st = tool_connect("127.0.0.1", port, timeout, &store);
     CHECK_MSG(st == MT_OK, "connect: %s", mt_last_error());
     return store;
 }
@@ -125,7 +156,7 @@ static void *set_after_delay(void *arg)
     delayed_set *d = arg;
     sleep_seconds(d->delay);
     mt_store *store = NULL;
-    d->status = mt_store_connect("127.0.0.1", d->port, 5.0, &store);
+    d->status = tool_connect("127.0.0.1", d->port, 5.0, &store);
     if (d->status == MT_OK)
         d->status = mt_store_set(store, "late/key", "arrived", 7);
     mt_store_close(store);
@@ -174,7 +205,7 @@ static void *add_many(void *arg)
 {
     adder *a = arg;
     mt_store *store = NULL;
-    a->status = mt_store_connect("127.0.0.1", a->port, 5.0, &store);
+    a->status = tool_connect("127.0.0.1", a->port, 5.0, &store);
     for (int i = 0; i < ADDS_PER_THREAD && a->status == MT_OK; i++)
         a->status = mt_store_add(store, "shared/count", 1, &a->seen[i]);
     mt_store_close(store);
@@ -307,7 +338,7 @@ static void *connect_early(void *arg)
 {
     early_client *e = arg;
     mt_store *store = NULL;
-    e->status = mt_store_connect("127.0.0.1", e->port, 5.0, &store);
+    e->status = tool_connect("127.0.0.1", e->port, 5.0, &store);
     if (e->status == MT_OK)
         e->status = mt_store_set(store, "early", "bird", 4);
     snprintf(e->error, sizeof e->error, "%s", mt_last_error());
@@ -327,7 +358,7 @@ static void test_connect_retry(void)
     /* Nobody listening: connect gives up at its deadline with a message. */
     mt_store *none = NULL;
     double t0 = mt_clock_seconds();
-    mt_status st = mt_store_connect("127.0.0.1", port, 0.2, &none);
+    mt_status st = tool_connect("127.0.0.1", port, 0.2, &none);
     double elapsed = mt_clock_seconds() - t0;
     CHECK(st == MT_EPEER && none == NULL);
     CHECK_MSG(contains(mt_last_error(), "timed out"), "%s", mt_last_error());
@@ -338,7 +369,7 @@ static void test_connect_retry(void)
     pthread_create(&thread, NULL, connect_early, &e);
     sleep_seconds(0.3);
     mt_store_server *server = NULL;
-    st = mt_store_server_start("127.0.0.1", port, &server);
+    st = server_start_at("127.0.0.1", port, 0, &server);
     CHECK_MSG(st == MT_OK, "restart on port %d: %s", port, mt_last_error());
     pthread_join(thread, NULL);
     if (!server)
@@ -355,32 +386,23 @@ static void test_connect_retry(void)
 
 /* ---- 7. hostile bytes on a raw socket close that client only ---- */
 
-/* The documented wire format, written out independently of the library. */
+/* The documented wire format (src/comm/store_wire.h), written out independently. */
+enum { RAW_JOIN = 1, RAW_SET = 2, RAW_GET = 3, RAW_ADD = 6, RAW_HELLO = 64, RAW_OK = 65,
+       RAW_ERROR = 66, RAW_JOIN_BYTES = 32 + 1 + 12 + 1 + 64 + 32 };
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
 static void encode_frame_header(unsigned char out[13], uint8_t command, uint32_t key_len,
                                 uint32_t value_len)
 {
-    const uint32_t words[3] = {0x3153544d, key_len, value_len};
-    const int offsets[3] = {0, 5, 9};
-    for (int w = 0; w < 3; w++)
-        for (int i = 0; i < 4; i++)
-            out[offsets[w] + i] = (unsigned char)(words[w] >> (8 * i));
+    put_le32(out, 0x3253544d);
     out[4] = command;
-}
-
-static int raw_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {3, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
+    put_le32(out + 5, key_len);
+    put_le32(out + 9, value_len);
 }
 
 static void raw_send(int fd, const void *data, size_t bytes)
@@ -395,27 +417,96 @@ static void raw_send(int fd, const void *data, size_t bytes)
     }
 }
 
-/* 1 when the server hangs up on fd (end of stream or reset) within the receive timeout. */
-static int server_hung_up(int fd)
+/* Connects and reads the server's HELLO; its nonce goes to `nonce` (32 bytes). */
+static int raw_connect(int port, unsigned char *nonce)
 {
-    unsigned char buf[256];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    unsigned char hello[13 + 36];
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+        recv(fd, hello, sizeof hello, MSG_WAITALL) != (ssize_t)sizeof hello || hello[4] != RAW_HELLO) {
+        close(fd);
+        return -1;
+    }
+    if (nonce)
+        memcpy(nonce, hello + 13 + 4, 32);
+    return fd;
+}
+
+/* A JOIN as a tool, its MAC made with `secret` (HMAC over the label, nonce and fields). */
+static void raw_join(int fd, const unsigned char *server_nonce, const char *secret)
+{
+    unsigned char header[13], body[RAW_JOIN_BYTES] = {0};
+    for (int i = 0; i < 32; i++)
+        body[i] = (unsigned char)(i * 7 + 1);
+    body[32] = 3; /* MT_STORE_TOOL */
+    static const char label[] = "meshtrain store join";
+    mt_hmac_sha256 h;
+    mt_hmac_sha256_init(&h, secret, strlen(secret));
+    mt_hmac_sha256_update(&h, label, sizeof label);
+    mt_hmac_sha256_update(&h, server_nonce, 32);
+    mt_hmac_sha256_update(&h, body, RAW_JOIN_BYTES - 32);
+    mt_hmac_sha256_final(&h, body + RAW_JOIN_BYTES - 32);
+    encode_frame_header(header, RAW_JOIN, 0, RAW_JOIN_BYTES);
+    raw_send(fd, header, sizeof header);
+    raw_send(fd, body, sizeof body);
+}
+
+/* Reads replies until the server hangs up (within the receive timeout): 1 if it did, and the
+ * last ERROR message it sent goes to `message`. */
+static int server_hung_up(int fd, char *message, size_t capacity)
+{
+    unsigned char buf[4096];
+    size_t have = 0;
+    message[0] = '\0';
     for (;;) {
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        ssize_t n = recv(fd, buf + have, sizeof buf - have, 0);
+        if (n > 0) {
+            have += (size_t)n;
+            if (have >= 13 && buf[4] == RAW_ERROR) {
+                uint32_t len = buf[9] | buf[10] << 8 | buf[11] << 16 | (uint32_t)buf[12] << 24;
+                if (have >= 13 + len && len < capacity) {
+                    memcpy(message, buf + 13, len);
+                    message[len] = '\0';
+                }
+            }
+            if (have == sizeof buf)
+                have = 0;
+            continue;
+        }
         if (n == 0)
             return 1;
-        if (n < 0)
-            return errno == ECONNRESET;
+        return errno == ECONNRESET;
     }
 }
 
-static void check_hangup_after(int port, const void *bytes, size_t count, const char *what)
+/* Sends bytes (after a valid JOIN when `join`), then expects a hang-up whose ERROR names
+ * `reason` (NULL: any). */
+static void check_refused(int port, int join, const void *bytes, size_t count, const char *what,
+                          const char *reason)
 {
-    int fd = raw_connect(port);
+    unsigned char nonce[32];
+    int fd = raw_connect(port, nonce);
     CHECK_MSG(fd >= 0, "raw connect for %s", what);
     if (fd < 0)
         return;
+    if (join) {
+        raw_join(fd, nonce, SECRET);
+        unsigned char reply[13 + 32];
+        CHECK_MSG(recv(fd, reply, sizeof reply, MSG_WAITALL) == (ssize_t)sizeof reply &&
+                      reply[4] == RAW_OK, "join before %s", what);
+    }
     raw_send(fd, bytes, count);
-    CHECK_MSG(server_hung_up(fd), "server kept the connection after %s", what);
+    char message[512];
+    CHECK_MSG(server_hung_up(fd, message, sizeof message), "server kept the connection after %s",
+              what);
+    CHECK_MSG(!reason || contains(message, reason), "%s: refusal '%s' does not say '%s'", what,
+              message, reason);
     close(fd);
 }
 
@@ -429,21 +520,31 @@ static void test_garbage(void)
     mt_store *good = connect_client(port, 5.0);
     CHECK(good && mt_store_set(good, "good", "1", 1) == MT_OK);
 
+    /* Before authenticating: anything but a JOIN is refused. */
     const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-    check_hangup_after(port, http, strlen(http), "an HTTP request");
+    check_refused(port, 0, http, strlen(http), "an HTTP request", "bad magic");
+    unsigned char frame[13 + 3 + 1];
+    encode_frame_header(frame, RAW_SET, 3, 1);
+    memcpy(frame + 13, "key", 3);
+    frame[16] = 'v';
+    check_refused(port, 0, frame, sizeof frame, "a SET before JOIN", "must be JOIN");
     unsigned char header[13];
-    encode_frame_header(header, 1, MT_STORE_MAX_KEY + 1, 1);
-    check_hangup_after(port, header, sizeof header, "a key over the limit");
-    encode_frame_header(header, 1, 4, (uint32_t)MT_STORE_MAX_VALUE + 1);
-    check_hangup_after(port, header, sizeof header, "a value over the limit");
-    encode_frame_header(header, 1, 0xffffffffu, 0xffffffffu);
-    check_hangup_after(port, header, sizeof header, "lengths of 4 GiB");
-    encode_frame_header(header, 9, 4, 0);
-    check_hangup_after(port, header, sizeof header, "an unknown command");
-    encode_frame_header(header, 3, 4, 3);
-    check_hangup_after(port, header, sizeof header, "an ADD with a 3-byte delta");
-    encode_frame_header(header, 2, 0, 0);
-    check_hangup_after(port, header, sizeof header, "an empty key");
+    encode_frame_header(header, RAW_JOIN, 0, 7);
+    check_refused(port, 0, header, sizeof header, "a JOIN of the wrong size", "wrong size");
+
+    /* After authenticating: frames that break the limits. */
+    encode_frame_header(header, RAW_SET, MT_STORE_MAX_KEY + 1, 1);
+    check_refused(port, 1, header, sizeof header, "a key over the limit", "key length");
+    encode_frame_header(header, RAW_SET, 4, (uint32_t)MT_STORE_MAX_VALUE + 1);
+    check_refused(port, 1, header, sizeof header, "a value over the limit", "larger than 1 MiB");
+    encode_frame_header(header, RAW_SET, 0xffffffffu, 0xffffffffu);
+    check_refused(port, 1, header, sizeof header, "lengths of 4 GiB", "key length");
+    encode_frame_header(header, 99, 4, 0);
+    check_refused(port, 1, header, sizeof header, "an unknown command", "unknown command");
+    encode_frame_header(header, RAW_ADD, 4, 3);
+    check_refused(port, 1, header, sizeof header, "an ADD with a 3-byte delta", "8-byte");
+    encode_frame_header(header, RAW_GET, 0, 0);
+    check_refused(port, 1, header, sizeof header, "an empty key", "key length");
 
     enum { NOISE = 1 << 16 };
     unsigned char *noise = malloc(NOISE);
@@ -453,20 +554,25 @@ static void test_garbage(void)
             x = x * 1664525u + 1013904223u;
             noise[i] = (unsigned char)(x >> 24);
         }
-        check_hangup_after(port, noise, NOISE, "64 KiB of noise");
+        check_refused(port, 0, noise, NOISE, "64 KiB of noise", NULL);
+        check_refused(port, 1, noise, NOISE, "64 KiB of noise after a JOIN", NULL);
         free(noise);
     }
 
     /* Half a header, then gone; a GET that waits, then gone before its key is set. */
-    int fd = raw_connect(port);
+    unsigned char nonce[32];
+    int fd = raw_connect(port, nonce);
     if (fd >= 0) {
-        encode_frame_header(header, 1, 4, 4);
+        encode_frame_header(header, RAW_JOIN, 0, RAW_JOIN_BYTES);
         raw_send(fd, header, 7);
         close(fd);
     }
-    fd = raw_connect(port);
+    fd = raw_connect(port, nonce);
     if (fd >= 0) {
-        encode_frame_header(header, 2, 5, 0);
+        raw_join(fd, nonce, SECRET);
+        unsigned char reply[13 + 32];
+        CHECK(recv(fd, reply, sizeof reply, MSG_WAITALL) == (ssize_t)sizeof reply);
+        encode_frame_header(header, RAW_GET, 5, 0);
         raw_send(fd, header, sizeof header);
         raw_send(fd, "ghost", 5);
         sleep_seconds(0.05);
@@ -476,14 +582,18 @@ static void test_garbage(void)
     CHECK(good && mt_store_set(good, "ghost", "boo", 3) == MT_OK);
 
     /* A frame written by hand following the documented format is understood. */
-    fd = raw_connect(port);
+    fd = raw_connect(port, nonce);
     CHECK(fd >= 0);
     if (fd >= 0) {
-        encode_frame_header(header, 1, 3, 3);
+        raw_join(fd, nonce, SECRET);
+        unsigned char proof[13 + 32];
+        CHECK(recv(fd, proof, sizeof proof, MSG_WAITALL) == (ssize_t)sizeof proof &&
+              proof[4] == RAW_OK);
+        encode_frame_header(header, RAW_SET, 3, 3);
         raw_send(fd, header, sizeof header);
         raw_send(fd, "rawxyz", 6);
         unsigned char reply[13], want[13];
-        encode_frame_header(want, 0, 0, 0);
+        encode_frame_header(want, RAW_OK, 0, 0);
         CHECK(recv(fd, reply, sizeof reply, MSG_WAITALL) == (ssize_t)sizeof reply);
         CHECK(memcmp(reply, want, sizeof want) == 0);
         close(fd);
@@ -498,6 +608,128 @@ static void test_garbage(void)
     CHECK(fresh && mt_store_get(fresh, "ghost", buf, sizeof buf, &got) == MT_OK && got == 3);
     mt_store_close(fresh);
     mt_store_close(good);
+    mt_store_server_stop(server);
+}
+
+/* ---- 7b. who may join: the secret, the world size, one connection per rank ---- */
+
+static mt_status join_as(int port, const char *secret_text, mt_store_role role, int id,
+                         int count, mt_store **out)
+{
+    mt_store_secret secret = secret_of(secret_text);
+    mt_store_config c = {.host = "127.0.0.1", .port = port, .timeout_seconds = 3.0,
+                         .secret = &secret, .role = role, .id = id, .count = count};
+    return mt_store_connect(&c, out);
+}
+
+static void test_who_may_join(void)
+{
+    mt_store_server *server = NULL;
+    CHECK(server_start_at(NULL, 0, 4, &server) == MT_OK);
+    if (!server)
+        return;
+    int port = mt_store_server_port(server);
+    mt_store *rank1 = NULL, *bad = NULL;
+    CHECK_MSG(join_as(port, SECRET, MT_STORE_RANK, 1, 4, &rank1) == MT_OK, "%s", mt_last_error());
+
+    /* The wrong secret: refused, the secret never sent, and the store serves on. */
+    CHECK(join_as(port, OTHER_SECRET, MT_STORE_RANK, 2, 4, &bad) != MT_OK && !bad);
+    CHECK_MSG(contains(mt_last_error(), "authentication failed") &&
+                  contains(mt_last_error(), "secret"), "%s", mt_last_error());
+    /* A second rank 1, and a rank of a world of another size. */
+    CHECK(join_as(port, SECRET, MT_STORE_RANK, 1, 4, &bad) != MT_OK && !bad);
+    CHECK_MSG(contains(mt_last_error(), "rank 1 has already joined"), "%s", mt_last_error());
+    CHECK(join_as(port, SECRET, MT_STORE_RANK, 2, 8, &bad) != MT_OK && !bad);
+    CHECK_MSG(contains(mt_last_error(), "this job has 4 ranks") &&
+                  contains(mt_last_error(), "WORLD_SIZE"), "%s", mt_last_error());
+    CHECK(rank1 && mt_store_set(rank1, "still", "here", 4) == MT_OK);
+    /* Once rank 1 left, a new rank 1 (a restarted worker) may join. */
+    mt_store_close(rank1);
+    sleep_seconds(0.1);
+    CHECK_MSG(join_as(port, SECRET, MT_STORE_RANK, 1, 4, &rank1) == MT_OK, "%s", mt_last_error());
+    mt_store_close(rank1);
+
+    /* A client of this job in front of another job's store: the server cannot prove itself. */
+    mt_store_server *other = NULL;
+    mt_store_secret other_secret = secret_of(OTHER_SECRET);
+    mt_store_server_config oc = {.secret = &other_secret};
+    CHECK(mt_store_server_start(&oc, &other) == MT_OK);
+    if (other) {
+        CHECK(join_as(mt_store_server_port(other), SECRET, MT_STORE_TOOL, 0, 0, &bad) != MT_OK);
+        CHECK_MSG(contains(mt_last_error(), "secret"), "%s", mt_last_error());
+        /* A second job on the same port cannot start. */
+        mt_store_server *twin = NULL;
+        oc.port = mt_store_server_port(other);
+        CHECK(mt_store_server_start(&oc, &twin) != MT_OK && !twin);
+        CHECK_MSG(contains(mt_last_error(), "in use"), "%s", mt_last_error());
+        mt_store_server_stop(other);
+    }
+    /* Secrets that protect nothing are refused. */
+    mt_store_secret s;
+    CHECK(mt_store_secret_from_text("short", "the test", &s) == MT_EINVAL);
+    CHECK(mt_store_secret_from_text("has a space in the middle!", "the test", &s) == MT_EINVAL);
+    mt_store_server_stop(server);
+}
+
+/* ---- 7c. try-get, wait for several keys, compare-and-set, delete, key prefixes ---- */
+
+static void test_other_commands(void)
+{
+    mt_store_server *server = start_server();
+    if (!server)
+        return;
+    int port = mt_store_server_port(server);
+    mt_store *a = connect_client(port, 3.0);
+    mt_store_secret secret = secret_of(SECRET);
+    mt_store_config pc = {.host = "127.0.0.1", .port = port, .timeout_seconds = 3.0,
+                          .secret = &secret, .role = MT_STORE_TOOL, .prefix = "attempt1/"};
+    mt_store *prefixed = NULL;
+    CHECK(mt_store_connect(&pc, &prefixed) == MT_OK);
+    if (!a || !prefixed) {
+        mt_store_close(a);
+        mt_store_close(prefixed);
+        mt_store_server_stop(server);
+        return;
+    }
+    char buf[32];
+    size_t got = 0;
+    int found = -1;
+    CHECK(mt_store_try_get(a, "absent", buf, sizeof buf, &got, &found) == MT_OK && !found);
+    CHECK(mt_store_set(a, "k1", "v1", 2) == MT_OK);
+    CHECK(mt_store_try_get(a, "k1", buf, sizeof buf, &got, &found) == MT_OK && found && got == 2);
+    /* Compare-and-set: a missing key equals the empty value. */
+    CHECK(mt_store_compare_set(a, "lock", NULL, 0, "me", 2, buf, sizeof buf, &got) == MT_OK &&
+          got == 2 && memcmp(buf, "me", 2) == 0);
+    CHECK(mt_store_compare_set(a, "lock", NULL, 0, "you", 3, buf, sizeof buf, &got) == MT_OK &&
+          got == 2 && memcmp(buf, "me", 2) == 0);
+    CHECK(mt_store_compare_set(a, "lock", "me", 2, "you", 3, buf, sizeof buf, &got) == MT_OK &&
+          got == 3 && memcmp(buf, "you", 3) == 0);
+    int existed = -1;
+    CHECK(mt_store_delete(a, "lock", &existed) == MT_OK && existed == 1);
+    CHECK(mt_store_delete(a, "lock", &existed) == MT_OK && existed == 0);
+    /* Wait: satisfied at once, then only after the last key arrives from another thread. */
+    const char *both[] = {"k1", "late/key"};
+    CHECK(mt_store_wait(a, both, 1, 1.0) == MT_OK);
+    delayed_set d = {.port = port, .delay = 0.2, .status = MT_EIO};
+    pthread_t thread;
+    pthread_create(&thread, NULL, set_after_delay, &d);
+    double t0 = mt_clock_seconds();
+    CHECK_MSG(mt_store_wait(a, both, 2, 3.0) == MT_OK, "%s", mt_last_error());
+    CHECK(mt_clock_seconds() - t0 >= 0.15);
+    pthread_join(thread, NULL);
+    const char *never[] = {"k1", "never"};
+    CHECK(mt_store_wait(a, never, 2, 0.3) == MT_EPEER);
+    CHECK_MSG(contains(mt_last_error(), "timed out"), "%s", mt_last_error());
+    mt_store_close(a);
+    /* A prefix is a namespace: its keys are the plain client's prefixed ones. */
+    CHECK(mt_store_set(prefixed, "shm/world", "p", 1) == MT_OK);
+    mt_store *plain = connect_client(port, 3.0);
+    CHECK(plain && mt_store_try_get(plain, "attempt1/shm/world", buf, sizeof buf, &got, &found) ==
+                       MT_OK && found && got == 1);
+    CHECK(plain && mt_store_try_get(plain, "shm/world", buf, sizeof buf, &got, &found) == MT_OK &&
+          !found);
+    mt_store_close(plain);
+    mt_store_close(prefixed);
     mt_store_server_stop(server);
 }
 
@@ -544,16 +776,16 @@ static void test_stop_with_waiter(void)
 
 /* ---- 9. the spawner ---- */
 
-static mt_status spawn_sh(const char *script, int nproc, double grace, mt_spawn_result *result)
+static mt_status spawn_sh(const char *script, int nproc, double grace, mt_launch_result *result)
 {
     char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
-    mt_spawn_options options = {.nproc = nproc, .grace_seconds = grace};
-    return mt_spawn_local(&options, argv, result);
+    mt_launch_options options = {.nproc = nproc, .grace_seconds = grace};
+    return mt_launch(&options, argv, result);
 }
 
 static void test_spawn_success(void)
 {
-    mt_spawn_result r;
+    mt_launch_result r;
     mt_status st = spawn_sh("test \"$RANK\" -lt \"$WORLD_SIZE\" && test -n \"$MASTER_PORT\" && "
                             "test \"$LOCAL_RANK\" = \"$RANK\" && test \"$WORLD_SIZE\" = 3 && "
                             "test \"$LOCAL_WORLD_SIZE\" = 3 && test \"$MASTER_ADDR\" = 127.0.0.1",
@@ -564,7 +796,7 @@ static void test_spawn_success(void)
 
 static void test_spawn_exit_code(void)
 {
-    mt_spawn_result r;
+    mt_launch_result r;
     mt_status st = spawn_sh("if [ \"$RANK\" = 1 ]; then exit 3; fi", 3, 0.5, &r);
     CHECK(st == MT_EPEER);
     CHECK(r.failed_rank == 1 && r.exit_code == 3 && r.signal == 0);
@@ -575,7 +807,7 @@ static void test_spawn_exit_code(void)
 
 static void test_spawn_signal(void)
 {
-    mt_spawn_result r;
+    mt_launch_result r;
     mt_status st = spawn_sh("if [ \"$RANK\" = 0 ]; then kill -9 $$; fi", 3, 0.5, &r);
     CHECK(st == MT_EPEER);
     CHECK(r.failed_rank == 0 && r.exit_code == -1 && r.signal == 9);
@@ -587,7 +819,7 @@ static void test_spawn_signal(void)
 static void test_spawn_grace_then_kill(void)
 {
     /* Rank 2 would sleep 100 s: it gets SIGTERM once the 0.5 s grace period is over. */
-    mt_spawn_result r;
+    mt_launch_result r;
     double t0 = mt_clock_seconds();
     mt_status st = spawn_sh("if [ \"$RANK\" = 2 ]; then sleep 100; fi; "
                             "if [ \"$RANK\" = 0 ]; then exit 5; fi",
@@ -613,18 +845,18 @@ static void test_spawn_missing_program(void)
     const char *names[] = {"/nonexistent/meshtrain-no-such-program", "meshtrain-no-such-program"};
     for (int i = 0; i < 2; i++) {
         char *argv[] = {(char *)names[i], NULL};
-        mt_spawn_options options = {.nproc = 2, .grace_seconds = 0.5};
-        mt_spawn_result r;
-        mt_status st = mt_spawn_local(&options, argv, &r);
+        mt_launch_options options = {.nproc = 2, .grace_seconds = 0.5};
+        mt_launch_result r;
+        mt_status st = mt_launch(&options, argv, &r);
         CHECK(st == MT_EPEER);
         CHECK(r.failed_rank >= 0 && r.exit_code == 127 && r.signal == 0);
         CHECK_MSG(contains(mt_last_error(), names[i]) && contains(mt_last_error(), "127"), "%s",
                   mt_last_error());
     }
-    mt_spawn_options bad = {.nproc = 0, .grace_seconds = 1};
+    mt_launch_options bad = {.nproc = 0, .grace_seconds = 1};
     char *argv[] = {"/bin/true", NULL};
-    mt_spawn_result r;
-    CHECK(mt_spawn_local(&bad, argv, &r) == MT_EINVAL);
+    mt_launch_result r;
+    CHECK(mt_launch(&bad, argv, &r) == MT_EINVAL);
 }
 
 /* Workers that really rendezvous: this test program, run as a worker, publishes its rank and
@@ -637,7 +869,15 @@ static int run_store_worker(void)
         return 2;
     int rank = atoi(rank_text), world = atoi(world_text);
     mt_store *store = NULL;
-    mt_status st = mt_store_connect(addr, atoi(port_text), 5.0, &store);
+    mt_store_secret secret;
+    int found = 0;
+    mt_status st = mt_store_secret_from_env(&secret, &found);
+    if (st == MT_OK && !found)
+        st = mt_fail(MT_EINVAL, "the launcher gave no MT_JOB_SECRET");
+    mt_store_config c = {.host = addr, .port = atoi(port_text), .timeout_seconds = 5.0,
+                         .secret = &secret, .role = MT_STORE_RANK, .id = rank, .count = world};
+    if (st == MT_OK)
+        st = mt_store_connect(&c, &store);
     char key[32], want[32], got[32];
     size_t bytes = 0;
     snprintf(key, sizeof key, "addr/%d", rank);
@@ -669,9 +909,9 @@ static void test_spawn_rendezvous(void)
         return;
     self[n] = '\0';
     char *argv[] = {self, "--store-worker", NULL};
-    mt_spawn_options options = {.nproc = 4, .grace_seconds = 1.0};
-    mt_spawn_result r;
-    mt_status st = mt_spawn_local(&options, argv, &r);
+    mt_launch_options options = {.nproc = 4, .grace_seconds = 1.0};
+    mt_launch_result r;
+    mt_status st = mt_launch(&options, argv, &r);
     CHECK_MSG(st == MT_OK, "%s", mt_last_error());
 }
 
@@ -681,12 +921,12 @@ static void test_spawn_bind_to_core(void)
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || !CPU_ISSET(0, &allowed) ||
         !CPU_ISSET(1, &allowed))
         return; /* rank r lands on CPU r only when CPUs 0 and 1 are ours */
-    mt_spawn_options options = {.nproc = 2, .grace_seconds = 0.5, .bind_to_core = 1};
+    mt_launch_options options = {.nproc = 2, .grace_seconds = 0.5, .bind_to_core = 1};
     char *argv[] = {"/bin/sh", "-c",
                     "grep -q \"^Cpus_allowed_list:[[:space:]]*$RANK\\$\" /proc/self/status",
                     NULL};
-    mt_spawn_result r;
-    mt_status st = mt_spawn_local(&options, argv, &r);
+    mt_launch_result r;
+    mt_status st = mt_launch(&options, argv, &r);
     CHECK_MSG(st == MT_OK, "%s", mt_last_error());
 }
 
@@ -702,7 +942,10 @@ static void *interrupt_later(void *arg)
 
 static void test_spawn_forwards_sigint(void)
 {
-    /* The helper thread is created with SIGINT blocked, so only the launcher can take it. */
+    /* A shell may start tests with SIGINT ignored (a background job), and the launcher leaves
+     * an ignored signal alone: this test wants the ordinary Ctrl-C. The helper thread is
+     * created with SIGINT blocked, so only the launcher can take it. */
+    signal(SIGINT, SIG_DFL);
     sigset_t block, previous;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -710,14 +953,14 @@ static void test_spawn_forwards_sigint(void)
     pthread_t thread;
     pthread_create(&thread, NULL, interrupt_later, NULL);
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
-    mt_spawn_result r;
+    mt_launch_result r;
     double t0 = mt_clock_seconds();
     mt_status st = spawn_sh("exec sleep 100", 2, 5.0, &r);
     double elapsed = mt_clock_seconds() - t0;
     pthread_join(thread, NULL);
     CHECK(st == MT_EPEER);
     CHECK(r.failed_rank >= 0 && r.signal == SIGINT);
-    CHECK_MSG(contains(mt_last_error(), "forwarded signal 2"), "%s", mt_last_error());
+    CHECK_MSG(contains(mt_last_error(), "interrupted by signal 2"), "%s", mt_last_error());
     CHECK_MSG(elapsed < 2.0, "took %.3f s", elapsed);
 }
 
@@ -733,6 +976,8 @@ int main(int argc, char **argv)
     test_get_timeout();
     test_connect_retry();
     test_garbage();
+    test_who_may_join();
+    test_other_commands();
     test_stop_with_waiter();
     test_spawn_success();
     test_spawn_exit_code();

@@ -1,0 +1,48 @@
+/* The launcher (`meshtrain launch`): starts a node's workers with their place in the job, hosts
+ * or joins the job's store, prefixes their output, and ends or restarts the job on any failure. */
+#ifndef MESHTRAIN_LAUNCH_H
+#define MESHTRAIN_LAUNCH_H
+
+#include <stdio.h>
+
+#include "meshtrain/status.h"
+#include "meshtrain/store.h"
+
+typedef struct mt_launch_options {
+    int nproc;                /* workers on this node */
+    /* Several nodes (hosts, or network namespaces): this launcher starts ranks
+     * node_rank * nproc .. + nproc - 1 of nnodes * nproc. 0 or 1: one node. */
+    int nnodes, node_rank;
+    /* The store: node 0 binds master_host:master_port, every launcher and worker connects
+     * there. One node: NULL means 127.0.0.1, port 0 a free one. */
+    const char *master_host;
+    int master_port;
+    /* Shared by every launcher of a job on several nodes (required there); NULL on one node
+     * means a fresh one. Workers receive it as MT_JOB_SECRET. */
+    const mt_store_secret *secret;
+    int max_restarts;         /* restarts of the whole group after a failure */
+    double grace_seconds;     /* after a failure, before SIGTERM (then SIGKILL 2 s later) */
+    double join_timeout;      /* launchers waiting for each other, and for the store */
+    int bind_to_core;         /* pins local rank r to the r-th allowed CPU when they suffice */
+    int prefix_output;        /* "[rank] " before every line the workers print */
+    /* Flight recorder dumps (MT_FLIGHT_RECORDER_DIR of the workers). NULL: a temporary
+     * folder, removed after a success, kept and named after a failure. */
+    const char *dump_dir;
+    FILE *report;             /* the launcher's own messages [stderr] */
+} mt_launch_options;
+
+typedef struct mt_launch_result {
+    int failed_rank;          /* job-wide rank of the first failure, or -1 */
+    int exit_code;            /* its exit code, or -1 when a signal ended it */
+    int signal;               /* that signal, or 0 */
+    int restarts;             /* restarts done */
+    char failure[512];        /* "rank 3 (pid 77 on host a) was killed by signal 9 (Killed)" */
+} mt_launch_result;
+
+/* Runs argv as this node's workers until they all exit 0 (MT_OK), or until a failure anywhere
+ * in the job stopped them all with no restart left (MT_EPEER, the message naming the rank,
+ * host, pid and exit code or signal). */
+mt_status mt_launch(const mt_launch_options *options, char *const argv[],
+                    mt_launch_result *result);
+
+#endif

@@ -1,0 +1,167 @@
+/* `meshtrain launch ... -- COMMAND`: parses the launcher's options (and the secret's source),
+ * runs mt_launch, and turns a failed job into its message and exit status 1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "meshtrain/launch.h"
+
+static const char USAGE[] =
+    "usage: meshtrain launch --nproc-per-node N [--nnodes M --node-rank I --master HOST:PORT]\n"
+    "                        [--max-restarts K] [--secret-file FILE] [options] -- COMMAND...\n"
+    "\n"
+    "Starts N workers running COMMAND with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+    "MASTER_ADDR, MASTER_PORT and the job's secret (MT_JOB_SECRET) in their environment, hosts\n"
+    "the job's store (node 0), prefixes each output line with the rank, and forwards SIGINT and\n"
+    "SIGTERM. When a worker fails, every worker of the job is stopped within seconds and the\n"
+    "failure is reported (rank, host, pid, exit code or signal) with an analysis of the\n"
+    "workers' flight recorder dumps; SIGUSR1 to the launcher prints that analysis live.\n"
+    "\n"
+    "  --nproc-per-node N   workers on this node\n"
+    "  --nnodes M           nodes in the job (default 1); each runs one launcher\n"
+    "  --node-rank I        this node's index, 0..M-1 (node 0 hosts the store)\n"
+    "  --master HOST:PORT   where node 0's store listens (several nodes: required; one node:\n"
+    "                       default 127.0.0.1 and a free port). Nothing listens beyond\n"
+    "                       loopback unless this names another address.\n"
+    "  --secret-file FILE   the job's secret, shared by every node's launcher (mode 600);\n"
+    "                       else MT_JOB_SECRET or MT_JOB_SECRET_FILE; one node makes its own\n"
+    "  --max-restarts K     restart the whole job up to K times after a failure (default 0)\n"
+    "  --grace SECONDS      after a failure, before SIGTERM (then SIGKILL 2 s later; default 3)\n"
+    "  --join-timeout SECONDS  launchers waiting for each other (default 300)\n"
+    "  --dump-dir DIR       flight recorder dumps (default: a temporary folder, kept on failure)\n"
+    "  --bind-to-core       pin local rank r to the r-th allowed CPU when there are enough\n"
+    "  --no-prefix          leave the workers' output as it is\n";
+
+static int parse_int(const char *flag, const char *text, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < lo || v > hi) {
+        fprintf(stderr, "meshtrain launch: error: %s '%s' is not an integer in %d..%d\n", flag,
+                text, lo, hi);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_seconds(const char *flag, const char *text, double *out)
+{
+    char *end;
+    double v = strtod(text, &end);
+    if (!*text || *end || !(v >= 0) || v > 1e6) {
+        fprintf(stderr, "meshtrain launch: error: %s '%s' is not a number of seconds\n", flag,
+                text);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* "host:port" into its halves (the host may not be empty). */
+static int parse_master(const char *text, char *host, size_t capacity, int *port)
+{
+    const char *colon = strrchr(text, ':');
+    if (!colon || colon == text || (size_t)(colon - text) >= capacity) {
+        fprintf(stderr, "meshtrain launch: error: --master '%s' is not HOST:PORT\n", text);
+        return 0;
+    }
+    snprintf(host, capacity, "%.*s", (int)(colon - text), text);
+    return parse_int("--master port", colon + 1, 1, 65535, port);
+}
+
+int cli_launch(int argc, char **argv)
+{
+    mt_launch_options o = {.grace_seconds = 3.0, .prefix_output = 1};
+    static char master_host[256];
+    const char *secret_file = NULL;
+    int i = 0;
+    for (; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "--") == 0) {
+            i++;
+            break;
+        }
+        if (cli_is_help(flag)) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        int takes_value = strcmp(flag, "--bind-to-core") != 0 && strcmp(flag, "--no-prefix") != 0;
+        if (takes_value && i + 1 >= argc) {
+            fprintf(stderr, "meshtrain launch: error: %s needs a value\n\n%s", flag, USAGE);
+            return 2;
+        }
+        const char *value = takes_value ? argv[++i] : NULL;
+        int ok = 1;
+        if (strcmp(flag, "--nproc-per-node") == 0)
+            ok = parse_int(flag, value, 1, 4096, &o.nproc);
+        else if (strcmp(flag, "--nnodes") == 0)
+            ok = parse_int(flag, value, 1, 65536, &o.nnodes);
+        else if (strcmp(flag, "--node-rank") == 0)
+            ok = parse_int(flag, value, 0, 65535, &o.node_rank);
+        else if (strcmp(flag, "--master") == 0) {
+            ok = parse_master(value, master_host, sizeof master_host, &o.master_port);
+            o.master_host = master_host;
+        } else if (strcmp(flag, "--max-restarts") == 0)
+            ok = parse_int(flag, value, 0, 1000, &o.max_restarts);
+        else if (strcmp(flag, "--grace") == 0)
+            ok = parse_seconds(flag, value, &o.grace_seconds);
+        else if (strcmp(flag, "--join-timeout") == 0)
+            ok = parse_seconds(flag, value, &o.join_timeout);
+        else if (strcmp(flag, "--secret-file") == 0)
+            secret_file = value;
+        else if (strcmp(flag, "--dump-dir") == 0)
+            o.dump_dir = value;
+        else if (strcmp(flag, "--bind-to-core") == 0)
+            o.bind_to_core = 1;
+        else if (strcmp(flag, "--no-prefix") == 0)
+            o.prefix_output = 0;
+        else {
+            fprintf(stderr, "meshtrain launch: error: unknown option '%s'\n\n%s", flag, USAGE);
+            return 2;
+        }
+        if (!ok)
+            return 2;
+    }
+    if (o.nproc < 1 || i >= argc) {
+        fprintf(stderr, "meshtrain launch: error: %s\n\n%s",
+                o.nproc < 1 ? "--nproc-per-node is required" : "no command after --", USAGE);
+        return 2;
+    }
+    mt_store_secret secret;
+    int found = 0;
+    mt_status st = secret_file ? mt_store_secret_from_file(secret_file, &secret)
+                               : mt_store_secret_from_env(&secret, &found);
+    if (st)
+        return cli_report_error("launch");
+    o.secret = secret_file || found ? &secret : NULL;
+    mt_launch_result result;
+    st = mt_launch(&o, argv + i, &result);
+    memset(&secret, 0, sizeof secret);
+    return st ? cli_report_error("launch") : 0;
+}
+
+int cli_relaunch_locally(int nproc, const char *command, int argc, char **argv)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "meshtrain %s: error: cannot find this program's path\n", command);
+        return 1;
+    }
+    self[n] = '\0';
+    char **child = calloc((size_t)argc + 3, sizeof *child);
+    if (!child)
+        return 1;
+    child[0] = self;
+    child[1] = (char *)command;
+    for (int i = 0; i < argc; i++)
+        child[2 + i] = argv[i];
+    mt_launch_options o = {.nproc = nproc, .grace_seconds = 3.0, .prefix_output = 1};
+    mt_launch_result result;
+    mt_status st = mt_launch(&o, child, &result);
+    free(child);
+    return st ? cli_report_error(command) : 0;
+}

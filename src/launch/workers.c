@@ -1,0 +1,355 @@
+/* One node's worker processes: fork and exec with their environment, each heading its own
+ * process group (so stopping it stops all it started), reaped with any orphans they leave. */
+#define _GNU_SOURCE /* cpu_set_t, sched_setaffinity, pipe2, environ, PR_SET_* */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "launch_internal.h"
+
+/* ---- preparing (parent side, before any fork) ---- */
+
+static int variable_name_matches(const char *entry, const char *variable)
+{
+    const char *eq = strchr(variable, '=');
+    size_t n = eq ? (size_t)(eq - variable) : strlen(variable);
+    return strncmp(entry, variable, n) == 0 && entry[n] == '=';
+}
+
+static void free_environment(char **envp)
+{
+    if (!envp)
+        return;
+    for (int i = 0; i < WORKER_VARIABLES && envp[i]; i++)
+        free(envp[i]);
+    free(envp);
+}
+
+/* The launcher's environment with ours on top; inherited entries point into environ. */
+static char **build_environment(char *const *ours)
+{
+    size_t inherited = 0;
+    while (environ && environ[inherited])
+        inherited++;
+    char **envp = calloc(WORKER_VARIABLES + inherited + 1, sizeof *envp);
+    if (!envp)
+        return NULL;
+    for (int i = 0; i < WORKER_VARIABLES; i++)
+        if (!(envp[i] = strdup(ours[i]))) {
+            free_environment(envp);
+            return NULL;
+        }
+    size_t count = WORKER_VARIABLES;
+    for (size_t i = 0; i < inherited; i++) {
+        int replaced = 0;
+        for (int v = 0; v < WORKER_VARIABLES && !replaced; v++)
+            replaced = variable_name_matches(environ[i], ours[v]);
+        if (!replaced)
+            envp[count++] = environ[i];
+    }
+    return envp;
+}
+
+static int is_executable_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* execvp's search, done here because it is not async-signal-safe in the child. A name
+ * found nowhere is returned as is: execve then fails with ENOENT, which is reported. */
+static char *resolve_command(const char *name)
+{
+    if (strchr(name, '/'))
+        return strdup(name);
+    const char *search = getenv("PATH");
+    if (!search)
+        search = "/usr/local/bin:/usr/bin:/bin";
+    size_t name_len = strlen(name);
+    for (const char *dir = search;; dir++) {
+        const char *end = strchr(dir, ':');
+        size_t dir_len = end ? (size_t)(end - dir) : strlen(dir);
+        char *candidate = malloc(dir_len + name_len + 3);
+        if (!candidate)
+            return NULL;
+        /* An empty PATH element means the current folder. */
+        snprintf(candidate, dir_len + name_len + 3, "%.*s/%s", (int)(dir_len ? dir_len : 1),
+                 dir_len ? dir : ".", name);
+        if (is_executable_file(candidate))
+            return candidate;
+        free(candidate);
+        if (!end)
+            return strdup(name);
+        dir = end;
+    }
+}
+
+/* Local rank r gets the r-th CPU this process may run on, and only when there is one CPU per
+ * worker; otherwise pinning would stack workers on one core. */
+static void assign_cpus(worker_set *s, int bind_to_core)
+{
+    for (int r = 0; r < s->count; r++)
+        s->workers[r].cpu = -1;
+    cpu_set_t allowed;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!bind_to_core || sched_getaffinity(0, sizeof allowed, &allowed) != 0 ||
+        s->count > online || s->count > CPU_COUNT(&allowed))
+        return;
+    int r = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && r < s->count; cpu++)
+        if (CPU_ISSET(cpu, &allowed))
+            s->workers[r++].cpu = cpu;
+}
+
+mt_status worker_set_prepare(worker_set *s, int count, int first_rank, char *const argv[],
+                             char *const *variables, int bind_to_core, int prefix_output,
+                             const sigset_t *child_mask)
+{
+    memset(s, 0, sizeof *s);
+    s->count = count;
+    s->argv = argv;
+    s->prefix_output = prefix_output;
+    s->child_mask = *child_mask;
+    s->workers = calloc((size_t)count, sizeof *s->workers);
+    s->path = resolve_command(argv[0]);
+    if (!s->workers || !s->path)
+        return mt_fail(MT_ENOMEM, "launch: out of memory");
+    for (int r = 0; r < count; r++) {
+        worker *w = &s->workers[r];
+        w->rank = first_rank + r;
+        w->local_rank = r;
+        w->pipes[0] = w->pipes[1] = -1;
+        if (!(w->envp = build_environment(variables + (size_t)r * WORKER_VARIABLES)))
+            return mt_fail(MT_ENOMEM, "launch: out of memory");
+    }
+    assign_cpus(s, bind_to_core);
+    return MT_OK;
+}
+
+/* ---- starting ---- */
+
+/* Runs in the forked child: async-signal-safe calls only, then exec. On failure the errno
+ * goes to the parent through the close-on-exec pipe (which closes unread on success). */
+static void run_child(const worker_set *s, const worker *w, const int out[2], const int err[2],
+                      int error_pipe)
+{
+    setpgid(0, 0);
+    /* A launcher that dies (even by SIGKILL) takes its workers with it. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (out[1] >= 0) {
+        dup2(out[1], STDOUT_FILENO);
+        dup2(err[1], STDERR_FILENO);
+    }
+    if (w->cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(w->cpu, &one);
+        (void)sched_setaffinity(0, sizeof one, &one); /* a performance hint; not fatal */
+    }
+    sigprocmask(SIG_SETMASK, &s->child_mask, NULL);
+    execve(s->path, s->argv, w->envp);
+    int e = errno;
+    ssize_t ignored = write(error_pipe, &e, sizeof e);
+    (void)ignored;
+    _exit(127);
+}
+
+/* Blocks until the child has exec'd (pipe closed, returns 0) or failed to (returns errno). */
+static int read_exec_error(int fd)
+{
+    int err = 0;
+    ssize_t n;
+    do
+        n = read(fd, &err, sizeof err);
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof err ? err : 0;
+}
+
+static void close_pair(int fds[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+static mt_status start_worker(worker_set *s, worker *w)
+{
+    int exec_pipe[2], out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (pipe2(exec_pipe, O_CLOEXEC) != 0 ||
+        (s->prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))) {
+        int e = errno;
+        close_pair(out);
+        close_pair(err);
+        return mt_fail(MT_EIO, "launch: rank %d: pipe: %s", w->rank, strerror(e));
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close_pair(exec_pipe);
+        close_pair(out);
+        close_pair(err);
+        return mt_fail(MT_EIO, "launch: rank %d: fork: %s", w->rank, strerror(e));
+    }
+    if (pid == 0) {
+        close(exec_pipe[0]);
+        run_child(s, w, out, err, exec_pipe[1]);
+    }
+    close(exec_pipe[1]);
+    /* Also set here, so no signal to the group can arrive before the child made it. */
+    setpgid(pid, pid);
+    w->pid = pid;
+    w->alive = 1;
+    w->exec_errno = read_exec_error(exec_pipe[0]);
+    close(exec_pipe[0]);
+    if (s->prefix_output) {
+        close(out[1]);
+        close(err[1]);
+        w->pipes[0] = out[0];
+        w->pipes[1] = err[0];
+        fcntl(out[0], F_SETFL, O_NONBLOCK);
+        fcntl(err[0], F_SETFL, O_NONBLOCK);
+        line_prefixer_init(&w->lines[0], STDOUT_FILENO, w->rank);
+        line_prefixer_init(&w->lines[1], STDERR_FILENO, w->rank);
+    }
+    return MT_OK;
+}
+
+mt_status worker_set_start(worker_set *s)
+{
+    /* Orphans of the workers (what they started and left behind) become our children, so
+     * the sweep can reap them and no zombie or stray process outlives the job. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    for (int r = 0; r < s->count; r++) {
+        mt_status st = start_worker(s, &s->workers[r]);
+        if (st) {
+            worker_set_signal(s, SIGKILL);
+            worker_set_sweep(s);
+            return st;
+        }
+    }
+    return MT_OK;
+}
+
+/* ---- watching ---- */
+
+static int ended_badly(const worker *w)
+{
+    return w->pid > 0 && !w->alive &&
+           (w->exec_errno || WIFSIGNALED(w->wait_status) ||
+            (WIFEXITED(w->wait_status) && WEXITSTATUS(w->wait_status) != 0));
+}
+
+int worker_set_reap(worker_set *s)
+{
+    for (;;) {
+        int status = 0;
+        pid_t got = waitpid(-1, &status, WNOHANG);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break; /* none ended yet, or no children left */
+        for (int r = 0; r < s->count; r++)
+            if (s->workers[r].alive && s->workers[r].pid == got) {
+                s->workers[r].alive = 0;
+                s->workers[r].wait_status = status;
+                if (!s->first_failure && ended_badly(&s->workers[r]))
+                    s->first_failure = &s->workers[r];
+            }
+        /* Any other pid was an orphan we adopted: reaped, nothing to record. */
+    }
+    int alive = 0;
+    for (int r = 0; r < s->count; r++)
+        alive += s->workers[r].alive;
+    return alive;
+}
+
+void worker_set_signal(worker_set *s, int sig)
+{
+    for (int r = 0; r < s->count; r++)
+        if (s->workers[r].alive)
+            kill(-s->workers[r].pid, sig);
+}
+
+int worker_set_drain(worker_set *s)
+{
+    int open = 0;
+    char buffer[16384];
+    for (int r = 0; r < s->count; r++)
+        for (int i = 0; i < 2; i++) {
+            worker *w = &s->workers[r];
+            if (w->pipes[i] < 0)
+                continue;
+            ssize_t n;
+            while ((n = read(w->pipes[i], buffer, sizeof buffer)) > 0)
+                line_prefixer_feed(&w->lines[i], buffer, (size_t)n);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                line_prefixer_flush(&w->lines[i]);
+                close(w->pipes[i]);
+                w->pipes[i] = -1;
+            } else {
+                open = 1;
+            }
+        }
+    return open;
+}
+
+void worker_set_sweep(worker_set *s)
+{
+    /* A process group lives while any member does; the leader's pid cannot be reused before
+     * then, so the kill reaches only what the worker left behind. */
+    for (int r = 0; r < s->count; r++)
+        if (s->workers[r].pid > 0)
+            kill(-s->workers[r].pid, SIGKILL);
+    for (int r = 0; r < s->count; r++)
+        while (s->workers[r].alive && waitpid(s->workers[r].pid, &s->workers[r].wait_status, 0) < 0 &&
+               errno == EINTR) {
+        }
+    for (int r = 0; r < s->count; r++)
+        s->workers[r].alive = 0;
+    /* Adopted orphans that were just killed. */
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    worker_set_drain(s);
+    for (int r = 0; r < s->count; r++)
+        for (int i = 0; i < 2; i++)
+            if (s->workers[r].pipes[i] >= 0) {
+                line_prefixer_flush(&s->workers[r].lines[i]);
+                close(s->workers[r].pipes[i]);
+                s->workers[r].pipes[i] = -1;
+            }
+}
+
+void worker_set_release(worker_set *s)
+{
+    if (s->workers)
+        for (int r = 0; r < s->count; r++)
+            free_environment(s->workers[r].envp);
+    free(s->workers);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+}
+
+const worker *worker_set_first_failure(const worker_set *s)
+{
+    return s->first_failure;
+}
+
+void worker_describe_end(const worker_set *s, const worker *w, char *out, size_t capacity)
+{
+    if (w->exec_errno)
+        snprintf(out, capacity, "could not execute '%s': %s (exit code 127)", s->argv[0],
+                 strerror(w->exec_errno));
+    else if (WIFSIGNALED(w->wait_status))
+        snprintf(out, capacity, "was killed by signal %d (%s)", WTERMSIG(w->wait_status),
+                 strsignal(WTERMSIG(w->wait_status)));
+    else
+        snprintf(out, capacity, "exited with code %d", WEXITSTATUS(w->wait_status));
+}
