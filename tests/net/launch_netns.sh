@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# meshtrain launch across two "hosts": two network namespaces joined by a veth pair, one
+# launcher in each (node 0 hosts the store on its veth address), two workers per node.
+# Checks that a job succeeds over hier and tcp, that a failure on one node stops both nodes
+# and both name it, that a wrong secret and a second launcher with the same --node-rank are
+# refused while the right job still runs, and that nothing is left behind: no process in
+# either namespace, no mt-* segment in either node's /dev/shm (each launcher gets a private
+# /dev/shm, as two hosts would have), no flight recorder folder after a success.
+# Every rank listens on its own namespace's veth address (MT_COMM_TCP_HOST), over hier too:
+# hier's tcp links listen on 127.0.0.1 otherwise, which the other namespace cannot reach.
+# Needs root (ip netns, mount). Usage: launch_netns.sh MESHTRAIN
+set -uo pipefail
+mt=$1
+skip=77 # ctest's SKIP_RETURN_CODE for this test
+
+if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then
+  echo "SKIPPED: needs root and ip (iproute2) to make network namespaces" >&2
+  exit $skip
+fi
+
+tag=mtl$$
+ns_a=${tag}a ns_b=${tag}b
+net=10.214.$(($$ % 250))
+addr_a=$net.1 addr_b=$net.2
+out=$(mktemp -d)
+cleanup() {
+  # Processes left in the namespaces (only after a failed check): ours, killed by pid.
+  for ns in "$ns_a" "$ns_b"; do
+    for pid in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null; done
+    ip netns del "$ns" 2> /dev/null || true
+  done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+if ! ip netns add "$ns_a" 2> /dev/null; then
+  echo "SKIPPED: this machine does not allow new network namespaces (no CAP_SYS_ADMIN?)" >&2
+  exit $skip
+fi
+ip netns add "$ns_b"
+ip link add "${tag}va" type veth peer name "${tag}vb"
+ip link set "${tag}va" netns "$ns_a"
+ip link set "${tag}vb" netns "$ns_b"
+ip -n "$ns_a" addr add "$addr_a/24" dev "${tag}va"
+ip -n "$ns_b" addr add "$addr_b/24" dev "${tag}vb"
+for ns in "$ns_a" "$ns_b"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$ns_a" link set "${tag}va" up
+ip -n "$ns_b" link set "${tag}vb" up
+if ! ip netns exec "$ns_a" mount -t tmpfs mt-launch-netns /dev/shm 2> /dev/null; then
+  echo "SKIPPED: cannot mount a private /dev/shm inside a network namespace" >&2
+  exit $skip
+fi
+
+fail() {
+  echo "FAILED: $*" >&2
+  exit 1
+}
+ok() { echo "  ok: $*"; }
+show() { # LABEL: both nodes' output, indented
+  for node in 0 1; do
+    [ -f "$out/$1.node$node" ] && sed "s/^/    [node $node] /" "$out/$1.node$node"
+  done
+}
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
+# The job's secret, and another job's (mode 600, as the launcher demands).
+umask 077
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$out/secret"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$out/wrong-secret"
+chmod 600 "$out/secret" "$out/wrong-secret"
+umask 022
+mkdir "$out/tmp"
+
+# Runs inside a namespace (ip netns exec gives it its own mount namespace): a private
+# /dev/shm, then the launcher; afterwards records the exit code, the end time and what is
+# left in that /dev/shm. $1 = the record's path prefix, the rest = the command.
+inner='mount -t tmpfs -o mode=1777 mt-launch-netns /dev/shm ||
+         { echo "cannot mount a private /dev/shm" >&2; exit 90; }
+       record=$1; shift
+       "$@"; rc=$?
+       echo "$rc $EPOCHREALTIME" > "$record.status"
+       ls -A /dev/shm > "$record.shm"
+       exit $rc'
+
+# launcher LABEL NODE SECRET [VAR=VALUE...] -- COMMAND...: starts one launcher of the job on
+# port $port in node NODE's namespace, in the background ($! is its pid); its output goes to
+# $out/LABEL.nodeNODE. Every wait is bounded: the join, the peers, and the launcher itself.
+launcher() {
+  local label=$1 node=$2 secret=$3
+  shift 3
+  local ns=$ns_a addr=$addr_a vars=()
+  [ "$node" = 1 ] && ns=$ns_b addr=$addr_b
+  while [ "$1" != -- ]; do
+    vars+=("$1")
+    shift
+  done
+  shift
+  ip netns exec "$ns" env MT_COMM_TIMEOUT=10 TMPDIR="$out/tmp" MT_COMM_TCP_HOST="$addr" \
+    "${vars[@]}" bash -c "$inner" inner "$out/$label.node$node" \
+    timeout -k 2 25 "$mt" launch --nnodes 2 --node-rank "$node" --master "$addr_a:$port" \
+    --secret-file "$secret" --nproc-per-node 2 --join-timeout 20 -- "$@" \
+    > "$out/$label.node$node" 2>&1 &
+}
+
+# run_job LABEL [VAR=VALUE...] -- COMMAND...: both nodes, the same command; waits for both
+# launchers and sets rc0, rc1 and took0, took1 (seconds from the start to each one's end).
+run_job() {
+  local label=$1
+  shift
+  port=$((port + 1))
+  local started=$EPOCHREALTIME pids=()
+  for node in 0 1; do
+    launcher "$label" $node "$out/secret" "$@"
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  read_status "$label" "$started"
+}
+
+read_status() { # LABEL STARTED: rc0, rc1, took0, took1 from the records
+  local rc end
+  for node in 0 1; do
+    if [ -f "$out/$1.node$node.status" ]; then
+      read -r rc end < "$out/$1.node$node.status"
+    else
+      rc=none end=$EPOCHREALTIME
+    fi
+    eval "rc$node=\$rc took$node=\$(elapsed \$2 \$end)"
+  done
+}
+
+# Nothing of the job is left: no process in either namespace, no mt-* segment in either
+# node's /dev/shm, and (after a success) no flight recorder folder.
+check_clean() {
+  local label=$1 after=$2 left
+  for ns in "$ns_a" "$ns_b"; do
+    left=$(ip netns pids "$ns")
+    [ -z "$left" ] || fail "$label: processes left in namespace $ns: $(ps -o pid=,args= -p \
+      "$(echo $left | tr ' ' ,)")"
+  done
+  for node in 0 1; do
+    [ -f "$out/$label.node$node.shm" ] || continue # a launcher that never got to run
+    left=$(grep '^mt-' "$out/$label.node$node.shm" | tr '\n' ' ')
+    [ -z "$left" ] || fail "$label: node $node left shared memory in /dev/shm: $left"
+  done
+  if [ "$after" = success ]; then
+    left=$(ls -A "$out/tmp")
+    [ -z "$left" ] || fail "$label: a successful job left in TMPDIR: $left"
+  fi
+  rm -rf "$out/tmp"/*
+  ok "no process left in either namespace, no mt-* in either /dev/shm"
+}
+
+# The four "[r] rank r of 4 on ... (BACKEND): ... correct" lines, ranks 0-1 from node 0 and
+# 2-3 from node 1.
+check_ranks() {
+  local label=$1 backend=$2
+  for r in 0 1 2 3; do
+    grep -Eq "^\[$r\] rank $r of 4 on .*\($backend\).* correct" "$out/$label.node$((r / 2))" ||
+      { show "$label"; fail "$label: no line saying rank $r of 4 ($backend) was correct"; }
+  done
+  ok "ranks 0-3 of 4 report correct collectives over $backend"
+}
+
+port=$((29500 + $$ % 1000)) # a fresh port for every job (the namespaces are private anyway)
+check=("$mt" check --tp 2 --rounds 3)
+begin=$EPOCHREALTIME
+
+echo "== 1a. success over hier (namespaces as hosts): launch --nnodes 2 -- check --tp 2 --rounds 3"
+run_job hier MT_COMM_BACKEND=hier MT_COMM_HOST_IDENTITY=netns MT_COMM_DEBUG=1 -- "${check[@]}"
+[ "$rc0 $rc1" = "0 0" ] || { show hier; fail "hier: launchers exited $rc0 (node 0), $rc1 (node 1)"; }
+ok "both launchers exited 0 (${took0} s, ${took1} s)"
+check_ranks hier hier
+grep -q "hier: 4 ranks on 2 hosts" "$out/hier.node0" ||
+  { show hier; fail "hier: rank 0 did not see the two namespaces as 2 hosts"; }
+ok "hier saw 4 ranks on 2 hosts"
+check_clean hier success
+
+echo "== 1b. success over tcp, each rank listening on its namespace's veth address"
+run_job tcp MT_COMM_BACKEND=tcp -- "${check[@]}"
+[ "$rc0 $rc1" = "0 0" ] || { show tcp; fail "tcp: launchers exited $rc0 (node 0), $rc1 (node 1)"; }
+ok "both launchers exited 0 (${took0} s, ${took1} s)"
+check_ranks tcp tcp
+check_clean tcp success
+
+# A failure: both launchers must end non-zero within 10 s (the grace period is 3 s, then
+# SIGTERM, then SIGKILL 2 s later) and print the same failure, shared through the store.
+failure_line() { grep '^meshtrain launch: error: ' "$out/$1.node$2" | tail -n 1; }
+check_stopped() {
+  local label=$1
+  [ "$rc0" != 0 ] && [ "$rc0" != none ] && [ "$rc1" != 0 ] && [ "$rc1" != none ] ||
+    { show "$label"; fail "$label: launchers exited $rc0 (node 0), $rc1 (node 1), not both non-zero"; }
+  awk -v a="$took0" -v b="$took1" 'BEGIN { exit !(a < 10 && b < 10) }' ||
+    { show "$label"; fail "$label: the launchers took ${took0} s and ${took1} s, not under 10 s"; }
+  ok "both launchers exited non-zero ($rc0, $rc1) within 10 s (${took0} s, ${took1} s)"
+  line0=$(failure_line "$label" 0) line1=$(failure_line "$label" 1)
+  [ -n "$line0" ] && [ "$line0" = "$line1" ] ||
+    { show "$label"; fail "$label: the launchers report different failures"; }
+  ok "both report the same failure: ${line0#meshtrain launch: error: }"
+}
+rank3_killed='rank 3 \(pid [0-9]+ on host [^)]*\) was killed by signal 9'
+
+echo "== 2a. node 1's rank 3 is killed (SIGKILL) only after the job ran: only the launchers"
+echo "       can tell node 0 (its workers would sleep 30 s)"
+run_job spread MT_COMM_BACKEND=hier MT_COMM_HOST_IDENTITY=netns -- sh -c \
+  '"$0" check --tp 2 --rounds 3 || exit; [ "$RANK" = 3 ] && kill -KILL $$; exec sleep 30' "$mt"
+check_stopped spread
+echo "$line0" | grep -Eq "$rank3_killed" ||
+  { show spread; fail "spread: the failure does not name rank 3 and signal 9"; }
+ok "it names rank 3 and signal 9"
+check_clean spread failure
+
+echo "== 2b. rank 3 is killed inside its collectives (check --fail-rank 3 --fail-how kill)"
+run_job kill MT_COMM_BACKEND=hier MT_COMM_HOST_IDENTITY=netns -- \
+  "$mt" check --tp 2 --rounds 1000 --fail-rank 3 --fail-how kill --fail-round 2
+check_stopped kill
+grep -q "rank 3: failing on purpose (kill)" "$out/kill.node1" ||
+  { show kill; fail "kill: rank 3 did not say it was failing on purpose"; }
+if echo "$line0" | grep -Eq "$rank3_killed"; then
+  ok "it names rank 3 and signal 9"
+else
+  # The first failure published wins; a rank that saw rank 3 vanish and exited 1 can get
+  # there first when the cores are busy. Both nodes still agree and stop.
+  echo "  note: the first failure published was a rank that noticed rank 3's death, not rank 3"
+fi
+check_clean kill failure
+
+echo "== 3a. a launcher with another job's secret is refused; the right one then joins"
+port=$((port + 1))
+started=$EPOCHREALTIME
+launcher secret 0 "$out/secret" MT_COMM_BACKEND=tcp -- "${check[@]}"
+node0=$!
+launcher wrong 1 "$out/wrong-secret" MT_COMM_BACKEND=tcp -- "${check[@]}"
+wait $! && fail "wrong secret: the launcher was not refused"
+grep -q "does not hold this job's secret" "$out/wrong.node1" ||
+  { show wrong; fail "wrong secret: the launcher was refused without saying why"; }
+ok "refused: $(grep -o "authentication failed: [^(]*" "$out/wrong.node1")"
+launcher secret 1 "$out/secret" MT_COMM_BACKEND=tcp -- "${check[@]}"
+wait $node0 $!
+read_status secret "$started"
+[ "$rc0 $rc1" = "0 0" ] || { show secret; fail "secret: launchers exited $rc0 (node 0), $rc1 (node 1)"; }
+ok "the job with the right secret ran: both launchers exited 0"
+check_ranks secret tcp
+check_clean secret success
+
+echo "== 3b. a second launcher claiming --node-rank 1 while the job runs is refused"
+port=$((port + 1))
+started=$EPOCHREALTIME
+pids=()
+for node in 0 1; do
+  launcher twin $node "$out/secret" MT_COMM_BACKEND=tcp -- sh -c \
+    '"$0" check --tp 2 --rounds 3 && exec sleep 3' "$mt"
+  pids+=($!)
+done
+# Rank 2's line means node 1's launcher has joined; its workers now sleep for 3 s.
+for _ in $(seq 100); do
+  grep -q '^\[2\] rank 2 of 4' "$out/twin.node1" && break
+  sleep 0.1
+done
+grep -q '^\[2\] rank 2 of 4' "$out/twin.node1" || { show twin; fail "twin: the job did not start"; }
+launcher twin2 1 "$out/secret" MT_COMM_BACKEND=tcp -- "${check[@]}"
+wait $! && fail "twin: the second launcher of node 1 was not refused"
+grep -q "node rank 1 has already joined this job.*same --node-rank" "$out/twin2.node1" ||
+  { show twin2; fail "twin: the second launcher was refused without naming the node rank"; }
+ok "refused: $(grep -o "node rank 1 has already joined[^(]*" "$out/twin2.node1")"
+wait "${pids[@]}"
+read_status twin "$started"
+[ "$rc0 $rc1" = "0 0" ] || { show twin; fail "twin: launchers exited $rc0 (node 0), $rc1 (node 1)"; }
+ok "the job itself went on: both launchers exited 0"
+check_ranks twin tcp
+check_clean twin success
+
+echo "meshtrain launch across two network namespaces: ok ($(elapsed "$begin" "$EPOCHREALTIME") s)"
