@@ -85,7 +85,10 @@ void store_peer_refuse(store_peer *p, const char *message)
 {
     if (p->state == PEER_CLOSED)
         return;
-    queue_reply(p, STORE_ERROR, message, (uint32_t)strlen(message));
+    /* A reply already partly sent goes out whole: an ERROR in its place would cut the client's
+     * stream mid-frame (the fuzz target found it: a join deadline during the HELLO). */
+    if (p->out_sent == 0)
+        queue_reply(p, STORE_ERROR, message, (uint32_t)strlen(message));
     if (p->state != PEER_CLOSED)
         p->state = PEER_CLOSING;
 }
