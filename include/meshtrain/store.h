@@ -74,6 +74,9 @@ typedef struct mt_store_config {
  * a server that cannot prove it holds the secret is another job's, and is left. */
 mt_status mt_store_connect(const mt_store_config *config, mt_store **out);
 void mt_store_close(mt_store *store);
+/* The local IPv4 address of the connection: this host's address on the way to the store,
+ * which its peers on other hosts can reach too. */
+mt_status mt_store_local_address(const mt_store *store, char *out, size_t capacity);
 
 mt_status mt_store_set(mt_store *store, const char *key, const void *value, size_t bytes);
 /* Waits until the key exists (up to the timeout), then copies at most `capacity` bytes;

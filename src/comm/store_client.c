@@ -2,6 +2,7 @@
  * at a time, each under a deadline, naming the store and the key in every error. */
 #define _GNU_SOURCE /* gethostname's HOST_NAME_MAX */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
@@ -523,6 +524,17 @@ mt_status mt_store_connect(const mt_store_config *config, mt_store **out)
         return st;
     }
     *out = s;
+    return MT_OK;
+}
+
+mt_status mt_store_local_address(const mt_store *store, char *out, size_t capacity)
+{
+    struct sockaddr_in local;
+    socklen_t len = sizeof local;
+    if (getsockname(store->fd, (struct sockaddr *)&local, &len) != 0 ||
+        !inet_ntop(AF_INET, &local.sin_addr, out, (socklen_t)capacity))
+        return mt_fail(MT_EIO, "store %s: cannot read the connection's local address: %s",
+                       store->address, strerror(errno));
     return MT_OK;
 }
 

@@ -49,7 +49,7 @@ typedef struct worker_set {
 } worker_set;
 
 /* The variables one worker gets on top of the inherited environment ("NAME=value" strings). */
-enum { WORKER_VARIABLES = 11 };
+enum { WORKER_VARIABLES = 12 };
 
 /* Resolves the command, builds each worker's environment from `variables` (count x
  * WORKER_VARIABLES strings, which the set copies) and picks CPUs. */

@@ -41,6 +41,9 @@ typedef struct agent {
     char host[256];
     char master_host[256];
     int master_port;
+    /* Where the workers' tcp listens: MT_COMM_TCP_HOST if set, else this node's address on
+     * the way to the store (loopback on one node), which the other nodes reach too. */
+    char tcp_host[64];
     mt_store_secret secret;
     mt_store_server *server; /* node 0 */
     mt_store *store;         /* this launcher's own connection, as launcher node_rank */
@@ -129,6 +132,10 @@ static int request_dumps(agent *a, worker_set *s)
 
 /* ---- the store ---- */
 
+/* Set by node 0 when the job is over, just before its store stops. */
+static const char FINISHED_KEY[] = "launch/finished";
+
+
 static mt_status open_store(agent *a)
 {
     const mt_launch_options *o = a->o;
@@ -144,10 +151,35 @@ static mt_status open_store(agent *a)
     mt_store_config c = {.host = a->master_host, .port = a->master_port,
                          .timeout_seconds = a->join_timeout, .secret = &a->secret,
                          .role = MT_STORE_LAUNCHER, .id = o->node_rank, .count = a->nodes};
-    mt_status st = mt_store_connect(&c, &a->store);
-    if (st)
-        return mt_fail_context(st, "launch: node %d joining the job's store", o->node_rank);
-    return MT_OK;
+    double deadline = mt_clock_seconds() + a->join_timeout;
+    mt_status st;
+    for (;;) {
+        if ((st = mt_store_connect(&c, &a->store)))
+            return mt_fail_context(st, "launch: node %d joining the job's store", o->node_rank);
+        /* The store of the job before, on the same port, lives until its node 0 is done: a
+         * launcher started right after must not join it. */
+        char flag[4];
+        size_t got = 0;
+        int finished = 0;
+        if ((st = mt_store_try_get(a->store, FINISHED_KEY, flag, sizeof flag, &got, &finished)))
+            return st;
+        if (!finished)
+            break;
+        mt_store_close(a->store);
+        a->store = NULL;
+        if (mt_clock_seconds() > deadline)
+            return mt_fail(MT_EPEER, "launch: the store at %s:%d belongs to a job that has "
+                                     "finished, and no new one came up within %.0f s",
+                           a->master_host, a->master_port, a->join_timeout);
+        struct timespec nap = {0, 100 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    const char *given = getenv("MT_COMM_TCP_HOST");
+    if (given && *given)
+        snprintf(a->tcp_host, sizeof a->tcp_host, "%s", given);
+    else
+        st = mt_store_local_address(a->store, a->tcp_host, sizeof a->tcp_host);
+    return st;
 }
 
 static void key_of(char *out, size_t capacity, int attempt, const char *what, int index)
@@ -187,37 +219,59 @@ static mt_status meet_other_nodes(agent *a, int attempt)
     return MT_OK;
 }
 
-/* Publishes this node's first failure unless another node's came first; either way the
- * outcome then holds the job's first failure. */
+/* The job's failure is the first one published, except that a death by signal replaces an
+ * exit code: a rank killed from outside makes its peers exit with errors a moment later, and
+ * whichever launcher reaps first must not name a peer instead of the cause. The stored value
+ * is "<priority>|<description>". */
+static int failure_priority(const attempt_outcome *out) { return out->signal ? 2 : 1; }
+
 static void publish_failure(agent *a, int attempt, attempt_outcome *out)
 {
-    char key[64], current[sizeof out->failure];
+    char key[64], mine[sizeof out->failure + 4], current[sizeof mine];
     key_of(key, sizeof key, attempt, "failed", -1);
-    size_t got = 0;
-    if (mt_store_compare_set(a->store, key, NULL, 0, out->failure, strlen(out->failure) + 1,
-                             current, sizeof current - 1, &got) == MT_OK && got > 0) {
+    snprintf(mine, sizeof mine, "%d|%s", failure_priority(out), out->failure);
+    const char *expected = NULL;
+    size_t expected_bytes = 0, got = 0;
+    for (int tries = 0; tries < 8; tries++) {
+        if (mt_store_compare_set(a->store, key, expected, expected_bytes, mine, strlen(mine) + 1,
+                                 current, sizeof current - 1, &got) != MT_OK)
+            return;
         current[got < sizeof current ? got : sizeof current - 1] = '\0';
-        snprintf(out->failure, sizeof out->failure, "%s", current);
+        if (strcmp(current, mine) == 0 || current[0] >= mine[0])
+            return; /* ours, or one at least as telling */
+        /* Replace the weaker one (the request copies `expected` before `current` is reused). */
+        expected = current;
+        expected_bytes = got;
     }
 }
 
-/* A failure elsewhere in the job, or the store itself gone: returns 1 and fills out. */
-static int failure_elsewhere(agent *a, int attempt, attempt_outcome *out)
+/* The job's failure as the store holds it: 1 found (its description in `text`), 0 none yet,
+ * -1 the store could not be asked. */
+static int read_failure(agent *a, int attempt, char *text, size_t capacity)
 {
     char key[64];
     key_of(key, sizeof key, attempt, "failed", -1);
     size_t got = 0;
     int found = 0;
-    mt_status st = mt_store_try_get(a->store, key, out->failure, sizeof out->failure - 1, &got,
-                                    &found);
-    if (st) {
+    if (mt_store_try_get(a->store, key, text, capacity - 1, &got, &found) != MT_OK)
+        return -1;
+    if (!found)
+        return 0;
+    text[got < capacity ? got : capacity - 1] = '\0';
+    const char *bar = strchr(text, '|'); /* past the priority */
+    if (bar)
+        memmove(text, bar + 1, strlen(bar + 1) + 1);
+    return 1;
+}
+
+/* A failure elsewhere in the job, or the store itself gone: returns 1 and fills out. */
+static int failure_elsewhere(agent *a, int attempt, attempt_outcome *out)
+{
+    int found = read_failure(a, attempt, out->failure, sizeof out->failure);
+    if (found < 0)
         snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
                  a->o->node_rank, mt_last_error());
-        return 1;
-    }
-    if (found)
-        out->failure[got < sizeof out->failure ? got : sizeof out->failure - 1] = '\0';
-    return found;
+    return found != 0;
 }
 
 /* ---- one attempt ---- */
@@ -352,7 +406,8 @@ static char **worker_variables(const agent *a, int attempt)
                  asprintf(&w[7], "MT_STORE_HOSTED=1") > 0 &&
                  asprintf(&w[8], "MT_RESTART_COUNT=%d", attempt) > 0 &&
                  asprintf(&w[9], "MT_FLIGHT_RECORDER_DIR=%s", a->dump_dir) > 0 &&
-                 asprintf(&w[10], "GROUP_RANK=%d", a->o->node_rank) > 0;
+                 asprintf(&w[10], "GROUP_RANK=%d", a->o->node_rank) > 0 &&
+                 asprintf(&w[11], "MT_COMM_TCP_HOST=%s", a->tcp_host) > 0;
         if (!ok)
             return v; /* the NULL left in the table is reported by the caller */
     }
@@ -548,6 +603,8 @@ static mt_status setup(agent *a)
 
 static void teardown(agent *a, int keep_dumps)
 {
+    if (a->server && a->store)
+        mt_store_set(a->store, FINISHED_KEY, "1", 1);
     mt_store_close(a->store);
     mt_store_server_stop(a->server);
     if (a->dump_dir[0] && a->dump_dir_is_temporary && !keep_dumps)
@@ -567,6 +624,9 @@ static mt_status run_attempts(agent *a, mt_launch_result *result)
         if (out.failed && a->nodes > 1)
             exchange_dumps(a, attempt, 1);
         wait_for_all_nodes(a, attempt, &out);
+        char settled[sizeof out.failure];
+        if (out.failed && read_failure(a, attempt, settled, sizeof settled) == 1)
+            memcpy(out.failure, settled, sizeof out.failure); /* as every node sees it */
         if (!out.failed && !out.interrupted)
             return MT_OK;
         result->failed_rank = out.failed_rank;

@@ -46,7 +46,8 @@ run_on_both() {
     local ns=$ns_a addr=$addr_a
     [ $node = 1 ] && ns=$ns_b addr=$addr_b
     ip netns exec "$ns" env MT_TEST_NNODES=2 MT_TEST_NODE_RANK=$node \
-      MT_TEST_MASTER="$addr_a:$port" MT_COMM_BACKEND=hier MT_COMM_HOST_IDENTITY=netns \
+      MT_TEST_MASTER="$addr_a:$port" MT_JOB_SECRET=hier-netns-test-secret-0123 \
+      MT_COMM_BACKEND=hier MT_COMM_HOST_IDENTITY=netns \
       MT_COMM_TCP_HOST="$addr" MT_COMM_TIMEOUT=60 MT_COMM_DEBUG=1 \
       timeout 240 "$@" > "$out/node$node" 2>&1 &
     pids+=($!)
