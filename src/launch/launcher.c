@@ -114,15 +114,19 @@ static mt_status prepare_dump_dir(agent *a)
 }
 
 /* Asks the workers that took a SIGUSR1 handler (their .armed file says so) for a dump; a
- * program without one would die of the signal. */
-static int request_dumps(agent *a, worker_set *s)
+ * program without one would die of the signal. After a failure, a worker that dumped
+ * already (its collective failed) is left alone: by now it may have freed its communicators,
+ * and a second dump would replace the first with an empty one. */
+static int request_dumps(agent *a, worker_set *s, int after_failure)
 {
     int asked = 0;
     for (int r = 0; r < s->count; r++) {
         long pid = 0;
         const worker *w = &s->workers[r];
-        if (w->alive && mt_flight_armed_pid(a->dump_dir, w->rank, &pid) == MT_OK &&
-            pid == (long)w->pid) {
+        char dumped[PATH_MAX + 64];
+        snprintf(dumped, sizeof dumped, "%s/rank%d.flight", a->dump_dir, w->rank);
+        if (w->alive && (!after_failure || access(dumped, F_OK) != 0) &&
+            mt_flight_armed_pid(a->dump_dir, w->rank, &pid) == MT_OK && pid == (long)w->pid) {
             kill(w->pid, SIGUSR1);
             asked++;
         }
@@ -365,7 +369,7 @@ static void watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
         }
         if (out->failed && c.started < 0) {
             c.started = now;
-            request_dumps(a, s);
+            request_dumps(a, s, 1);
         }
         int dump_asked = 0;
         int sig = take_signals(a, &dump_asked);
@@ -376,7 +380,7 @@ static void watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
             if (c.started < 0)
                 c.started = now;
         }
-        if (dump_asked && request_dumps(a, s) > 0)
+        if (dump_asked && request_dumps(a, s, 0) > 0)
             analyse_at = now + DUMP_SECONDS;
         if (analyse_at >= 0 && now >= analyse_at) {
             say(a, "flight recorder dumps of the live job (asked for by SIGUSR1) in %s:",
