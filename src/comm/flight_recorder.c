@@ -564,8 +564,9 @@ mt_status mt_flight_register_split(mt_flight_recorder *child, const mt_flight_re
     child->internal = parent->internal;
     char id[160];
     snprintf(id, sizeof id, "%s/%d:%d", parent->id, split_number, color);
-    if (strlen(id) < sizeof child->id) {
-        snprintf(child->id, sizeof child->id, "%s", id);
+    size_t id_len = strlen(id);
+    if (id_len < sizeof child->id) {
+        memcpy(child->id, id, id_len + 1); /* fits: checked just above */
     } else { /* deep nesting: a hash of the long id keeps ids short and equal everywhere */
         uint64_t h = 1469598103934665603ull;
         for (const char *c = id; *c; c++)

@@ -312,8 +312,12 @@ static void describe_local_failure(const agent *a, const worker_set *s, attempt_
     const worker *w = worker_set_first_failure(s);
     char how[300];
     worker_describe_end(s, w, how, sizeof how);
-    snprintf(out->failure, sizeof out->failure, "rank %d (pid %d on host %s) %s", w->rank,
-             (int)w->pid, a->host, how);
+    /* Host names and commands are long at worst; a cut message beats none. */
+    int n = snprintf(out->failure, sizeof out->failure, "rank %d (pid %d on host %.64s) ",
+                     w->rank, (int)w->pid, a->host);
+    if (n > 0 && (size_t)n < sizeof out->failure)
+        snprintf(out->failure + n, sizeof out->failure - (size_t)n, "%.*s",
+                 (int)(sizeof out->failure - (size_t)n - 1), how);
     out->failed_rank = w->rank;
     out->signal = WIFSIGNALED(w->wait_status) && !w->exec_errno ? WTERMSIG(w->wait_status) : 0;
     out->exit_code = out->signal ? -1 : w->exec_errno ? 127 : WEXITSTATUS(w->wait_status);
