@@ -11,6 +11,9 @@
 #include <sys/stat.h>
 
 #include "comm/store_service.h"
+#ifndef MT_LIBFUZZER
+#include "fuzz_replay.h"
+#endif
 
 /* An input is a script. Byte 0 sets the scene:
  *   bits 0-1  how many peers connect (0 and 3: one, 1: two, 2: three), in slots 0..2;
@@ -1267,65 +1270,15 @@ static void write_seeds(const char *dir)
 
 /* ---- replay ----------------------------------------------------------------------------- */
 
-static size_t replay_file(const char *path)
+static void free_slots(void)
 {
-    FILE *f = fopen(path, "rb");
-    REQUIRE(f != NULL, "opening %s: %s", path, strerror(errno));
-    static uint8_t buf[1 + MAX_SCRIPT];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
-    LLVMFuzzerTestOneInput(buf, n);
-    return 1;
-}
-
-static int visible(const struct dirent *e) { return e->d_name[0] != '.'; }
-
-/* A file, or every file of a directory in name order. */
-static size_t replay(const char *path)
-{
-    struct stat st;
-    REQUIRE(stat(path, &st) == 0, "%s: %s", path, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return replay_file(path);
-    struct dirent **names;
-    int n = scandir(path, &names, visible, alphasort);
-    REQUIRE(n >= 0, "listing %s: %s", path, strerror(errno));
-    size_t count = 0;
-    for (int i = 0; i < n; i++) {
-        char file[4096];
-        snprintf(file, sizeof file, "%s/%s", path, names[i]->d_name);
-        count += replay_file(file);
-        free(names[i]);
-    }
-    free(names);
-    return count;
+    for (int k = 0; k < MAX_SLOTS; k++)
+        free(W.slots[k].inbox);
 }
 
 int main(int argc, char **argv)
 {
-    int i = 1;
-    if (argc >= 3 && strcmp(argv[1], "--write-seeds") == 0) {
-        write_seeds(argv[2]);
-        printf("fuzz_store_frame: seeds written to %s\n", argv[2]);
-        i = 3;
-    } else if (argc < 2) {
-        fprintf(stderr, "usage: %s [--write-seeds DIR] [FILE|DIR]...\n"
-                        "  writes the seed corpus, then replays each input through the fuzz "
-                        "target\n", argv[0]);
-        return 2;
-    }
-    size_t count = 0;
-    for (; i < argc; i++)
-        count += replay(argv[i]);
-    for (int k = 0; k < MAX_SLOTS; k++)
-        free(W.slots[k].inbox);
-    if (argc > 3 || strcmp(argv[1], "--write-seeds") != 0) {
-        if (count == 0) {
-            fprintf(stderr, "fuzz_store_frame: no inputs to replay\n");
-            return 1;
-        }
-        printf("fuzz_store_frame: %zu inputs replayed, every property held\n", count);
-    }
-    return 0;
+    const fuzz_replay_target target = {"fuzz_store_frame", 1 + MAX_SCRIPT, write_seeds, free_slots};
+    return fuzz_replay_main(&target, argc, argv);
 }
 #endif
