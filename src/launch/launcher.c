@@ -495,29 +495,50 @@ static void exchange_dumps(agent *a, int attempt, int upload)
     free(buffer);
 }
 
+/* Marks the job failed because this launcher lost the store (the failure of the job then,
+ * since no node can learn of the others any more). */
+static void lost_store(agent *a, attempt_outcome *out)
+{
+    if (out->failed)
+        return;
+    out->failed = 1;
+    snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
+             a->o->node_rank, mt_last_error());
+}
+
+/* 1 when the launcher of `node` has closed its connection (the server noted it). */
+static int launcher_gone(agent *a, int node, int *gone)
+{
+    char key[64], host[256];
+    size_t got = 0;
+    snprintf(key, sizeof key, "launcher/%d/closed", node);
+    return mt_store_try_get(a->store, key, host, sizeof host, &got, gone) == MT_OK;
+}
+
 /* Waits until every node's launcher finished the attempt (or disconnected), so that node 0
  * keeps the store up while others still use it and every node learns of a late failure. */
 static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
 {
     char key[64];
     key_of(key, sizeof key, attempt, "ended", a->o->node_rank);
-    if (mt_store_set(a->store, key, out->failed ? "failed" : "ok", 3) != MT_OK)
+    if (mt_store_set(a->store, key, out->failed ? "failed" : "ok", 3) != MT_OK) {
+        lost_store(a, out);
         return;
+    }
     for (int node = 0; node < a->nodes; node++) {
         for (;;) {
-            char value[8], closed_key[64];
+            char value[8];
             size_t got = 0;
-            int found = 0;
+            int found = 0, gone = 0;
             key_of(key, sizeof key, attempt, "ended", node);
-            if (mt_store_try_get(a->store, key, value, sizeof value, &got, &found) != MT_OK)
+            if (mt_store_try_get(a->store, key, value, sizeof value, &got, &found) != MT_OK ||
+                !launcher_gone(a, node, &gone)) {
+                lost_store(a, out);
                 return;
+            }
             if (found)
                 break;
-            snprintf(closed_key, sizeof closed_key, "launcher/%d/closed", node);
-            if (mt_store_try_get(a->store, closed_key, value, sizeof value, &got, &found) !=
-                MT_OK)
-                return;
-            if (found) {
+            if (gone) {
                 if (!out->failed) {
                     out->failed = 1;
                     snprintf(out->failure, sizeof out->failure,
@@ -532,6 +553,20 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
     }
     if (!out->failed)
         out->failed = failure_elsewhere(a, attempt, out);
+}
+
+/* Node 0, at the end: the store stays up until every other launcher has left it (at most
+ * 30 s), so none loses it while it reads the job's last keys. */
+static void wait_for_launchers_to_leave(agent *a)
+{
+    double deadline = mt_clock_seconds() + (a->join_timeout < 30 ? a->join_timeout : 30);
+    for (int node = 1; node < a->nodes; node++) {
+        int gone = 0;
+        while (launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline) {
+            struct timespec nap = {0, 20 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
+    }
 }
 
 /* 1 when some worker wrote a dump (a program that is no meshtrain worker never does). */
@@ -611,8 +646,10 @@ static mt_status setup(agent *a)
 
 static void teardown(agent *a, int keep_dumps)
 {
-    if (a->server && a->store)
+    if (a->server && a->store) {
         mt_store_set(a->store, FINISHED_KEY, "1", 1);
+        wait_for_launchers_to_leave(a);
+    }
     mt_store_close(a->store);
     mt_store_server_stop(a->server);
     if (a->dump_dir[0] && a->dump_dir_is_temporary && !keep_dumps)
