@@ -428,27 +428,13 @@ int cli_bench_comm(int argc, char **argv)
      * environment. */
     setenv("MT_COMM_BACKEND", a.backend, 1);
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "meshtrain bench comm: error: cannot find this program's path\n");
+    if (!cli_self_path("bench comm", self, sizeof self))
         return 1;
-    }
-    self[n] = '\0';
 #ifdef MT_HAVE_MPI
     if (mpi)
         return run_under_mpirun(&a, argc, argv, self);
 #endif
-    char **child = calloc((size_t)argc + 4, sizeof *child);
-    if (!child)
-        return 1;
-    child[0] = self;
-    child[1] = (char *)"bench";
-    child[2] = (char *)"comm";
-    for (int i = 0; i < argc; i++)
-        child[3 + i] = argv[i];
     mt_launch_options options = {.nproc = a.nproc, .grace_seconds = 10, .bind_to_core = 1};
-    mt_launch_result result;
-    mt_status st = mt_launch(&options, child, &result);
-    free(child);
-    return st ? cli_report_error("bench comm") : 0;
+    const char *words[] = {"bench", "comm"};
+    return cli_relaunch_locally(&options, "bench comm", words, 2, argc, argv);
 }

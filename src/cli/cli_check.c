@@ -13,6 +13,7 @@
 #include "meshtrain/clock.h"
 #include "meshtrain/comm.h"
 #include "meshtrain/job_env.h"
+#include "meshtrain/launch.h"
 #include "meshtrain/mesh.h"
 
 static const char USAGE[] =
@@ -72,17 +73,11 @@ static int parse_args(int argc, char **argv, check_args *a)
             {"--fail-rank", &a->fail_rank, 0}, {"--fail-round", &a->fail_round, 1},
         };
         int known = 0;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !known; k++) {
             if (strcmp(flag, ints[k].name) != 0)
                 continue;
-            char *end;
-            long v = strtol(value, &end, 10);
-            if (!*value || *end || v < ints[k].lo || v > (1 << 24)) {
-                fprintf(stderr, "meshtrain check: error: %s '%s' is not an integer >= %d\n",
-                        flag, value, ints[k].lo);
+            if (!cli_parse_int("check", flag, value, ints[k].lo, 1 << 24, ints[k].field))
                 return 2;
-            }
-            *ints[k].field = (int)v;
             known = 1;
         }
         if (!known) {
@@ -218,7 +213,10 @@ int cli_check(int argc, char **argv)
     mt_job_env job;
     if (mt_job_env_detect(NULL, NULL, &job))
         return cli_report_error("check");
-    if (job.launcher == MT_JOB_NONE && a.nproc > 1)
-        return cli_relaunch_locally(a.nproc, "check", argc, argv);
+    if (job.launcher == MT_JOB_NONE && a.nproc > 1) {
+        mt_launch_options local = {.nproc = a.nproc, .grace_seconds = 3.0, .prefix_output = 1};
+        const char *words[] = {"check"};
+        return cli_relaunch_locally(&local, "check", words, 1, argc, argv);
+    }
     return run_rank(&a);
 }

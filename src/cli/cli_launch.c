@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "meshtrain/launch.h"
@@ -34,19 +33,6 @@ static const char USAGE[] =
     "  --bind-to-core       pin local rank r to the r-th allowed CPU when there are enough\n"
     "  --no-prefix          leave the workers' output as it is\n";
 
-static int parse_int(const char *flag, const char *text, int lo, int hi, int *out)
-{
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || v < lo || v > hi) {
-        fprintf(stderr, "meshtrain launch: error: %s '%s' is not an integer in %d..%d\n", flag,
-                text, lo, hi);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
-
 static int parse_seconds(const char *flag, const char *text, double *out)
 {
     char *end;
@@ -69,7 +55,7 @@ static int parse_master(const char *text, char *host, size_t capacity, int *port
         return 0;
     }
     snprintf(host, capacity, "%.*s", (int)(colon - text), text);
-    return parse_int("--master port", colon + 1, 1, 65535, port);
+    return cli_parse_int("launch", "--master port", colon + 1, 1, 65535, port);
 }
 
 int cli_launch(int argc, char **argv)
@@ -96,16 +82,16 @@ int cli_launch(int argc, char **argv)
         const char *value = takes_value ? argv[++i] : NULL;
         int ok = 1;
         if (strcmp(flag, "--nproc-per-node") == 0)
-            ok = parse_int(flag, value, 1, 4096, &o.nproc);
+            ok = cli_parse_int("launch", flag, value, 1, 4096, &o.nproc);
         else if (strcmp(flag, "--nnodes") == 0)
-            ok = parse_int(flag, value, 1, 65536, &o.nnodes);
+            ok = cli_parse_int("launch", flag, value, 1, 65536, &o.nnodes);
         else if (strcmp(flag, "--node-rank") == 0)
-            ok = parse_int(flag, value, 0, 65535, &o.node_rank);
+            ok = cli_parse_int("launch", flag, value, 0, 65535, &o.node_rank);
         else if (strcmp(flag, "--master") == 0) {
             ok = parse_master(value, master_host, sizeof master_host, &o.master_port);
             o.master_host = master_host;
         } else if (strcmp(flag, "--max-restarts") == 0)
-            ok = parse_int(flag, value, 0, 1000, &o.max_restarts);
+            ok = cli_parse_int("launch", flag, value, 0, 1000, &o.max_restarts);
         else if (strcmp(flag, "--grace") == 0)
             ok = parse_seconds(flag, value, &o.grace_seconds);
         else if (strcmp(flag, "--join-timeout") == 0)
@@ -143,25 +129,22 @@ int cli_launch(int argc, char **argv)
     return st ? cli_report_error("launch") : 0;
 }
 
-int cli_relaunch_locally(int nproc, const char *command, int argc, char **argv)
+int cli_relaunch_locally(const mt_launch_options *options, const char *command,
+                         const char *const *words, int n_words, int argc, char **argv)
 {
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "meshtrain %s: error: cannot find this program's path\n", command);
+    if (!cli_self_path(command, self, sizeof self))
         return 1;
-    }
-    self[n] = '\0';
-    char **child = calloc((size_t)argc + 3, sizeof *child);
+    char **child = calloc((size_t)(1 + n_words + argc + 1), sizeof *child);
     if (!child)
         return 1;
     child[0] = self;
-    child[1] = (char *)command;
+    for (int i = 0; i < n_words; i++)
+        child[1 + i] = (char *)words[i];
     for (int i = 0; i < argc; i++)
-        child[2 + i] = argv[i];
-    mt_launch_options o = {.nproc = nproc, .grace_seconds = 3.0, .prefix_output = 1};
+        child[1 + n_words + i] = argv[i];
     mt_launch_result result;
-    mt_status st = mt_launch(&o, child, &result);
+    mt_status st = mt_launch(options, child, &result);
     free(child);
     return st ? cli_report_error(command) : 0;
 }

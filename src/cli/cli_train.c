@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "meshtrain/comm.h"
 #include "meshtrain/job_env.h"
+#include "meshtrain/launch.h"
 #include "meshtrain/mesh.h"
 #include "meshtrain/train.h"
 
@@ -137,7 +138,9 @@ int cli_train(int argc, char **argv)
         mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
         if (mt_mesh_shape_resolve(&shape, cfg.nproc, cfg.layers, cfg.heads))
             return cli_report_error("train"); /* before any worker starts */
-        return cli_relaunch_locally(cfg.nproc, "train", argc, argv);
+        mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1};
+        const char *words[] = {"train"};
+        return cli_relaunch_locally(&local, "train", words, 1, argc, argv);
     }
     if (job.world_size > 1)
         return train_as_rank(&cfg);

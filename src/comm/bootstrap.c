@@ -17,17 +17,13 @@ typedef struct store_plan {
     mt_store_secret secret;
 } store_plan;
 
-static mt_status read_secret(const mt_job_env *job, mt_store_secret *secret)
+static mt_status no_secret(const mt_job_env *job)
 {
-    int found = 0;
-    mt_status st = mt_store_secret_from_env(secret, &found);
-    if (st == MT_OK && !found)
-        st = mt_fail(MT_EINVAL, "started by %s, the ranks bootstrap through a store that needs "
-                                "the job's secret: set MT_JOB_SECRET (16 or more printable "
-                                "characters, the same on every rank) or MT_JOB_SECRET_FILE, or "
-                                "start the job with meshtrain launch",
-                     job->launcher_name);
-    return st;
+    return mt_fail(MT_EINVAL, "started by %s, the ranks bootstrap through a store that needs "
+                              "the job's secret: set MT_JOB_SECRET (16 or more printable "
+                              "characters, the same on every rank) or MT_JOB_SECRET_FILE, or "
+                              "start the job with meshtrain launch",
+                   job->launcher_name);
 }
 
 static mt_status need_master(const mt_job_env *job, const mt_comm_config *c)
@@ -117,32 +113,35 @@ static mt_status bootstrap_through_mpi(const mt_job_env *job, mt_comm_config *c,
 static mt_status plan_store(const mt_job_env *job, mt_comm_config *c, mt_store_server **server,
                             store_plan *plan)
 {
-    if (c->store_port) {
-        snprintf(plan->host, sizeof plan->host, "%s", c->store_host ? c->store_host : "127.0.0.1");
-        plan->port = c->store_port;
-        return read_secret(job, &plan->secret);
-    }
-    if (job->launcher == MT_JOB_NONE && c->size == 1) {
+    if (job->launcher == MT_JOB_NONE && c->size == 1 && !c->store_port) {
         /* Nobody else will join: a private store on a free loopback port. */
         snprintf(plan->host, sizeof plan->host, "127.0.0.1");
         plan->host_it = 1;
         return mt_store_secret_generate(&plan->secret);
     }
-    int have_secret = getenv("MT_JOB_SECRET") || getenv("MT_JOB_SECRET_FILE");
+    int have_secret = 0;
+    mt_status st = mt_store_secret_from_env(&plan->secret, &have_secret);
+    if (st)
+        return st;
+    if (c->store_port) {
+        snprintf(plan->host, sizeof plan->host, "%s", c->store_host ? c->store_host : "127.0.0.1");
+        plan->port = c->store_port;
+        return have_secret ? MT_OK : no_secret(job);
+    }
 #ifdef MT_HAVE_MPI
     if (!job->store_hosted && !have_secret && mpi_matches_launcher(job))
         return bootstrap_through_mpi(job, c, server, plan);
 #else
     (void)server;
-    (void)have_secret;
 #endif
-    mt_status st = need_master(job, c);
-    if (st == MT_OK)
-        st = read_secret(job, &plan->secret);
+    if ((st = need_master(job, c)))
+        return st;
+    if (!have_secret)
+        return no_secret(job);
     snprintf(plan->host, sizeof plan->host, "%s", c->store_host ? c->store_host : job->master_host);
     plan->port = job->master_port;
     plan->host_it = !job->store_hosted && c->rank == 0;
-    return st;
+    return MT_OK;
 }
 
 mt_status mt_comm_bootstrap(mt_comm_config *c, mt_comm_bootstrap_result *out)

@@ -352,13 +352,23 @@ static void wait_no_dump(void)
         sched_yield();
 }
 
+static int any_live_recorder(void)
+{
+    for (int i = 0; i < REGISTRY_SLOTS; i++)
+        if (atomic_load(&registry.slots[i]))
+            return 1;
+    return 0;
+}
+
 /* SIGUSR1: dump every live communicator. A dump already under way (in another thread, or
- * in the thread this signal interrupted) is left to finish: this one would say the same. */
+ * in the thread this signal interrupted) is left to finish: this one would say the same. A
+ * process whose communicators are gone (one that failed and is on its way out) keeps the dump
+ * it wrote at the failure: an empty one would only hide it. */
 static void on_sigusr1(int signal_number)
 {
     (void)signal_number;
     int saved = errno;
-    if (atomic_load(&registry.ready) && try_begin_dump()) {
+    if (atomic_load(&registry.ready) && any_live_recorder() && try_begin_dump()) {
         if (registry.has_failure)
             write_dump("signal (after timeout/error: ", registry.failure, ")");
         else

@@ -114,24 +114,26 @@ static mt_status prepare_dump_dir(agent *a)
 }
 
 /* Asks the workers that took a SIGUSR1 handler (their .armed file says so) for a dump; a
- * program without one would die of the signal. After a failure, a worker that dumped
- * already (its collective failed) is left alone: by now it may have freed its communicators,
- * and a second dump would replace the first with an empty one. */
-static int request_dumps(agent *a, worker_set *s, int after_failure)
+ * program without one would die of the signal. */
+static int request_dumps(agent *a, worker_set *s)
 {
     int asked = 0;
     for (int r = 0; r < s->count; r++) {
         long pid = 0;
         const worker *w = &s->workers[r];
-        char dumped[PATH_MAX + 64];
-        snprintf(dumped, sizeof dumped, "%s/rank%d.flight", a->dump_dir, w->rank);
-        if (w->alive && (!after_failure || access(dumped, F_OK) != 0) &&
-            mt_flight_armed_pid(a->dump_dir, w->rank, &pid) == MT_OK && pid == (long)w->pid) {
+        if (w->alive && mt_flight_armed_pid(a->dump_dir, w->rank, &pid) == MT_OK &&
+            pid == (long)w->pid) {
             kill(w->pid, SIGUSR1);
             asked++;
         }
     }
     return asked;
+}
+
+static void nap(double seconds)
+{
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
 }
 
 /* ---- the store ---- */
@@ -175,8 +177,7 @@ static mt_status open_store(agent *a)
             return mt_fail(MT_EPEER, "launch: the store at %s:%d belongs to a job that has "
                                      "finished, and no new one came up within %.0f s",
                            a->master_host, a->master_port, a->join_timeout);
-        struct timespec nap = {0, 100 * 1000 * 1000};
-        nanosleep(&nap, NULL);
+        nap(0.1);
     }
     const char *given = getenv("MT_COMM_TCP_HOST");
     if (given && *given)
@@ -340,16 +341,23 @@ static int take_signals(agent *a, int *dump_asked)
 
 static void wait_for_events(agent *a, worker_set *s, double seconds)
 {
-    struct pollfd fds[1 + 2 * 64];
-    int n = 0;
-    fds[n++] = (struct pollfd){.fd = a->signal_fd, .events = POLLIN};
-    for (int r = 0; r < s->count && n + 2 <= (int)(sizeof fds / sizeof fds[0]); r++)
-        for (int i = 0; i < 2; i++)
-            if (s->workers[r].pipes[i] >= 0)
-                fds[n++] = (struct pollfd){.fd = s->workers[r].pipes[i], .events = POLLIN};
+    /* The signalfd, then every open output pipe. */
+    struct pollfd *fds = calloc(1 + 2 * (size_t)s->count, sizeof *fds);
+    nfds_t n = 0;
+    if (fds) {
+        fds[n++] = (struct pollfd){.fd = a->signal_fd, .events = POLLIN};
+        for (int r = 0; r < s->count; r++)
+            for (int i = 0; i < 2; i++)
+                if (s->workers[r].pipes[i] >= 0)
+                    fds[n++] = (struct pollfd){.fd = s->workers[r].pipes[i], .events = POLLIN};
+    }
     int ms = seconds <= 0 ? 0 : seconds > STORE_POLL_SECONDS ? (int)(STORE_POLL_SECONDS * 1000)
                                                               : (int)(seconds * 1000) + 1;
-    (void)poll(fds, (nfds_t)n, ms);
+    if (fds)
+        (void)poll(fds, n, ms);
+    else
+        nap(ms / 1000.0); /* out of memory: the loop still advances, a little later */
+    free(fds);
 }
 
 static void watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
@@ -373,7 +381,7 @@ static void watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
         }
         if (out->failed && c.started < 0) {
             c.started = now;
-            request_dumps(a, s, 1);
+            request_dumps(a, s);
         }
         int dump_asked = 0;
         int sig = take_signals(a, &dump_asked);
@@ -384,7 +392,7 @@ static void watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
             if (c.started < 0)
                 c.started = now;
         }
-        if (dump_asked && request_dumps(a, s, 0) > 0)
+        if (dump_asked && request_dumps(a, s) > 0)
             analyse_at = now + DUMP_SECONDS;
         if (analyse_at >= 0 && now >= analyse_at) {
             say(a, "flight recorder dumps of the live job (asked for by SIGUSR1) in %s:",
@@ -547,8 +555,7 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
                 }
                 break;
             }
-            struct timespec nap = {0, 100 * 1000 * 1000};
-            nanosleep(&nap, NULL);
+            nap(0.1);
         }
     }
     if (!out->failed)
@@ -563,8 +570,7 @@ static void wait_for_launchers_to_leave(agent *a)
     for (int node = 1; node < a->nodes; node++) {
         int gone = 0;
         while (launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline) {
-            struct timespec nap = {0, 20 * 1000 * 1000};
-            nanosleep(&nap, NULL);
+            nap(0.02);
         }
     }
 }

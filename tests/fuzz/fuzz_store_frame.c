@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "comm/store_service.h"
+#include "fuzz_support.h"
 #ifndef MT_LIBFUZZER
 #include "fuzz_replay.h"
 #endif
@@ -65,30 +66,9 @@ enum {
 static const char SECRET[] = "fuzz-store-secret-0123456789abcdef";
 static const char OTHER_SECRET[] = "another-job-secret-0123456789abcd";
 
-/* ---- failing ---------------------------------------------------------------------------- */
-
-__attribute__((format(printf, 3, 4), noreturn)) static void
-property_failed(int line, const char *cond, const char *fmt, ...)
-{
-    fprintf(stderr, "fuzz_store_frame.c:%d: property failed: %s\n  ", line, cond);
-    va_list args;
-    va_start(args, fmt);
-    vfprintf(stderr, fmt, args);
-    va_end(args);
-    fprintf(stderr, "\n");
-    abort();
-}
-#define REQUIRE(cond, ...)                                                                      \
-    do {                                                                                        \
-        if (!(cond))                                                                            \
-            property_failed(__LINE__, #cond, __VA_ARGS__);                                      \
-    } while (0)
 
 /* ---- the wire format, read independently of store_wire.c ------------------------------- */
 
-static uint32_t rd16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
-static uint32_t rd32(const uint8_t *p) { return rd16(p) | rd16(p + 2) << 16; }
-static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
 
 static void wr32(uint8_t *p, uint32_t v)
 {

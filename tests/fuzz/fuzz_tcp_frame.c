@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "comm/tcp_plan.h"
+#include "fuzz_support.h"
 #ifndef MT_LIBFUZZER
 #include "fuzz_replay.h"
 #endif
@@ -52,30 +53,9 @@ static const struct {
 } MESSAGES[2] = {{5, MT_I32}, {0, MT_F64}}; /* the transfers, in order */
 static const uint8_t CANARY = 0xa5;
 
-/* ---- failing ---------------------------------------------------------------------------- */
-
-__attribute__((format(printf, 3, 4), noreturn)) static void
-property_failed(int line, const char *cond, const char *fmt, ...)
-{
-    fprintf(stderr, "fuzz_tcp_frame.c:%d: property failed: %s\n  ", line, cond);
-    va_list args;
-    va_start(args, fmt);
-    vfprintf(stderr, fmt, args);
-    va_end(args);
-    fprintf(stderr, "\n  last error: %s\n", mt_last_error());
-    abort();
-}
-#define REQUIRE(cond, ...)                                                                      \
-    do {                                                                                        \
-        if (!(cond))                                                                            \
-            property_failed(__LINE__, #cond, __VA_ARGS__);                                      \
-    } while (0)
 
 /* ---- the wire format, modelled independently of tcp_frame.c ----------------------------- */
 
-static uint32_t rd16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
-static uint32_t rd32(const uint8_t *p) { return rd16(p) | rd16(p + 2) << 16; }
-static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
 
 /* The fields at the offsets of the documented layout. */
 static tcp_frame model_read(const uint8_t *raw)
