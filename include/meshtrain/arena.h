@@ -5,12 +5,15 @@
 
 #include <stddef.h>
 
+#include "meshtrain/memory.h"
 #include "meshtrain/status.h"
 
 typedef struct mt_arena {
     const char *name; /* the kind of state, for messages and memory reports */
     char *base;       /* NULL until mt_arena_allocate */
     size_t used;      /* bytes planned so far */
+    mt_memory_ledger *ledger; /* when set, allocation and free are counted there as `kind` */
+    mt_memory_kind kind;
 } mt_arena;
 
 /* Reserves `bytes` (rounded up to 64-byte alignment) and returns their offset from the

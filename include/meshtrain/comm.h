@@ -49,6 +49,10 @@ int mt_comm_rank(const mt_comm *comm);
 int mt_comm_size(const mt_comm *comm);
 const char *mt_comm_backend_name(const mt_comm *comm);
 
+/* Bytes of communication buffers this rank owns for `comm` (its block of a shm segment; 0
+ * for back ends that keep none between calls, and for NULL), for memory reports. */
+size_t mt_comm_buffer_bytes(const mt_comm *comm);
+
 /* Memory that peers on this host can read directly (registered): collectives whose buffers
  * live here skip the copy into staging buffers. Collective: every rank of `comm` allocates
  * the same size. Usable with `comm` and every communicator split from the same world. */

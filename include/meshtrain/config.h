@@ -22,6 +22,10 @@ typedef struct mt_config {
     /* parallelism: nproc local workers; a dp x pp x tp mesh over all ranks (dp 0: whatever
      * the world size leaves, resolved by mt_mesh_shape_resolve, which also checks the rest) */
     int nproc, dp, tp, pp;
+    int zero;          /* ZeRO stage 0-3 over the data-parallel group */
+    double bucket_mb;  /* DDP all-reduce bucket size */
+    int check_every;   /* steps between replica checksums (0: never) */
+    int save_model;    /* write OUT/model.safetensors at the end */
     char data[MT_PATH_MAX], out[MT_PATH_MAX];
     /* reporting */
     int eval_every, eval_seqs, log_every;

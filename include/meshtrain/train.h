@@ -5,8 +5,10 @@
 
 #include <stdio.h>
 
+#include "meshtrain/comm.h"
 #include "meshtrain/config.h"
 #include "meshtrain/data.h"
+#include "meshtrain/kernels.h"
 #include "meshtrain/model.h"
 
 /* Learning rate of optimizer step `step` (counted from 1): linear warm-up to lr over
@@ -18,30 +20,44 @@ typedef struct mt_optimizer_report {
     double clip_scale;  /* the factor applied to every gradient (1 when not clipped) */
 } mt_optimizer_report;
 
+/* PyTorch's clip_grad_norm_ coefficient: clip / (norm + 1e-6) when below 1, else 1 (and 1
+ * when clip is 0, clipping off). */
+double mt_clip_coefficient(double clip, double norm);
+
+/* AdamW's settings for step `step` at learning rate lr, gradients scaled by grad_scale (the
+ * clipping coefficient); weight_decay is the matrices' (others take 0). */
+mt_adamw_hyper mt_adamw_settings(const mt_config *cfg, int step, double lr, double grad_scale);
+
 /* Global-norm clipping (PyTorch's clip_grad_norm_ formula) and one AdamW update of every
  * parameter, with weight decay on matrices only. A non-finite gradient norm is an error
  * naming the step, and leaves the parameters untouched. */
 mt_status mt_optimizer_step(mt_gpt *gpt, const mt_config *cfg, int step, double lr,
                             mt_optimizer_report *report);
 
-/* Mean validation cross-entropy over cfg->eval_seqs windows spread evenly over the file. */
-mt_status mt_evaluate(mt_gpt *gpt, const mt_sampler *val, const mt_config *cfg, int32_t *inputs,
-                      int32_t *targets, double *loss);
+/* Mean validation cross-entropy over cfg->eval_seqs windows spread evenly over the file. With
+ * a data-parallel group (else NULL) each rank evaluates its share of the windows, every rank
+ * the same number of forwards (ZeRO-3 gathers are collective), and the sum is all-reduced. */
+mt_status mt_evaluate(mt_gpt *gpt, const mt_sampler *val, const mt_config *cfg, mt_comm *group,
+                      int32_t *inputs, int32_t *targets, double *loss);
 
-/* Continues cfg->prompt by cfg->sample_tokens byte tokens (temperature, top-k) into out. */
+/* Continues cfg->prompt by cfg->sample_tokens byte tokens (temperature, top-k) into out
+ * (NULL: the same forwards, nothing printed, for ranks that must take part). */
 mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out);
 
 typedef struct mt_train_summary {
     int steps;
+    int dp, zero;
     double final_loss, final_val_loss; /* val loss is NAN when never evaluated */
     double tokens_per_s;               /* median over the steps after the first two */
     double flops_per_token, gflops;
     double seconds;
 } mt_train_summary;
 
-/* The whole run: data, model, steps, metrics to OUT/metrics.jsonl, summary.json, sample.
- * Progress goes to `progress`; the sample to `sample_out`. */
-mt_status mt_train_run(const mt_config *cfg, FILE *progress, FILE *sample_out,
+/* The whole run: data, model, steps, metrics to OUT/metrics.jsonl, summary.json, the sample
+ * and OUT/model.safetensors. `world` is the job's communicator (NULL: one process); its ranks
+ * form the dp x pp x tp mesh of cfg, and world rank 0 writes the files, the progress (to
+ * `progress`) and the sample (to `sample_out`). Every rank returns the job's figures. */
+mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress, FILE *sample_out,
                        mt_train_summary *summary);
 
 /* The threads to use: cfg->threads, or the cores available divided by LOCAL_WORLD_SIZE. */

@@ -29,7 +29,8 @@ static void print_help(void)
            "\n"
            "--nproc N launches N local workers (as `meshtrain launch`); under meshtrain launch,\n"
            "mpirun, srun or torchrun-style variables the ranks come from the launcher. The ranks\n"
-           "form a dp x pp x tp mesh. --dry-run prints the mesh (each rank's coordinates, host,\n"
+           "form a dp x pp x tp mesh; this build trains data-parallel meshes (--dp, --zero 0-3).\n"
+           "--dry-run prints the mesh (each rank's coordinates, host,\n"
            "stage and layers) and exits without training.\n"
            "\n"
            "keys (default, meaning):\n");
@@ -86,29 +87,31 @@ static int dry_run(const mt_config *cfg, const mt_job_env *job)
     return st ? cli_report_error("train") : 0;
 }
 
-/* A rank of a job of several: the world and every mesh group are built and checked, so a
- * layout's mistakes surface now; the trainer itself runs on one rank only in this build. */
+static void print_done(const mt_train_summary *summary)
+{
+    printf("done: %d steps in %.1f s, final loss %.4f", summary->steps, summary->seconds,
+           summary->final_loss);
+    if (summary->final_val_loss == summary->final_val_loss)
+        printf(", val loss %.4f", summary->final_val_loss);
+    printf(", %.0f tokens/s, %.1f GFLOP/s\n", summary->tokens_per_s, summary->gflops);
+}
+
+/* A rank of a job of several: the world, then the trainer places the rank on its mesh. World
+ * rank 0 prints the progress, the memory table and the sample. */
 static int train_as_rank(const mt_config *cfg)
 {
     mt_comm *world = NULL;
-    mt_mesh *mesh = NULL;
-    mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
     mt_status st = mt_comm_create(NULL, &world);
+    mt_train_summary summary;
     if (st == MT_OK)
-        st = mt_mesh_shape_resolve(&shape, mt_comm_size(world), cfg->layers, cfg->heads);
-    if (st == MT_OK)
-        st = mt_mesh_create(world, &shape, cfg->layers, NULL, &mesh);
-    if (st == MT_OK)
-        st = mt_comm_barrier(world);
-    if (st == MT_OK)
-        st = mt_fail(MT_EINVAL, "the %d-rank mesh (dp %d x pp %d x tp %d) is built, but this "
-                                "build trains on one rank only: data, tensor and pipeline "
-                                "parallel training come next (use `meshtrain check` to test a "
-                                "layout's communication)",
-                     mt_comm_size(world), shape.dp, shape.pp, shape.tp);
-    mt_mesh_destroy(mesh);
+        st = mt_train_run(cfg, world, stdout, stdout, &summary);
+    int rank = world ? mt_comm_rank(world) : -1;
     mt_comm_destroy(world);
-    return cli_report_error("train");
+    if (st)
+        return cli_report_error("train");
+    if (rank == 0)
+        print_done(&summary);
+    return 0;
 }
 
 int cli_train(int argc, char **argv)
@@ -148,12 +151,8 @@ int cli_train(int argc, char **argv)
     if (mt_mesh_shape_resolve(&shape, 1, cfg.layers, cfg.heads))
         return cli_report_error("train");
     mt_train_summary summary;
-    if (mt_train_run(&cfg, stdout, stdout, &summary))
+    if (mt_train_run(&cfg, NULL, stdout, stdout, &summary))
         return cli_report_error("train");
-    printf("done: %d steps in %.1f s, final loss %.4f", summary.steps, summary.seconds,
-           summary.final_loss);
-    if (summary.final_val_loss == summary.final_val_loss)
-        printf(", val loss %.4f", summary.final_val_loss);
-    printf(", %.0f tokens/s, %.1f GFLOP/s\n", summary.tokens_per_s, summary.gflops);
+    print_done(&summary);
     return 0;
 }

@@ -234,6 +234,13 @@ int mt_comm_rank(const mt_comm *comm) { return comm->rank; }
 int mt_comm_size(const mt_comm *comm) { return comm->size; }
 const char *mt_comm_backend_name(const mt_comm *comm) { return comm->backend->name; }
 
+size_t mt_comm_buffer_bytes(const mt_comm *comm)
+{
+    return comm && comm->backend && comm->backend->buffer_bytes
+               ? comm->backend->buffer_bytes(comm->impl)
+               : 0;
+}
+
 mt_status mt_comm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
 {
     if (!comm || !out)

@@ -116,6 +116,9 @@ typedef struct mt_comm_backend {
      * NULL when the back end has no way to tell its peers. */
     void (*abort)(void *impl, const char *message);
     void (*destroy)(void *impl);
+    /* Bytes of communication buffers this rank owns (its block of a shared segment); NULL
+     * when the back end keeps none between calls. */
+    size_t (*buffer_bytes)(void *impl);
 } mt_comm_backend;
 
 /* Work handed to the progress thread. */

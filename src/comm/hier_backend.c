@@ -391,6 +391,13 @@ static void hier_free_shared(void *impl, void *memory)
 
 static void hier_destroy(void *impl) { hier_free(impl); }
 
+static size_t hier_buffer_bytes(void *impl)
+{
+    hier_group *g = impl;
+    return mt_comm_buffer_bytes(g->local) + mt_comm_buffer_bytes(g->cross) +
+           mt_comm_buffer_bytes(g->flat);
+}
+
 const mt_comm_backend mt_hier_backend = {
     .name = "hier",
     .collective = hier_collective,
@@ -400,6 +407,7 @@ const mt_comm_backend mt_hier_backend = {
     .free_shared = hier_free_shared,
     .abort = hier_abort,
     .destroy = hier_destroy,
+    .buffer_bytes = hier_buffer_bytes,
 };
 
 const mt_comm_world_builder mt_hier_world = {

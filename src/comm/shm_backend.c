@@ -124,6 +124,9 @@ static void shm_abort_group(void *impl, const char *message) { (void)shm_abort(i
 
 static void shm_destroy(void *impl) { shm_group_free(impl); }
 
+/* Its own block of the segment (control page, staging, rings); the peers' blocks are theirs. */
+static size_t shm_buffer_bytes(void *impl) { return ((mt_shm_group *)impl)->rank_stride; }
+
 const mt_comm_backend mt_shm_backend = {
     .name = "shm",
     .collective = shm_collective,
@@ -133,6 +136,7 @@ const mt_comm_backend mt_shm_backend = {
     .free_shared = shm_free_shared,
     .abort = shm_abort_group,
     .destroy = shm_destroy,
+    .buffer_bytes = shm_buffer_bytes,
 };
 
 const mt_comm_world_builder mt_shm_world = {

@@ -21,11 +21,15 @@ mt_status mt_arena_allocate(mt_arena *arena)
     if (!arena->base)
         return mt_fail(MT_ENOMEM, "cannot allocate %zu bytes for %s", bytes, arena->name);
     memset(arena->base, 0, bytes);
+    mt_memory_count(arena->ledger, arena->kind, (long long)bytes);
     return MT_OK;
 }
 
 void mt_arena_free(mt_arena *arena)
 {
+    if (arena->base)
+        mt_memory_count(arena->ledger, arena->kind,
+                        -(long long)(arena->used ? arena->used : MT_ARENA_ALIGN));
     free(arena->base);
     arena->base = NULL;
     arena->used = 0;

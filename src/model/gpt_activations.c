@@ -18,7 +18,7 @@ static void plan(planner *p, float **target, size_t floats)
     p->count++;
 }
 
-mt_status gpt_activations_create(mt_gpt *gpt)
+mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
 {
     const mt_gpt_shape *s = &gpt->shape;
     size_t n = (size_t)gpt->max_sequences * s->context, c = s->width;
@@ -34,7 +34,8 @@ mt_status gpt_activations_create(mt_gpt *gpt)
     }
     a->blocks = blocks;
     gpt->acts = a;
-    gpt->activation_arena = (mt_arena){.name = "activations"};
+    gpt->activation_arena = (mt_arena){.name = "activations", .ledger = ledger,
+                                       .kind = MT_MEMORY_ACTIVATIONS};
     planner p = {&gpt->activation_arena, offsets, targets, 0};
 
     plan(&p, (float **)&a->tokens, n);

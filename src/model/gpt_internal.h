@@ -42,9 +42,10 @@ struct mt_gpt_activations {
 /* Fills gpt->params and gpt->units; returns the number of parameters. */
 size_t gpt_build_table(mt_gpt *gpt);
 
-gpt_block_view gpt_block_view_at(const mt_gpt *gpt, const float *base, int layer);
+/* Block `layer`'s tensors where unit_base (gpt->unit_param or gpt->unit_grad) puts them. */
+gpt_block_view gpt_block_view_at(const mt_gpt *gpt, float *const *unit_base, int layer);
 
 /* Plans and allocates the activation arena for max_sequences x context rows. */
-mt_status gpt_activations_create(mt_gpt *gpt);
+mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger);
 
 #endif

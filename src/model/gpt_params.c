@@ -26,6 +26,7 @@ static void add_param(table_builder *tb, const char *prefix, const char *name, i
     info->init_std = init_std;
     info->init_value = init_value;
     info->decay = cols > 0;
+    info->unit = tb->gpt->unit_count;
     tb->numel += info->numel;
 }
 
@@ -85,18 +86,18 @@ size_t gpt_build_table(mt_gpt *gpt)
     return tb.numel;
 }
 
-gpt_block_view gpt_block_view_at(const mt_gpt *gpt, const float *base, int layer)
+gpt_block_view gpt_block_view_at(const mt_gpt *gpt, float *const *unit_base, int layer)
 {
-    const mt_param_info *p = &gpt->params[gpt->units[1 + layer].first_param];
-    float *b = (float *)base;
+    const mt_unit *unit = &gpt->units[mt_gpt_block_unit(layer)];
+    const mt_param_info *p = &gpt->params[unit->first_param];
+    float *b = unit_base[mt_gpt_block_unit(layer)];
+#define AT(i) (b + (p[i].offset - unit->offset))
     return (gpt_block_view){
-        .ln1_w = b + p[0].offset, .ln1_b = b + p[1].offset,
-        .qkv_w = b + p[2].offset, .qkv_b = b + p[3].offset,
-        .proj_w = b + p[4].offset, .proj_b = b + p[5].offset,
-        .ln2_w = b + p[6].offset, .ln2_b = b + p[7].offset,
-        .fc_w = b + p[8].offset, .fc_b = b + p[9].offset,
-        .fcproj_w = b + p[10].offset, .fcproj_b = b + p[11].offset,
+        .ln1_w = AT(0), .ln1_b = AT(1), .qkv_w = AT(2), .qkv_b = AT(3),
+        .proj_w = AT(4), .proj_b = AT(5), .ln2_w = AT(6), .ln2_b = AT(7),
+        .fc_w = AT(8), .fc_b = AT(9), .fcproj_w = AT(10), .fcproj_b = AT(11),
     };
+#undef AT
 }
 
 void mt_param_init_slice(const mt_param_info *info, uint64_t seed, size_t first, size_t count,
@@ -117,7 +118,7 @@ void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed)
 {
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *info = &gpt->params[i];
-        mt_param_init_slice(info, seed, 0, info->numel, gpt->param + info->offset);
+        mt_param_init_slice(info, seed, 0, info->numel, mt_gpt_param_data(gpt, i));
     }
 }
 

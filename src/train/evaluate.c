@@ -2,24 +2,34 @@
  * at every evaluation and under every layout, so the curve compares like with like. */
 #include "meshtrain/train.h"
 
-mt_status mt_evaluate(mt_gpt *gpt, const mt_sampler *val, const mt_config *cfg, int32_t *inputs,
-                      int32_t *targets, double *loss)
+mt_status mt_evaluate(mt_gpt *gpt, const mt_sampler *val, const mt_config *cfg, mt_comm *group,
+                      int32_t *inputs, int32_t *targets, double *loss)
 {
-    int t = cfg->context;
+    int t = cfg->context, rank = group ? mt_comm_rank(group) : 0;
+    int ranks = group ? mt_comm_size(group) : 1;
     uint64_t count = (uint64_t)cfg->eval_seqs < val->windows ? (uint64_t)cfg->eval_seqs
                                                              : val->windows;
+    uint64_t share = (count + (uint64_t)ranks - 1) / (uint64_t)ranks, batch = gpt->max_sequences;
+    uint64_t first = share * (uint64_t)rank, end = first + share < count ? first + share : count;
     double total = 0;
-    for (uint64_t first = 0; first < count; first += (uint64_t)gpt->max_sequences) {
-        int b = (int)(count - first < (uint64_t)gpt->max_sequences ? count - first
-                                                                   : (uint64_t)gpt->max_sequences);
+    /* Every rank runs ceil(share / batch) forwards; one past its windows runs a forward on
+     * window 0 and counts nothing, so that gathers inside the forward stay matched. */
+    for (uint64_t at = first; at < first + share; at += batch) {
+        uint64_t real = at < end ? (end - at < batch ? end - at : batch) : 0;
+        int b = real ? (int)real : 1;
         for (int i = 0; i < b; i++)
-            mt_sampler_window(val, (first + i) * val->windows / count, inputs + (size_t)i * t,
-                              targets + (size_t)i * t);
+            mt_sampler_window(val, real ? (at + i) * val->windows / count : 0,
+                              inputs + (size_t)i * t, targets + (size_t)i * t);
         float batch_loss;
         mt_status status = mt_gpt_forward(gpt, inputs, targets, b, t, &batch_loss);
         if (status)
             return mt_fail_context(status, "validation");
-        total += (double)batch_loss * b;
+        total += (double)batch_loss * (double)real;
+    }
+    if (group) {
+        mt_status status = mt_comm_allreduce(group, &total, &total, 1, MT_F64, MT_SUM);
+        if (status)
+            return mt_fail_context(status, "validation");
     }
     *loss = total / (double)count;
     return MT_OK;

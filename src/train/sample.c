@@ -81,7 +81,8 @@ mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out)
         tokens[length++] = '\n'; /* a model needs at least one token to condition on */
     for (size_t i = 0; i < prompt_length; i++)
         tokens[length++] = (unsigned char)cfg->prompt[i];
-    fputs(cfg->prompt, out);
+    if (out)
+        fputs(cfg->prompt, out);
     mt_rng rng = {cfg->seed, mt_name_hash("sample")};
     mt_status status = MT_OK;
     for (int produced = 0; produced < cfg->sample_tokens; produced++) {
@@ -93,10 +94,13 @@ mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out)
         mt_gpt_logits(gpt, (int)window - 1, 1, logits);
         int token = draw_token(logits, v, cfg, mt_rng_uniform(rng, (uint64_t)produced), logits + v);
         tokens[length++] = token;
-        fputc(token < 256 ? token : '?', out);
+        if (out)
+            fputc(token < 256 ? token : '?', out);
     }
-    fputc('\n', out);
-    fflush(out);
+    if (out) {
+        fputc('\n', out);
+        fflush(out);
+    }
     free(tokens);
     free(logits);
     return status;

@@ -1,5 +1,5 @@
-/* The run loop of `meshtrain train`: open the corpus, build and initialise the model, then
- * per step accumulate micro-batch gradients, clip, update, evaluate, and report. */
+/* The run loop of `meshtrain train`: place the rank on its mesh, open the corpus, build the
+ * model with its data-parallel state, then step, evaluate and report; world rank 0 writes. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -10,19 +10,7 @@
 #include "meshtrain/clock.h"
 #include "meshtrain/files.h"
 #include "meshtrain/kernels.h"
-#include "meshtrain/train.h"
-#include "progress.h"
-
-typedef struct trainer {
-    const mt_config *cfg;
-    mt_gpt gpt;
-    mt_tokens train_tokens, val_tokens;
-    mt_sampler train, val;
-    int32_t *inputs, *targets; /* one micro-batch */
-    double *step_seconds;      /* per step, for the median throughput */
-    FILE *metrics;
-    progress progress;
-} trainer;
+#include "trainer_internal.h"
 
 int mt_train_threads(const mt_config *cfg)
 {
@@ -77,30 +65,78 @@ static mt_status open_outputs(trainer *tr)
     return MT_OK;
 }
 
+/* The mesh of the world (data parallelism only in this build) and this rank's place in it;
+ * the global batch must split evenly into data-parallel ranks and micro-batches. */
+static mt_status place_rank(trainer *tr)
+{
+    const mt_config *cfg = tr->cfg;
+    tr->dp_size = 1;
+    if (tr->world) {
+        mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
+        mt_status status = mt_mesh_shape_resolve(&shape, mt_comm_size(tr->world), cfg->layers,
+                                                 cfg->heads);
+        if (status == MT_OK && (shape.tp > 1 || shape.pp > 1))
+            status = mt_fail(MT_EINVAL, "config keys 'tp' and 'pp': this build trains "
+                                        "data-parallel layouts only (tp %d, pp %d must be 1)",
+                             shape.tp, shape.pp);
+        if (status == MT_OK)
+            status = mt_mesh_create(tr->world, &shape, cfg->layers, NULL, &tr->mesh);
+        if (status)
+            return status;
+        tr->rank = mt_comm_rank(tr->world);
+        tr->dp_size = shape.dp;
+        tr->dp_rank = tr->mesh->coord.dp;
+        tr->dp = shape.dp > 1 ? tr->mesh->dp_group : NULL;
+        mt_memory_count(&tr->ledger, MT_MEMORY_COMM,
+                        (long long)(mt_comm_buffer_bytes(tr->world) +
+                                    mt_comm_buffer_bytes(tr->mesh->dp_group) +
+                                    mt_comm_buffer_bytes(tr->mesh->tp_group) +
+                                    mt_comm_buffer_bytes(tr->mesh->pp_group) +
+                                    mt_comm_buffer_bytes(tr->mesh->embedding_group)));
+    }
+    tr->writes = tr->rank == 0;
+    if (cfg->batch % (tr->dp_size * cfg->microbatches))
+        return mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'dp': a global batch "
+                                  "of %d sequences does not split into %d data-parallel ranks "
+                                  "x %d micro-batches", cfg->batch, tr->dp_size,
+                       cfg->microbatches);
+    return MT_OK;
+}
+
 static mt_status setup(trainer *tr)
 {
     const mt_config *cfg = tr->cfg;
-    mt_status status = open_corpus(tr);
+    mt_status status = place_rank(tr);
+    if (status == MT_OK)
+        status = trainer_read_fault(tr);
+    if (status == MT_OK)
+        status = open_corpus(tr);
     if (status)
         return status;
     mt_kernels_set_threads(mt_train_threads(cfg));
-    int sequences = cfg->batch / cfg->microbatches;
+    int sequences = cfg->batch / cfg->microbatches / tr->dp_size;
     mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
-    if ((status = mt_gpt_create(&tr->gpt, &shape, sequences)))
+    if ((status = mt_gpt_create_stateless(&tr->gpt, &shape, sequences, &tr->ledger)))
         return status;
-    mt_gpt_init_params(&tr->gpt, cfg->seed);
+    mt_dp_options options = {.zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * (1 << 20)),
+                             .seed = cfg->seed, .ledger = &tr->ledger};
+    if ((status = mt_dp_model_create(&tr->gpt, tr->dp, &options, &tr->model)))
+        return status;
     size_t tokens = (size_t)sequences * cfg->context;
     tr->inputs = malloc(tokens * sizeof *tr->inputs);
     tr->targets = malloc(tokens * sizeof *tr->targets);
     tr->step_seconds = calloc((size_t)cfg->steps + 1, sizeof *tr->step_seconds);
     if (!tr->inputs || !tr->targets || !tr->step_seconds)
         return mt_fail(MT_ENOMEM, "cannot allocate the batch buffers");
-    return open_outputs(tr);
+    return tr->writes ? open_outputs(tr) : MT_OK;
 }
 
 static void teardown(trainer *tr)
 {
+    mt_dp_model_destroy(tr->model);
     mt_gpt_destroy(&tr->gpt);
+    mt_mesh_destroy(tr->mesh);
+    free(tr->memory);
     mt_tokens_close(&tr->train_tokens);
     mt_tokens_close(&tr->val_tokens);
     free(tr->inputs);
@@ -110,77 +146,6 @@ static void teardown(trainer *tr)
         fclose(tr->metrics);
 }
 
-/* One optimizer step: every micro-batch's forward and backward, then the update. The loss
- * gradient is scaled by 1 / (tokens in the global batch), so gradients are of the mean loss. */
-static mt_status train_step(trainer *tr, int step, step_record *record)
-{
-    const mt_config *cfg = tr->cfg;
-    mt_gpt *gpt = &tr->gpt;
-    int sequences = cfg->batch / cfg->microbatches, t = cfg->context;
-    float loss_scale = 1.0f / ((float)cfg->batch * t);
-    memset(gpt->grad, 0, gpt->numel * sizeof *gpt->grad);
-    double loss_sum = 0;
-    for (int micro = 0; micro < cfg->microbatches; micro++) {
-        uint64_t first = (uint64_t)(step - 1) * cfg->batch + (uint64_t)micro * sequences;
-        for (int i = 0; i < sequences; i++)
-            mt_sampler_sequence(&tr->train, first + i, tr->inputs + (size_t)i * t,
-                                tr->targets + (size_t)i * t);
-        float loss;
-        mt_status status = mt_gpt_forward(gpt, tr->inputs, tr->targets, sequences, t, &loss);
-        if (status)
-            return status;
-        if (!isfinite(loss))
-            return mt_fail(MT_ENUMERIC, "step %d: the loss is %g; stopping (lower lr or raise "
-                                        "warmup)", step, loss);
-        mt_gpt_backward(gpt, loss_scale);
-        loss_sum += loss;
-    }
-    record->loss = loss_sum / cfg->microbatches;
-    record->lr = mt_lr_at(cfg, step);
-    mt_optimizer_report report;
-    mt_status status = mt_optimizer_step(gpt, cfg, step, record->lr, &report);
-    record->grad_norm = report.grad_norm;
-    return status;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static mt_status write_summary(trainer *tr, mt_train_summary *s)
-{
-    const mt_config *cfg = tr->cfg;
-    int skip = cfg->steps > 2 ? 2 : 0, count = cfg->steps - skip;
-    double median_seconds = NAN;
-    if (count > 0) {
-        qsort(tr->step_seconds + skip, (size_t)count, sizeof(double), compare_doubles);
-        median_seconds = tr->step_seconds[skip + count / 2];
-        if (count % 2 == 0)
-            median_seconds = 0.5 * (median_seconds + tr->step_seconds[skip + count / 2 - 1]);
-    }
-    s->tokens_per_s = (double)cfg->batch * cfg->context / median_seconds;
-    s->flops_per_token = mt_gpt_flops_per_token(&tr->gpt.shape);
-    s->gflops = s->flops_per_token * s->tokens_per_s * 1e-9;
-    char path[MT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/summary.json", cfg->out);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(errno));
-    fprintf(f, "{\"steps\": %d, \"final_loss\": %.9g, \"final_val_loss\": ", s->steps,
-            s->final_loss);
-    if (isnan(s->final_val_loss))
-        fputs("null", f); /* never evaluated (eval_every 0) */
-    else
-        fprintf(f, "%.9g", s->final_val_loss);
-    fprintf(f, ", \"tokens_per_s\": %.9g, \"flops_per_token\": %.9g, \"gflops\": %.9g, "
-               "\"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu}\n",
-            s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
-            tr->gpt.numel);
-    return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
-}
-
 static mt_status run_steps(trainer *tr, mt_train_summary *summary)
 {
     const mt_config *cfg = tr->cfg;
@@ -188,14 +153,14 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     for (int step = 1; step <= cfg->steps; step++) {
         double step_start = mt_clock_seconds();
         step_record record = {.step = step, .val_loss = NAN};
-        mt_status status = train_step(tr, step, &record);
+        mt_status status = trainer_step(tr, step, &record);
         if (status)
             return status;
         double seconds = mt_clock_seconds() - step_start;
         tr->step_seconds[step - 1] = seconds;
         record.tokens_per_s = (double)cfg->batch * cfg->context / seconds;
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
-            status = mt_evaluate(&tr->gpt, &tr->val, cfg, tr->inputs, tr->targets,
+            status = mt_evaluate(&tr->gpt, &tr->val, cfg, tr->dp, tr->inputs, tr->targets,
                                  &record.val_loss);
             if (status)
                 return status;
@@ -205,35 +170,45 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         summary->final_loss = record.loss;
         summary->steps = step;
         progress_step(&tr->progress, &record);
-        if (!metrics_append(tr->metrics, &record))
+        if (tr->metrics && !metrics_append(tr->metrics, &record))
             return mt_fail(MT_EIO, "cannot append to '%s/metrics.jsonl'", cfg->out);
     }
     summary->seconds = mt_clock_seconds() - start;
     return MT_OK;
 }
 
-mt_status mt_train_run(const mt_config *cfg, FILE *progress_out, FILE *sample_out,
-                       mt_train_summary *summary)
+mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
+                       FILE *sample_out, mt_train_summary *summary)
 {
     *summary = (mt_train_summary){.final_loss = NAN, .final_val_loss = NAN};
     mt_status status = mt_config_validate(cfg);
     if (status)
         return status;
-    trainer tr = {.cfg = cfg};
-    progress_init(&tr.progress, progress_out, cfg->log_every, cfg->steps);
+    trainer tr = {.cfg = cfg, .world = world};
     status = setup(&tr);
-    if (status == MT_OK && progress_out)
-        fprintf(progress_out, "model: %zu parameters, %d layers x %d heads x %d width, context %d, "
-                              "vocab %d; %d threads\n", tr.gpt.numel, cfg->layers, cfg->heads,
-                cfg->width, cfg->context, cfg->vocab, mt_train_threads(cfg));
+    FILE *out = tr.writes ? progress_out : NULL;
+    progress_init(&tr.progress, out, cfg->log_every, cfg->steps);
+    summary->dp = tr.dp_size;
+    summary->zero = cfg->zero;
+    if (status == MT_OK && out)
+        fprintf(out, "model: %zu parameters, %d layers x %d heads x %d width, context %d, "
+                     "vocab %d; %d threads; dp %d, zero %d\n", tr.gpt.numel, cfg->layers,
+                cfg->heads, cfg->width, cfg->context, cfg->vocab, mt_train_threads(cfg),
+                tr.dp_size, cfg->zero);
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK)
-        status = write_summary(&tr, summary);
-    if (status == MT_OK && cfg->sample_tokens > 0 && sample_out) {
-        fprintf(sample_out, "--- sample (%d tokens, temperature %g, top-k %d) ---\n",
-                cfg->sample_tokens, cfg->temperature, cfg->top_k);
-        status = mt_sample_text(&tr.gpt, cfg, sample_out);
+        status = trainer_gather_memory(&tr, out);
+    if (status == MT_OK && tr.writes)
+        status = trainer_write_summary(&tr, summary);
+    if (status == MT_OK && cfg->save_model)
+        status = trainer_save_model(&tr);
+    if (status == MT_OK && cfg->sample_tokens > 0) {
+        FILE *sample = tr.writes ? sample_out : NULL;
+        if (sample)
+            fprintf(sample, "--- sample (%d tokens, temperature %g, top-k %d) ---\n",
+                    cfg->sample_tokens, cfg->temperature, cfg->top_k);
+        status = mt_sample_text(&tr.gpt, cfg, sample);
     }
     teardown(&tr);
     return status;

@@ -1,0 +1,78 @@
+/* Data parallelism: who holds a model's parameters, gradients and Adam moments across a
+ * data-parallel group (DDP, ZeRO-1, ZeRO-2, ZeRO-3), and the communication that keeps them right. */
+#ifndef MESHTRAIN_DATA_PARALLEL_H
+#define MESHTRAIN_DATA_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshtrain/comm.h"
+#include "meshtrain/kernels.h"
+#include "meshtrain/memory.h"
+#include "meshtrain/model.h"
+
+/* What each of the group's `dp` ranks holds, for P parameters (fp32 Adam: 16 bytes each):
+ *   zero 0 (DDP): everything, 16P; gradients all-reduced in buckets during backward.
+ *   zero 1: parameters and gradients, 1/dp of the moments: 8P + 8P/dp; gradients
+ *           reduce-scattered after the last micro-batch, parameters all-gathered after the step.
+ *   zero 2: parameters, 1/dp of gradients and moments: 4P + 12P/dp; each unit's gradient is
+ *           reduce-scattered as soon as backward finishes it, every micro-batch, from one of two
+ *           unit-sized buffers.
+ *   zero 3: 1/dp of everything: 16P/dp; a block's parameters are all-gathered into one of two
+ *           block-sized buffers just before its forward and again before its backward (the
+ *           next block's gather prefetched while this one computes). The embeddings and final
+ *           norm (the root, which the head needs again at the end of forward and the start of
+ *           backward) are gathered once after each update and kept, as FSDP keeps its root.
+ * Each unit is split into dp contiguous slices, rank r taking [r n / dp, (r + 1) n / dp), so
+ * slices need not be equal. Collectives run on the group's progress thread, in the order every
+ * rank issues them. */
+typedef struct mt_dp_options {
+    int zero;                 /* 0, 1, 2 or 3 */
+    size_t bucket_bytes;      /* DDP: gradients per all-reduce (at least one unit) */
+    uint64_t seed;            /* parameter initialisation, layout-invariant */
+    mt_memory_ledger *ledger; /* counts every state byte (may be NULL) */
+} mt_dp_options;
+
+typedef struct mt_dp_model mt_dp_model;
+
+/* Takes charge of a model made by mt_gpt_create_stateless: allocates this rank's state for the
+ * zero stage, points the units at it, installs the hooks that gather and synchronise, and
+ * initialises the parameters (each rank only its own slices under zero 3). `group` is the
+ * data-parallel communicator, or NULL for a single replica (no communication at all).
+ * Collective over the group. */
+mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *options,
+                             mt_dp_model **out);
+/* Waits for work in flight and frees the state (the gpt stays, with its units unbound). */
+void mt_dp_model_destroy(mt_dp_model *model);
+
+/* Call before each micro-batch's forward; micro counts from 0 to micro_count - 1. The first
+ * clears the gradients; DDP and ZeRO-1 synchronise only during the last one's backward. */
+void mt_dp_model_begin_micro(mt_dp_model *model, int micro, int micro_count);
+
+/* After the last micro-batch's backward: waits until every gradient is reduced and in place.
+ * *local_sum_squares is the sum of squares of the gradients this rank computed, before any
+ * reduction mixed them with its peers' (a NaN there says where a NaN started). */
+mt_status mt_dp_model_finish_gradients(mt_dp_model *model, double *local_sum_squares);
+
+/* The global norm of the reduced gradient, every element counted once, the same value on
+ * every rank. */
+mt_status mt_dp_model_grad_norm(mt_dp_model *model, double *norm);
+
+/* One AdamW update of what this rank owns: `hyper` as for every tensor (its weight decay is
+ * applied to matrices only, its grad_scale is the clipping factor); then zero 1 and 2
+ * all-gather the parameters and zero 3 marks its gathered root stale. */
+mt_status mt_dp_model_update(mt_dp_model *model, const mt_adamw_hyper *hyper);
+
+/* Compares a checksum of the parameters every replica holds in full (zero 0, 1 and 2: all of
+ * them; zero 3: none, each slice has one holder) across the group. A difference is MT_EPEER
+ * naming the replicas that disagree with the majority (or with replica 0, for two). */
+mt_status mt_dp_model_check_replicas(mt_dp_model *model, int step);
+
+/* Copies unit `unit`'s parameters, in table order, into out[unit numel]. Collective under
+ * zero 3 (an all-gather), a copy otherwise. */
+mt_status mt_dp_model_read_unit(mt_dp_model *model, int unit, float *out);
+
+/* The zero stage and this rank's place in the group. */
+int mt_dp_model_zero(const mt_dp_model *model);
+
+#endif

@@ -1,0 +1,269 @@
+/* The model's hooks under data parallelism: zero 3 gathers a block just before each pass and
+ * prefetches the next; backward hands each finished unit's gradient to the group at once (DDP
+ * buckets, ZeRO reduce-scatters), so communication overlaps the rest of backward. */
+#include <string.h>
+
+#include "dp_internal.h"
+
+/* ---- gradients of zero 2 and 3: buffers whose reductions complete in issue order ---- */
+
+/* Completes the oldest reduction: adds a late micro-batch's slice, frees its buffer. */
+static mt_status complete_oldest(mt_dp_model *m)
+{
+    dp_buffer *b = m->fifo[m->fifo_head];
+    m->fifo_head = (m->fifo_head + 1) % DP_FIFO;
+    m->fifo_count--;
+    mt_status status = dp_wait(&b->work);
+    if (status == MT_OK && b->accumulate) {
+        const dp_slice *s = &m->slices[b->unit];
+        float *slice = m->slice_grad + s->local;
+        for (size_t i = 0; i < s->count; i++)
+            slice[i] += b->landing[i];
+    }
+    b->unit = -1;
+    return status;
+}
+
+mt_status dp_drain_gradients(mt_dp_model *m)
+{
+    mt_status first = MT_OK;
+    while (m->fifo_count > 0) {
+        mt_status status = complete_oldest(m);
+        first = first ? first : status;
+    }
+    for (int i = 0; i < m->pending_count; i++) {
+        mt_status status = dp_wait(&m->pending[i]);
+        first = first ? first : status;
+    }
+    m->pending_count = 0;
+    return first;
+}
+
+/* Waits until buffer b has no reduction in flight (earlier ones complete first). */
+static mt_status settle(mt_dp_model *m, dp_buffer *b)
+{
+    mt_status status = MT_OK;
+    while (status == MT_OK && b->unit >= 0 && m->fifo_count > 0)
+        status = complete_oldest(m);
+    b->unit = -1;
+    return status;
+}
+
+/* Gives `unit` a zeroed gradient buffer: its root buffer, or a free block buffer (waiting for
+ * the oldest reduction when both are in flight). */
+static mt_status take_grad_buffer(mt_dp_model *m, int unit, dp_buffer **out)
+{
+    int root;
+    dp_buffer *b = NULL;
+    mt_status status = MT_OK;
+    if (dp_is_root(m, unit, &root)) {
+        b = &m->root_grad[root];
+        status = settle(m, b);
+    } else {
+        while (status == MT_OK && !b) {
+            for (int i = 0; i < DP_POOL && !b; i++)
+                if (m->block_grad[i].unit < 0)
+                    b = &m->block_grad[i];
+            if (!b)
+                status = m->fifo_count > 0 ? complete_oldest(m)
+                                           : mt_fail(MT_EINVAL, "data parallel: no free "
+                                                                "gradient buffer for unit %d", unit);
+        }
+    }
+    if (status)
+        return status;
+    memset(b->data, 0, m->gpt->units[unit].numel * sizeof(float));
+    b->unit = unit;
+    m->gpt->unit_grad[unit] = b->data;
+    *out = b;
+    return MT_OK;
+}
+
+static dp_buffer *grad_buffer_of(mt_dp_model *m, int unit)
+{
+    int root;
+    if (dp_is_root(m, unit, &root))
+        return &m->root_grad[root];
+    for (int i = 0; i < DP_POOL; i++)
+        if (m->block_grad[i].unit == unit)
+            return &m->block_grad[i];
+    return NULL;
+}
+
+/* Backward finished `unit` for this micro-batch: reduce-scatter it (into the slice for the
+ * first micro-batch, else into the landing area, added when it arrives). */
+static mt_status scatter_unit_gradient(mt_dp_model *m, int unit)
+{
+    dp_buffer *b = grad_buffer_of(m, unit);
+    if (!b || b->unit != unit)
+        return mt_fail(MT_EINVAL, "data parallel: unit %d finished backward without a buffer",
+                       unit);
+    m->local_sum_squares += mt_sum_squares(b->data, (long)m->gpt->units[unit].numel);
+    b->accumulate = m->micro > 0;
+    float *out = b->accumulate ? b->landing : m->slice_grad + m->slices[unit].local;
+    m->gpt->unit_grad[unit] = NULL;
+    if (m->fifo_count == DP_FIFO)
+        return mt_fail(MT_EINVAL, "data parallel: too many reductions in flight");
+    m->fifo[(m->fifo_head + m->fifo_count++) % DP_FIFO] = b;
+    return dp_reduce_scatter_unit(m, unit, b->data, out, &b->work);
+}
+
+/* ---- gradients of zero 0 and 1: in place in the full gradient, after the last micro-batch ---- */
+
+static mt_status hand_over(mt_dp_model *m, mt_work *work)
+{
+    if (work)
+        m->pending[m->pending_count++] = work;
+    return MT_OK;
+}
+
+static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
+{
+    const mt_unit *u = &m->gpt->units[unit];
+    float *grad = m->full_grad + u->offset;
+    m->local_sum_squares += mt_sum_squares(grad, (long)u->numel);
+    if (!m->group)
+        return MT_OK;
+    mt_work *work = NULL;
+    mt_status status = MT_OK;
+    if (m->zero == 1) {
+        status = dp_reduce_scatter_unit(m, unit, grad, grad + m->slices[unit].first, &work);
+    } else {
+        for (int i = 0; i < m->bucket_count; i++)
+            if (m->buckets[i].first_unit == unit)
+                status = mt_comm_allreduce_async(m->group, m->full_grad + m->buckets[i].offset,
+                                                 m->full_grad + m->buckets[i].offset,
+                                                 m->buckets[i].numel, MT_F32, MT_SUM, &work);
+    }
+    return status ? status : hand_over(m, work);
+}
+
+/* ---- parameters of zero 3 ---- */
+
+mt_status dp_drain_gathers(mt_dp_model *m)
+{
+    mt_status first = MT_OK;
+    for (int i = 0; i < DP_POOL; i++) {
+        dp_buffer *b = &m->block_param[i];
+        mt_status status = dp_wait(&b->work);
+        first = first ? first : status;
+        if (b->unit >= 0 && !b->in_use)
+            b->unit = -1;
+    }
+    return first;
+}
+
+static mt_status ensure_root(mt_dp_model *m)
+{
+    if (m->root_valid)
+        return MT_OK;
+    mt_status status = MT_OK;
+    for (int i = 0; i < DP_ROOTS && status == MT_OK; i++) {
+        int unit = m->root_units[i];
+        status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local,
+                                m->root_param[i].data, &m->root_param[i].work);
+    }
+    for (int i = 0; i < DP_ROOTS; i++) {
+        mt_status waited = dp_wait(&m->root_param[i].work);
+        status = status ? status : waited;
+        m->gpt->unit_param[m->root_units[i]] = m->root_param[i].data;
+    }
+    m->root_valid = status == MT_OK;
+    return status;
+}
+
+static dp_buffer *block_slot(mt_dp_model *m, int unit)
+{
+    for (int i = 0; i < DP_POOL; i++)
+        if (m->block_param[i].unit == unit)
+            return &m->block_param[i];
+    return NULL;
+}
+
+/* Starts gathering a block into a free buffer, unless it is there or on its way. */
+static mt_status start_gather(mt_dp_model *m, int unit)
+{
+    if (block_slot(m, unit))
+        return MT_OK;
+    dp_buffer *b = block_slot(m, -1);
+    if (!b)
+        return mt_fail(MT_EINVAL, "data parallel: no free parameter buffer for unit %d", unit);
+    b->unit = unit;
+    return dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, b->data, &b->work);
+}
+
+static mt_status acquire_block(mt_dp_model *m, int unit)
+{
+    mt_status status = start_gather(m, unit); /* a no-op when prefetched */
+    dp_buffer *b = block_slot(m, unit);
+    if (status == MT_OK)
+        status = dp_wait(&b->work);
+    if (status)
+        return status;
+    b->in_use = 1;
+    m->gpt->unit_param[unit] = b->data;
+    return MT_OK;
+}
+
+static void release_block(mt_dp_model *m, int unit)
+{
+    dp_buffer *b = block_slot(m, unit);
+    if (b) {
+        b->in_use = 0;
+        b->unit = -1;
+    }
+    m->gpt->unit_param[unit] = NULL;
+}
+
+/* The block whose pass comes next: forward goes up, backward down; none past either end. */
+static int next_block_unit(const mt_dp_model *m, int unit, mt_gpt_pass pass)
+{
+    int layers = m->gpt->shape.layers, layer;
+    if (unit == mt_gpt_embed_unit())
+        layer = pass == MT_GPT_FORWARD ? 0 : -1;
+    else if (unit == mt_gpt_final_unit(m->gpt))
+        layer = pass == MT_GPT_BACKWARD ? layers - 1 : -1;
+    else
+        layer = unit - 1 + (pass == MT_GPT_FORWARD ? 1 : -1);
+    return layer >= 0 && layer < layers ? mt_gpt_block_unit(layer) : -1;
+}
+
+static mt_status params_before(mt_dp_model *m, int unit, mt_gpt_pass pass)
+{
+    mt_status status = dp_is_root(m, unit, NULL) ? ensure_root(m) : acquire_block(m, unit);
+    int next = next_block_unit(m, unit, pass);
+    if (status == MT_OK && next >= 0)
+        status = start_gather(m, next); /* overlaps this pass */
+    return status;
+}
+
+/* ---- the hooks ---- */
+
+mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
+{
+    (void)gpt;
+    mt_dp_model *m = context;
+    mt_status status = m->zero == 3 ? params_before(m, unit, pass) : MT_OK;
+    if (status || pass != MT_GPT_BACKWARD || m->zero < 2)
+        return status;
+    dp_buffer *b;
+    if (unit == mt_gpt_final_unit(gpt)) /* the head writes both roots' gradients */
+        for (int i = 0; i < DP_ROOTS && status == MT_OK; i++)
+            status = take_grad_buffer(m, m->root_units[i], &b);
+    else if (!dp_is_root(m, unit, NULL))
+        status = take_grad_buffer(m, unit, &b);
+    return status;
+}
+
+mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
+{
+    (void)gpt;
+    mt_dp_model *m = context;
+    if (m->zero == 3 && !dp_is_root(m, unit, NULL))
+        release_block(m, unit);
+    if (pass != MT_GPT_BACKWARD)
+        return MT_OK;
+    if (m->zero >= 2)
+        return scatter_unit_gradient(m, unit);
+    return m->micro == m->micro_count - 1 ? sync_unit_gradient(m, unit) : MT_OK;
+}

@@ -1,0 +1,89 @@
+/* What the data-parallel model is made of: each unit's slice, the state arenas of the zero
+ * stage, the unit-sized buffers that gathers and reductions go through, and the DDP buckets. */
+#ifndef MESHTRAIN_DP_INTERNAL_H
+#define MESHTRAIN_DP_INTERNAL_H
+
+#include "meshtrain/data_parallel.h"
+
+/* This rank's slice of a unit: elements [first, first + count) of the unit, kept at `local`
+ * in the slice arenas (moments, and the slice gradients and parameters of zero 2 and 3).
+ * Under zero 0 the slice is the whole unit and local its offset in the model. */
+typedef struct dp_slice {
+    size_t first, count, local;
+} dp_slice;
+
+/* A unit-sized buffer: a unit's gathered parameters (zero 3), or the gradient backward writes
+ * before it is reduce-scattered (zero 2 and 3). */
+typedef struct dp_buffer {
+    float *data;
+    float *landing; /* gradients: a later micro-batch's reduced slice, added once it arrives */
+    int unit;       /* the unit it holds; -1 when free */
+    mt_work *work;  /* the gather or reduce-scatter in flight, NULL when none */
+    int accumulate; /* gradients: add `landing` into the slice when the work completes */
+    int in_use;     /* parameters: a pass is reading it */
+} dp_buffer;
+
+/* DDP: units [first_unit, last_unit], contiguous in the gradient arena, all-reduced together
+ * once backward has finished the lowest of them (backward runs from the last unit down). */
+typedef struct dp_bucket {
+    int first_unit, last_unit;
+    size_t offset, numel;
+} dp_bucket;
+
+enum { DP_ROOTS = 2, DP_POOL = 2, DP_FIFO = 8 };
+
+struct mt_dp_model {
+    mt_gpt *gpt;
+    mt_comm *group; /* NULL: one replica */
+    int rank, size, zero;
+    mt_memory_ledger *ledger;
+
+    size_t *counts;   /* [unit * size + r]: rank r's slice of each unit (for v collectives) */
+    dp_slice *slices; /* [unit]: this rank's */
+    size_t slice_numel;
+
+    /* State. full_* cover the whole model at the units' offsets; slice_* the slices. */
+    mt_arena param_arena, grad_arena, moment_arena, buffer_arena;
+    float *full_param, *slice_param; /* zero 0-2: full; zero 3: slices */
+    float *full_grad, *slice_grad;   /* zero 0-1: full; zero 2-3: slices */
+    float *moment_m, *moment_v;      /* at slices[u].local */
+
+    /* zero 3: gathered parameters. The root (embeddings, final norm) stays while valid. */
+    int root_units[DP_ROOTS];
+    dp_buffer root_param[DP_ROOTS], block_param[DP_POOL];
+    int root_valid;
+    /* zero 2 and 3: gradient buffers, and the order their reductions were issued in. */
+    dp_buffer root_grad[DP_ROOTS], block_grad[DP_POOL];
+    dp_buffer *fifo[DP_FIFO];
+    int fifo_head, fifo_count;
+
+    /* zero 0: buckets; zero 0 and 1: the reductions in flight, waited for in order. */
+    dp_bucket *buckets;
+    int bucket_count;
+    mt_work **pending;
+    int pending_count, pending_capacity;
+
+    int micro, micro_count;
+    double local_sum_squares;
+};
+
+/* dp_model.c */
+int dp_is_root(const mt_dp_model *m, int unit, int *which);
+/* The all-gather of a unit's slices into `out` (the whole unit); started, or done at once for a
+ * single replica (*work NULL). */
+mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *out, mt_work **work);
+/* The reduce-scatter of a whole unit's gradient `in` into this rank's slice `out`. */
+mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out,
+                                 mt_work **work);
+/* Waits for *work if any and clears it. */
+mt_status dp_wait(mt_work **work);
+
+/* dp_hooks.c */
+mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);
+mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);
+/* Waits for every gradient reduction in flight, adding late micro-batches into the slices. */
+mt_status dp_drain_gradients(mt_dp_model *m);
+/* Waits for every gather in flight (zero 3) and releases the block buffers. */
+mt_status dp_drain_gathers(mt_dp_model *m);
+
+#endif

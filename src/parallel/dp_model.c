@@ -1,0 +1,319 @@
+/* The data-parallel model's state: each unit cut into dp slices, the arenas the zero stage
+ * needs (and nothing more), parameter initialisation by slice, and the unit collectives. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_internal.h"
+
+int dp_is_root(const mt_dp_model *m, int unit, int *which)
+{
+    for (int i = 0; i < DP_ROOTS; i++)
+        if (m->root_units[i] == unit) {
+            if (which)
+                *which = i;
+            return 1;
+        }
+    return 0;
+}
+
+mt_status dp_wait(mt_work **work)
+{
+    if (!*work)
+        return MT_OK;
+    mt_status status = mt_work_wait(*work);
+    *work = NULL;
+    return status;
+}
+
+mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *out, mt_work **work)
+{
+    *work = NULL;
+    if (!m->group) {
+        memcpy(out, slice, m->gpt->units[unit].numel * sizeof(float));
+        return MT_OK;
+    }
+    return mt_comm_allgatherv_async(m->group, slice, out, m->counts + (size_t)unit * m->size,
+                                    MT_F32, work);
+}
+
+mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out,
+                                 mt_work **work)
+{
+    *work = NULL;
+    if (!m->group) {
+        if (out != in)
+            memcpy(out, in, m->gpt->units[unit].numel * sizeof(float));
+        return MT_OK;
+    }
+    return mt_comm_reduce_scatterv_async(m->group, in, out, m->counts + (size_t)unit * m->size,
+                                         MT_F32, MT_SUM, work);
+}
+
+/* Rank r's slice of n elements: [r n / dp, (r + 1) n / dp), so sizes differ by at most one. */
+static size_t slice_start(size_t n, int r, int dp) { return n * (size_t)r / (size_t)dp; }
+
+static mt_status plan_slices(mt_dp_model *m)
+{
+    const mt_gpt *gpt = m->gpt;
+    m->counts = calloc((size_t)gpt->unit_count * m->size, sizeof *m->counts);
+    m->slices = calloc((size_t)gpt->unit_count, sizeof *m->slices);
+    if (!m->counts || !m->slices)
+        return mt_fail(MT_ENOMEM, "data parallel: cannot allocate the slice table");
+    for (int u = 0; u < gpt->unit_count; u++) {
+        size_t n = gpt->units[u].numel;
+        for (int r = 0; r < m->size; r++)
+            m->counts[(size_t)u * m->size + r] =
+                slice_start(n, r + 1, m->size) - slice_start(n, r, m->size);
+        if (m->zero == 0) {
+            m->slices[u] = (dp_slice){0, n, gpt->units[u].offset};
+        } else {
+            m->slices[u] = (dp_slice){slice_start(n, m->rank, m->size),
+                                      m->counts[(size_t)u * m->size + m->rank], m->slice_numel};
+        }
+        m->slice_numel += m->slices[u].count;
+    }
+    m->root_units[0] = mt_gpt_embed_unit();
+    m->root_units[1] = mt_gpt_final_unit(gpt);
+    return MT_OK;
+}
+
+/* DDP buckets, in the order backward finishes units (the final norm's first, the embeddings'
+ * last): consecutive units until a bucket holds bucket_bytes. */
+static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
+{
+    const mt_gpt *gpt = m->gpt;
+    m->buckets = calloc((size_t)gpt->unit_count, sizeof *m->buckets);
+    if (!m->buckets)
+        return mt_fail(MT_ENOMEM, "data parallel: cannot allocate the bucket table");
+    int last = gpt->unit_count - 1;
+    for (int u = last; u >= 0; u--) {
+        size_t bytes = (gpt->units[last].offset + gpt->units[last].numel - gpt->units[u].offset) *
+                       sizeof(float);
+        if (bytes >= bucket_bytes || u == 0) {
+            const mt_unit *lo = &gpt->units[u];
+            m->buckets[m->bucket_count++] = (dp_bucket){
+                u, last, lo->offset, gpt->units[last].offset + gpt->units[last].numel - lo->offset};
+            last = u - 1;
+        }
+    }
+    return MT_OK;
+}
+
+static size_t max_block_numel(const mt_dp_model *m, int slice_only)
+{
+    size_t most = 0;
+    for (int l = 0; l < m->gpt->shape.layers; l++) {
+        int u = mt_gpt_block_unit(l);
+        size_t n = slice_only ? m->slices[u].count : m->gpt->units[u].numel;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+/* Elements of zero 3's gathered copies: the root units and the block pool. */
+static size_t gathered_numel(const mt_dp_model *m)
+{
+    if (m->zero != 3)
+        return 0;
+    size_t n = DP_POOL * max_block_numel(m, 0);
+    for (int i = 0; i < DP_ROOTS; i++)
+        n += m->gpt->units[m->root_units[i]].numel;
+    return n;
+}
+
+/* The buffers of zero 2 and 3, planned in buffer_arena (offsets until it is allocated). */
+static void plan_buffers(mt_dp_model *m, size_t *offsets)
+{
+    const mt_gpt *gpt = m->gpt;
+    int k = 0;
+    dp_buffer *params[DP_ROOTS + DP_POOL], *grads[DP_ROOTS + DP_POOL];
+    for (int i = 0; i < DP_ROOTS; i++) {
+        params[i] = &m->root_param[i];
+        grads[i] = &m->root_grad[i];
+    }
+    for (int i = 0; i < DP_POOL; i++) {
+        params[DP_ROOTS + i] = &m->block_param[i];
+        grads[DP_ROOTS + i] = &m->block_grad[i];
+    }
+    for (int i = 0; i < DP_ROOTS + DP_POOL; i++) {
+        int root = i < DP_ROOTS;
+        size_t whole = root ? gpt->units[m->root_units[i]].numel : max_block_numel(m, 0);
+        size_t slice = root ? m->slices[m->root_units[i]].count : max_block_numel(m, 1);
+        params[i]->unit = grads[i]->unit = -1;
+        if (m->zero == 3)
+            offsets[k++] = mt_arena_plan(&m->buffer_arena, whole * sizeof(float));
+        if (m->zero >= 2) {
+            offsets[k++] = mt_arena_plan(&m->buffer_arena, whole * sizeof(float));
+            offsets[k++] = mt_arena_plan(&m->buffer_arena, slice * sizeof(float));
+        }
+    }
+}
+
+static void bind_buffers(mt_dp_model *m, const size_t *offsets)
+{
+    int k = 0;
+    for (int i = 0; i < DP_ROOTS + DP_POOL; i++) {
+        dp_buffer *param = i < DP_ROOTS ? &m->root_param[i] : &m->block_param[i - DP_ROOTS];
+        dp_buffer *grad = i < DP_ROOTS ? &m->root_grad[i] : &m->block_grad[i - DP_ROOTS];
+        if (m->zero == 3)
+            param->data = mt_arena_at(&m->buffer_arena, offsets[k++]);
+        if (m->zero >= 2) {
+            grad->data = mt_arena_at(&m->buffer_arena, offsets[k++]);
+            grad->landing = mt_arena_at(&m->buffer_arena, offsets[k++]);
+        }
+    }
+}
+
+static mt_status allocate_state(mt_dp_model *m)
+{
+    size_t numel = m->gpt->numel, slices = m->slice_numel;
+    size_t param = m->zero == 3 ? slices : numel, grad = m->zero >= 2 ? slices : numel;
+    m->param_arena = (mt_arena){.name = "parameters", .ledger = m->ledger,
+                                .kind = MT_MEMORY_PARAMETERS};
+    m->grad_arena = (mt_arena){.name = "gradients", .ledger = m->ledger,
+                               .kind = MT_MEMORY_GRADIENTS};
+    m->moment_arena = (mt_arena){.name = "adam moments", .ledger = m->ledger,
+                                 .kind = MT_MEMORY_OPTIMIZER};
+    /* Gathered parameters are parameters; gradient buffers gradients. Counted apart below. */
+    m->buffer_arena = (mt_arena){.name = "zero buffers"};
+    mt_arena_plan(&m->param_arena, param * sizeof(float));
+    mt_arena_plan(&m->grad_arena, grad * sizeof(float));
+    size_t v_offset = mt_arena_plan(&m->moment_arena, slices * sizeof(float));
+    v_offset = mt_arena_plan(&m->moment_arena, slices * sizeof(float));
+    size_t offsets[3 * (DP_ROOTS + DP_POOL)];
+    plan_buffers(m, offsets);
+    mt_status status = mt_arena_allocate(&m->param_arena);
+    if (status == MT_OK)
+        status = mt_arena_allocate(&m->grad_arena);
+    if (status == MT_OK)
+        status = mt_arena_allocate(&m->moment_arena);
+    if (status == MT_OK && m->buffer_arena.used)
+        status = mt_arena_allocate(&m->buffer_arena);
+    if (status)
+        return mt_fail_context(status, "data parallel (zero %d)", m->zero);
+    float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
+    *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
+    *(m->zero >= 2 ? &m->slice_grad : &m->full_grad) = g;
+    m->moment_m = mt_arena_at(&m->moment_arena, 0);
+    m->moment_v = mt_arena_at(&m->moment_arena, v_offset);
+    if (m->buffer_arena.base) {
+        bind_buffers(m, offsets);
+        size_t bytes = m->buffer_arena.used, param_bytes = gathered_numel(m) * sizeof(float);
+        mt_memory_count(m->ledger, MT_MEMORY_PARAMETERS, (long long)param_bytes);
+        mt_memory_count(m->ledger, MT_MEMORY_GRADIENTS, (long long)(bytes - param_bytes));
+    }
+    return MT_OK;
+}
+
+/* Points every unit at its memory: the full arenas under zero 0-2; under zero 3 parameters
+ * come and go with the hooks, so they start unbound. Gradients under zero 2-3 likewise. */
+static void bind_units(mt_dp_model *m)
+{
+    mt_gpt *gpt = m->gpt;
+    for (int u = 0; u < gpt->unit_count; u++) {
+        gpt->unit_param[u] = m->full_param ? m->full_param + gpt->units[u].offset : NULL;
+        gpt->unit_grad[u] = m->full_grad ? m->full_grad + gpt->units[u].offset : NULL;
+    }
+}
+
+/* Every rank makes exactly its slices, from (seed, name, element): layout-invariant. */
+static void init_params(mt_dp_model *m, uint64_t seed)
+{
+    mt_gpt *gpt = m->gpt;
+    if (m->full_param) {
+        mt_gpt_init_params(gpt, seed);
+        return;
+    }
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        const dp_slice *s = &m->slices[p->unit];
+        size_t start = p->offset - gpt->units[p->unit].offset;
+        size_t lo = start > s->first ? start : s->first;
+        size_t hi = start + p->numel < s->first + s->count ? start + p->numel : s->first + s->count;
+        if (lo < hi)
+            mt_param_init_slice(p, seed, lo - start, hi - lo, m->slice_param + s->local + (lo - s->first));
+    }
+}
+
+mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *options,
+                             mt_dp_model **out)
+{
+    *out = NULL;
+    if (options->zero < 0 || options->zero > 3)
+        return mt_fail(MT_EINVAL, "config key 'zero': %d is not a ZeRO stage (0, 1, 2 or 3)",
+                       options->zero);
+    if (gpt->param || gpt->grad)
+        return mt_fail(MT_EINVAL, "data parallel: the model already owns its state (make it "
+                                  "with mt_gpt_create_stateless)");
+    mt_dp_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return mt_fail(MT_ENOMEM, "data parallel: out of memory");
+    m->gpt = gpt;
+    m->group = group;
+    m->rank = group ? mt_comm_rank(group) : 0;
+    m->size = group ? mt_comm_size(group) : 1;
+    m->zero = options->zero;
+    m->ledger = options->ledger;
+    m->pending_capacity = gpt->unit_count;
+    m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
+    mt_status status = m->pending ? plan_slices(m) : mt_fail(MT_ENOMEM, "data parallel: out of memory");
+    if (status == MT_OK && m->zero == 0)
+        status = plan_buckets(m, options->bucket_bytes);
+    if (status == MT_OK)
+        status = allocate_state(m);
+    if (status) {
+        mt_dp_model_destroy(m);
+        return status;
+    }
+    bind_units(m);
+    init_params(m, options->seed);
+    gpt->hooks = (mt_gpt_hooks){m, dp_hook_before, dp_hook_after};
+    *out = m;
+    return MT_OK;
+}
+
+void mt_dp_model_destroy(mt_dp_model *m)
+{
+    if (!m)
+        return;
+    dp_drain_gradients(m); /* a failed step may leave work in flight */
+    dp_drain_gathers(m);
+    for (int i = 0; i < m->pending_count; i++)
+        dp_wait(&m->pending[i]);
+    if (m->buffer_arena.base) { /* counted by kind at creation, so returned by kind */
+        size_t param_bytes = gathered_numel(m) * sizeof(float);
+        mt_memory_count(m->ledger, MT_MEMORY_PARAMETERS, -(long long)param_bytes);
+        mt_memory_count(m->ledger, MT_MEMORY_GRADIENTS,
+                        -(long long)(m->buffer_arena.used - param_bytes));
+    }
+    mt_arena_free(&m->param_arena);
+    mt_arena_free(&m->grad_arena);
+    mt_arena_free(&m->moment_arena);
+    mt_arena_free(&m->buffer_arena);
+    if (m->gpt) {
+        m->gpt->hooks = (mt_gpt_hooks){0};
+        for (int u = 0; u < m->gpt->unit_count; u++)
+            m->gpt->unit_param[u] = m->gpt->unit_grad[u] = NULL;
+    }
+    free(m->counts);
+    free(m->slices);
+    free(m->buckets);
+    free(m->pending);
+    free(m);
+}
+
+mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
+{
+    if (unit < 0 || unit >= m->gpt->unit_count)
+        return mt_fail(MT_EINVAL, "data parallel: no unit %d", unit);
+    if (m->full_param) {
+        memcpy(out, m->full_param + m->gpt->units[unit].offset,
+               m->gpt->units[unit].numel * sizeof(float));
+        return MT_OK;
+    }
+    mt_work *work;
+    mt_status status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, out, &work);
+    return status ? status : dp_wait(&work);
+}
+
+int mt_dp_model_zero(const mt_dp_model *m) { return m->zero; }

@@ -1,0 +1,168 @@
+/* What a run leaves behind: the memory table of every rank, OUT/summary.json, and the trained
+ * parameters as OUT/model.safetensors (gathered unit by unit, written by world rank 0). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer_internal.h"
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+mt_status trainer_gather_memory(trainer *tr, FILE *out)
+{
+    long long mine[MEMORY_COLUMNS];
+    for (int k = 0; k < MT_MEMORY_KINDS; k++)
+        mine[k] = (long long)tr->ledger.peak[k];
+    size_t resident, resident_peak;
+    mt_memory_resident(&resident, &resident_peak);
+    mine[MT_MEMORY_KINDS] = (long long)tr->ledger.total_peak;
+    mine[MT_MEMORY_KINDS + 1] = (long long)resident;
+    mine[MT_MEMORY_KINDS + 2] = (long long)resident_peak;
+    tr->memory_ranks = tr->world ? mt_comm_size(tr->world) : 1;
+    tr->memory = calloc((size_t)tr->memory_ranks * MEMORY_COLUMNS, sizeof *tr->memory);
+    if (!tr->memory)
+        return mt_fail(MT_ENOMEM, "memory report: out of memory");
+    mt_status status = tr->world ? mt_comm_allgather(tr->world, mine, tr->memory, MEMORY_COLUMNS,
+                                                     MT_I64)
+                                 : MT_OK;
+    if (!tr->world)
+        memcpy(tr->memory, mine, sizeof mine);
+    if (status || !out)
+        return status;
+    fprintf(out, "memory per rank, MiB (meshtrain's allocations at their peak; resident set "
+                 "as a cross-check):\n  rank");
+    for (int k = 0; k < MT_MEMORY_KINDS; k++)
+        fprintf(out, " %11s", mt_memory_kind_name(k));
+    fprintf(out, " %11s %11s %11s\n", "total", "resident", "res. peak");
+    for (int r = 0; r < tr->memory_ranks; r++) {
+        fprintf(out, "  %4d", r);
+        for (int c = 0; c < MEMORY_COLUMNS; c++)
+            fprintf(out, " %11.1f", tr->memory[(size_t)r * MEMORY_COLUMNS + c] / 1048576.0);
+        fputc('\n', out);
+    }
+    return MT_OK;
+}
+
+static void write_memory_json(const trainer *tr, FILE *f)
+{
+    fputs(", \"memory\": [", f);
+    for (int r = 0; r < tr->memory_ranks; r++) {
+        const long long *m = tr->memory + (size_t)r * MEMORY_COLUMNS;
+        fprintf(f, "%s{\"rank\": %d", r ? ", " : "", r);
+        for (int k = 0; k < MT_MEMORY_KINDS; k++)
+            fprintf(f, ", \"%s\": %lld", mt_memory_kind_name(k), m[k]);
+        fprintf(f, ", \"total\": %lld, \"resident\": %lld, \"resident_peak\": %lld}",
+                m[MT_MEMORY_KINDS], m[MT_MEMORY_KINDS + 1], m[MT_MEMORY_KINDS + 2]);
+    }
+    fputc(']', f);
+}
+
+mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
+{
+    const mt_config *cfg = tr->cfg;
+    int skip = cfg->steps > 2 ? 2 : 0, count = cfg->steps - skip;
+    double median_seconds = NAN;
+    if (count > 0) {
+        qsort(tr->step_seconds + skip, (size_t)count, sizeof(double), compare_doubles);
+        median_seconds = tr->step_seconds[skip + count / 2];
+        if (count % 2 == 0)
+            median_seconds = 0.5 * (median_seconds + tr->step_seconds[skip + count / 2 - 1]);
+    }
+    s->tokens_per_s = (double)cfg->batch * cfg->context / median_seconds;
+    s->flops_per_token = mt_gpt_flops_per_token(&tr->gpt.shape);
+    s->gflops = s->flops_per_token * s->tokens_per_s * 1e-9;
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/summary.json", cfg->out);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(errno));
+    fprintf(f, "{\"steps\": %d, \"final_loss\": %.9g, \"final_val_loss\": ", s->steps,
+            s->final_loss);
+    if (isnan(s->final_val_loss))
+        fputs("null", f); /* never evaluated (eval_every 0) */
+    else
+        fprintf(f, "%.9g", s->final_val_loss);
+    fprintf(f, ", \"tokens_per_s\": %.9g, \"flops_per_token\": %.9g, \"gflops\": %.9g, "
+               "\"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu, \"dp\": %d, "
+               "\"zero\": %d",
+            s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
+            tr->gpt.numel, tr->dp_size, cfg->zero);
+    write_memory_json(tr, f);
+    fputs("}\n", f);
+    return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
+}
+
+/* The safetensors header: every tensor's dtype, shape and byte range, in table order (so a
+ * unit's tensors are one contiguous run of the data), padded with spaces to 8 bytes. */
+static char *safetensors_header(const mt_gpt *gpt, size_t *length)
+{
+    size_t capacity = 256 + (size_t)gpt->param_count * 160, used = 0;
+    char *h = malloc(capacity);
+    if (!h)
+        return NULL;
+    used += (size_t)snprintf(h + used, capacity - used, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        char shape[48];
+        if (p->cols)
+            snprintf(shape, sizeof shape, "[%d,%d]", p->rows, p->cols);
+        else
+            snprintf(shape, sizeof shape, "[%d]", p->rows);
+        used += (size_t)snprintf(h + used, capacity - used,
+                                 ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+                                 p->name, shape, p->offset * 4, (p->offset + p->numel) * 4);
+    }
+    used += (size_t)snprintf(h + used, capacity - used, "}");
+    while (used % 8)
+        h[used++] = ' ';
+    *length = used;
+    return h;
+}
+
+mt_status trainer_save_model(trainer *tr)
+{
+    const mt_gpt *gpt = &tr->gpt;
+    size_t most = 0;
+    for (int u = 0; u < gpt->unit_count; u++)
+        most = gpt->units[u].numel > most ? gpt->units[u].numel : most;
+    float *unit = malloc(most * sizeof *unit);
+    size_t header_length = 0;
+    char *header = tr->writes ? safetensors_header(gpt, &header_length) : NULL;
+    char path[MT_PATH_MAX + 32], temporary[MT_PATH_MAX + 48];
+    snprintf(path, sizeof path, "%s/model.safetensors", tr->cfg->out);
+    snprintf(temporary, sizeof temporary, "%s.partial", path);
+    FILE *f = tr->writes && header ? fopen(temporary, "wb") : NULL;
+    mt_status status = MT_OK;
+    if (!unit || (tr->writes && !header))
+        status = mt_fail(MT_ENOMEM, "saving the model: out of memory");
+    else if (tr->writes && !f)
+        status = mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(errno));
+    if (f) {
+        uint64_t length = header_length; /* little-endian on every machine we build for */
+        fwrite(&length, sizeof length, 1, f);
+        fwrite(header, 1, header_length, f);
+    }
+    /* Every rank takes part in every unit's gather (ZeRO-3), even after a local failure. */
+    for (int u = 0; u < gpt->unit_count; u++) {
+        mt_status read = unit ? mt_dp_model_read_unit(tr->model, u, unit) : MT_OK;
+        status = status ? status : read;
+        if (status == MT_OK && f)
+            fwrite(unit, sizeof(float), gpt->units[u].numel, f);
+    }
+    if (f && (fclose(f) != 0 || status != MT_OK)) {
+        remove(temporary);
+        status = status ? status : mt_fail(MT_EIO, "cannot write '%s'", temporary);
+    } else if (f && rename(temporary, path) != 0) {
+        status = mt_fail(MT_EIO, "cannot rename '%s' to '%s': %s", temporary, path,
+                         strerror(errno));
+    }
+    free(unit);
+    free(header);
+    return status;
+}

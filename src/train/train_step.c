@@ -1,0 +1,123 @@
+/* One optimizer step under data parallelism: each rank's slice of every micro-batch, the
+ * gradient sync the model's hooks started, job-wide loss and NaN checks naming the rank,
+ * clipping over every shard, the AdamW update, and the replica checksum. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer_internal.h"
+
+mt_status trainer_read_fault(trainer *tr)
+{
+    tr->fault = (fault){FAULT_NONE, -1, -1};
+    const char *text = getenv("MT_INJECT_FAULT");
+    if (!text || !*text)
+        return MT_OK;
+    char kind[16];
+    int rank, step, used = 0;
+    if (sscanf(text, "%15[a-z_]@%d:%d%n", kind, &rank, &step, &used) != 3 || text[used] != '\0')
+        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP with KIND "
+                                  "nan_loss, nan_grad or skew", text);
+    static const struct { const char *name; fault_kind kind; } kinds[] = {
+        {"nan_loss", FAULT_NAN_LOSS}, {"nan_grad", FAULT_NAN_GRAD}, {"skew", FAULT_SKEW}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kind, kinds[i].name) == 0)
+            tr->fault = (fault){kinds[i].kind, rank, step};
+    if (tr->fault.kind == FAULT_NONE)
+        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (nan_loss, nan_grad, "
+                                  "skew)", text, kind);
+    return MT_OK;
+}
+
+static int fault_now(const trainer *tr, fault_kind kind, int step)
+{
+    return tr->fault.kind == kind && tr->fault.rank == tr->rank && tr->fault.step == step;
+}
+
+/* This rank's micro-batch: its dp_rank-th slice of the global batch's micro-th part, so the
+ * group together draws exactly the sequences one process would. */
+static void draw_microbatch(trainer *tr, int step, int micro, int sequences)
+{
+    const mt_config *cfg = tr->cfg;
+    int t = cfg->context;
+    uint64_t first = (uint64_t)(step - 1) * cfg->batch +
+                     (uint64_t)micro * (cfg->batch / cfg->microbatches) +
+                     (uint64_t)tr->dp_rank * sequences;
+    for (int i = 0; i < sequences; i++)
+        mt_sampler_sequence(&tr->train, first + i, tr->inputs + (size_t)i * t,
+                            tr->targets + (size_t)i * t);
+}
+
+/* Every rank's loss and local gradient square sum, so that all of them stop together and
+ * name where a NaN or infinity first appeared. Sets *loss to the job's mean loss. */
+static mt_status check_finite(trainer *tr, int step, double loss_sum, double local_squares,
+                              double *loss)
+{
+    int n = tr->dp_size;
+    double *all = calloc(2 * (size_t)n, sizeof *all);
+    if (!all)
+        return mt_fail(MT_ENOMEM, "step %d: out of memory", step);
+    all[2 * tr->dp_rank] = loss_sum;
+    all[2 * tr->dp_rank + 1] = local_squares;
+    mt_status status = tr->dp ? mt_comm_allreduce(tr->dp, all, all, 2 * (size_t)n, MT_F64, MT_SUM)
+                              : MT_OK;
+    double total = 0;
+    for (int r = 0; status == MT_OK && r < n; r++) {
+        const char *what = !isfinite(all[2 * r]) ? "loss" : !isfinite(all[2 * r + 1]) ? "gradient"
+                                                                                       : NULL;
+        if (what)
+            status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on data-parallel rank %d; "
+                                          "stopping every rank before the update (lower lr or "
+                                          "raise warmup)", step, what,
+                             isnan(all[2 * r]) || isnan(all[2 * r + 1]) ? "NaN" : "infinite", r);
+        total += all[2 * r];
+    }
+    free(all);
+    *loss = total / ((double)tr->cfg->microbatches * n);
+    return status;
+}
+
+mt_status trainer_step(trainer *tr, int step, step_record *record)
+{
+    const mt_config *cfg = tr->cfg;
+    int sequences = cfg->batch / cfg->microbatches / tr->dp_size, t = cfg->context;
+    float loss_scale = 1.0f / ((float)cfg->batch * t);
+    double loss_sum = 0;
+    for (int micro = 0; micro < cfg->microbatches; micro++) {
+        mt_dp_model_begin_micro(tr->model, micro, cfg->microbatches);
+        draw_microbatch(tr, step, micro, sequences);
+        float loss;
+        mt_status status = mt_gpt_forward(&tr->gpt, tr->inputs, tr->targets, sequences, t, &loss);
+        if (status)
+            return status;
+        if (fault_now(tr, FAULT_NAN_LOSS, step))
+            loss = NAN;
+        float scale = fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
+        if ((status = mt_gpt_backward(&tr->gpt, scale)))
+            return status;
+        loss_sum += loss;
+    }
+    double local_squares, norm;
+    mt_status status = mt_dp_model_finish_gradients(tr->model, &local_squares);
+    if (status == MT_OK)
+        status = check_finite(tr, step, loss_sum, local_squares, &record->loss);
+    if (status == MT_OK)
+        status = mt_dp_model_grad_norm(tr->model, &norm);
+    if (status)
+        return status;
+    record->grad_norm = norm;
+    record->lr = mt_lr_at(cfg, step);
+    if (!isfinite(norm))
+        return mt_fail(MT_ENUMERIC, "step %d: the gradient norm is %g; stopping before the "
+                                    "update (lower lr or raise warmup)", step, norm);
+    mt_adamw_hyper hyper =
+        mt_adamw_settings(cfg, step, record->lr, mt_clip_coefficient(cfg->clip, norm));
+    if ((status = mt_dp_model_update(tr->model, &hyper)))
+        return status;
+    if (fault_now(tr, FAULT_SKEW, step) && tr->gpt.unit_param[0])
+        tr->gpt.unit_param[0][0] += 1e-3f;
+    if (cfg->check_every > 0 && step % cfg->check_every == 0)
+        status = mt_dp_model_check_replicas(tr->model, step);
+    return status;
+}

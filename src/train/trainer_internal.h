@@ -1,0 +1,60 @@
+/* The run's state, shared by the files of the training loop: setup and the loop (trainer.c),
+ * one optimizer step (train_step.c) and what the run leaves behind (run_outputs.c). */
+#ifndef MESHTRAIN_TRAINER_INTERNAL_H
+#define MESHTRAIN_TRAINER_INTERNAL_H
+
+#include "meshtrain/data_parallel.h"
+#include "meshtrain/memory.h"
+#include "meshtrain/mesh.h"
+#include "meshtrain/train.h"
+#include "progress.h"
+
+/* A fault a test asks for through MT_INJECT_FAULT=KIND@RANK:STEP (world rank, step): nan_loss
+ * (that rank's loss becomes NaN), nan_grad (its gradients do) or skew (one of its parameters
+ * moves after the update, as a silent corruption would). */
+typedef enum fault_kind { FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW } fault_kind;
+typedef struct fault {
+    fault_kind kind;
+    int rank, step;
+} fault;
+
+typedef struct trainer {
+    const mt_config *cfg;
+    mt_comm *world;   /* NULL: one process */
+    mt_mesh *mesh;    /* with a world */
+    mt_comm *dp;      /* the data-parallel group, NULL for one replica */
+    int rank, dp_rank, dp_size;
+    int writes;       /* world rank 0: files, progress, sample */
+    mt_memory_ledger ledger;
+    mt_gpt gpt;
+    mt_dp_model *model;
+    mt_tokens train_tokens, val_tokens;
+    mt_sampler train, val;
+    int32_t *inputs, *targets; /* one micro-batch of this rank */
+    double *step_seconds;      /* per step, for the median throughput */
+    FILE *metrics;
+    progress progress;
+    fault fault;
+    /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank (rank 0). */
+    long long *memory;
+    int memory_ranks;
+} trainer;
+
+/* Per rank: the ledger's bytes of each kind, its total at peak, resident now and at peak. */
+enum { MEMORY_COLUMNS = MT_MEMORY_KINDS + 3 };
+
+/* train_step.c */
+/* Reads MT_INJECT_FAULT; a malformed value is an error naming it. */
+mt_status trainer_read_fault(trainer *tr);
+/* One optimizer step over the global batch: this rank's share of every micro-batch, the
+ * gradient sync, the NaN and replica checks, clipping and the update. */
+mt_status trainer_step(trainer *tr, int step, step_record *record);
+
+/* run_outputs.c */
+/* Every rank's memory (ledger and resident set), gathered to every rank; rank 0 prints it. */
+mt_status trainer_gather_memory(trainer *tr, FILE *out);
+mt_status trainer_write_summary(trainer *tr, mt_train_summary *summary);
+/* OUT/model.safetensors, unit by unit (collective under ZeRO-3). */
+mt_status trainer_save_model(trainer *tr);
+
+#endif

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Compares a training run with a reference run of the same job: per-step losses (relative)
+and every tensor of OUT/model.safetensors by norm, |p - p_ref| / |p_ref|. Standard library only.
+
+usage: compare_runs.py REFERENCE_OUT RUN_OUT [TOLERANCE]    (exit 1 past the tolerance)
+"""
+import array
+import json
+import math
+import struct
+import sys
+
+
+def losses(out):
+    with open(f"{out}/metrics.jsonl") as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def tensors(out):
+    with open(f"{out}/model.safetensors", "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+        data = f.read()
+    result = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        values = array.array("f")
+        values.frombytes(data[begin:end])
+        result[name] = values
+    return result
+
+
+def main():
+    reference, run = sys.argv[1], sys.argv[2]
+    tolerance = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
+    ref_losses, run_losses = losses(reference), losses(run)
+    if len(ref_losses) != len(run_losses):
+        sys.exit(f"{run}: {len(run_losses)} steps, the reference has {len(ref_losses)}")
+    worst_loss = max(abs(a - b) / abs(a) for a, b in zip(ref_losses, run_losses))
+    ref_tensors, run_tensors = tensors(reference), tensors(run)
+    if ref_tensors.keys() != run_tensors.keys():
+        sys.exit(f"{run}: the model's tensors differ from the reference's")
+    worst_param, worst_name = 0.0, ""
+    for name, ref in ref_tensors.items():
+        got = run_tensors[name]
+        diff = math.sqrt(sum((a - b) ** 2 for a, b in zip(ref, got)))
+        norm = math.sqrt(sum(a * a for a in ref)) or 1.0
+        if diff / norm >= worst_param:
+            worst_param, worst_name = diff / norm, name
+    ok = worst_loss <= tolerance and worst_param <= tolerance
+    print(f"{'ok  ' if ok else 'FAIL'} {run}: losses within {worst_loss:.2e} relative, "
+          f"parameters within {worst_param:.2e} ({worst_name})")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
