@@ -51,6 +51,7 @@ typedef struct mt_train_summary {
     double tokens_per_s;               /* median over the steps after the first two */
     double flops_per_token, gflops;
     double seconds;
+    double comm_wait_share;            /* of the timed steps' time, blocked on communication */
 } mt_train_summary;
 
 /* The whole run: data, model, steps, metrics to OUT/metrics.jsonl, summary.json, the sample

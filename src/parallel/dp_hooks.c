@@ -13,7 +13,7 @@ static mt_status complete_oldest(mt_dp_model *m)
     dp_buffer *b = m->fifo[m->fifo_head];
     m->fifo_head = (m->fifo_head + 1) % DP_FIFO;
     m->fifo_count--;
-    mt_status status = dp_wait(&b->work);
+    mt_status status = dp_wait(m, &b->work);
     if (status == MT_OK && b->accumulate) {
         const dp_slice *s = &m->slices[b->unit];
         float *slice = m->slice_grad + s->local;
@@ -32,7 +32,7 @@ mt_status dp_drain_gradients(mt_dp_model *m)
         first = first ? first : status;
     }
     for (int i = 0; i < m->pending_count; i++) {
-        mt_status status = dp_wait(&m->pending[i]);
+        mt_status status = dp_wait(m, &m->pending[i]);
         first = first ? first : status;
     }
     m->pending_count = 0;
@@ -145,7 +145,7 @@ mt_status dp_drain_gathers(mt_dp_model *m)
     mt_status first = MT_OK;
     for (int i = 0; i < DP_POOL; i++) {
         dp_buffer *b = &m->block_param[i];
-        mt_status status = dp_wait(&b->work);
+        mt_status status = dp_wait(m, &b->work);
         first = first ? first : status;
         if (b->unit >= 0 && !b->in_use)
             b->unit = -1;
@@ -164,7 +164,7 @@ static mt_status ensure_root(mt_dp_model *m)
                                 m->root_param[i].data, &m->root_param[i].work);
     }
     for (int i = 0; i < DP_ROOTS; i++) {
-        mt_status waited = dp_wait(&m->root_param[i].work);
+        mt_status waited = dp_wait(m, &m->root_param[i].work);
         status = status ? status : waited;
         m->gpt->unit_param[m->root_units[i]] = m->root_param[i].data;
     }
@@ -197,7 +197,7 @@ static mt_status acquire_block(mt_dp_model *m, int unit)
     mt_status status = start_gather(m, unit); /* a no-op when prefetched */
     dp_buffer *b = block_slot(m, unit);
     if (status == MT_OK)
-        status = dp_wait(&b->work);
+        status = dp_wait(m, &b->work);
     if (status)
         return status;
     b->in_use = 1;

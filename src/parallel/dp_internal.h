@@ -65,6 +65,7 @@ struct mt_dp_model {
 
     int micro, micro_count;
     double local_sum_squares;
+    double wait_seconds; /* blocked on the group's communication, since creation */
 };
 
 /* dp_model.c */
@@ -75,8 +76,8 @@ mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *ou
 /* The reduce-scatter of a whole unit's gradient `in` into this rank's slice `out`. */
 mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out,
                                  mt_work **work);
-/* Waits for *work if any and clears it. */
-mt_status dp_wait(mt_work **work);
+/* Waits for *work if any and clears it, counting the time blocked. */
+mt_status dp_wait(mt_dp_model *m, mt_work **work);
 
 /* dp_hooks.c */
 mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "meshtrain/clock.h"
 
 int dp_is_root(const mt_dp_model *m, int unit, int *which)
 {
@@ -16,11 +17,13 @@ int dp_is_root(const mt_dp_model *m, int unit, int *which)
     return 0;
 }
 
-mt_status dp_wait(mt_work **work)
+mt_status dp_wait(mt_dp_model *m, mt_work **work)
 {
     if (!*work)
         return MT_OK;
+    double start = mt_clock_seconds();
     mt_status status = mt_work_wait(*work);
+    m->wait_seconds += mt_clock_seconds() - start;
     *work = NULL;
     return status;
 }
@@ -279,7 +282,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     dp_drain_gradients(m); /* a failed step may leave work in flight */
     dp_drain_gathers(m);
     for (int i = 0; i < m->pending_count; i++)
-        dp_wait(&m->pending[i]);
+        dp_wait(m, &m->pending[i]);
     if (m->buffer_arena.base) { /* counted by kind at creation, so returned by kind */
         size_t param_bytes = gathered_numel(m) * sizeof(float);
         mt_memory_count(m->ledger, MT_MEMORY_PARAMETERS, -(long long)param_bytes);
@@ -313,7 +316,9 @@ mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
     }
     mt_work *work;
     mt_status status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, out, &work);
-    return status ? status : dp_wait(&work);
+    return status ? status : dp_wait(m, &work);
 }
 
 int mt_dp_model_zero(const mt_dp_model *m) { return m->zero; }
+
+double mt_dp_model_wait_seconds(const mt_dp_model *m) { return m->wait_seconds; }

@@ -7,6 +7,7 @@
 
 #include "dp_internal.h"
 #include "meshtrain/checksum.h"
+#include "meshtrain/clock.h"
 
 void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
 {
@@ -40,7 +41,9 @@ mt_status mt_dp_model_grad_norm(mt_dp_model *m, double *norm)
             sum += mt_sum_squares(g, (long)s->count);
         }
         if (m->group) {
+            double start = mt_clock_seconds();
             mt_status status = mt_comm_allreduce(m->group, &sum, &sum, 1, MT_F64, MT_SUM);
+            m->wait_seconds += mt_clock_seconds() - start;
             if (status)
                 return mt_fail_context(status, "gradient norm");
         }

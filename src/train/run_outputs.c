@@ -77,6 +77,7 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     s->tokens_per_s = (double)cfg->batch * cfg->context / median_seconds;
     s->flops_per_token = mt_gpt_flops_per_token(&tr->gpt.shape);
     s->gflops = s->flops_per_token * s->tokens_per_s * 1e-9;
+    s->comm_wait_share = tr->timed_seconds > 0 ? tr->timed_wait / tr->timed_seconds : 0;
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/summary.json", cfg->out);
     FILE *f = fopen(path, "w");
@@ -90,9 +91,9 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
         fprintf(f, "%.9g", s->final_val_loss);
     fprintf(f, ", \"tokens_per_s\": %.9g, \"flops_per_token\": %.9g, \"gflops\": %.9g, "
                "\"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu, \"dp\": %d, "
-               "\"zero\": %d",
+               "\"zero\": %d, \"comm_wait_share\": %.6f",
             s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
-            tr->gpt.numel, tr->dp_size, cfg->zero);
+            tr->gpt.numel, tr->dp_size, cfg->zero, s->comm_wait_share);
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);

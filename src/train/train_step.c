@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meshtrain/clock.h"
 #include "trainer_internal.h"
 
 mt_status trainer_read_fault(trainer *tr)
@@ -60,8 +61,10 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
         return mt_fail(MT_ENOMEM, "step %d: out of memory", step);
     all[2 * tr->dp_rank] = loss_sum;
     all[2 * tr->dp_rank + 1] = local_squares;
+    double start = mt_clock_seconds();
     mt_status status = tr->dp ? mt_comm_allreduce(tr->dp, all, all, 2 * (size_t)n, MT_F64, MT_SUM)
                               : MT_OK;
+    tr->wait_seconds += mt_clock_seconds() - start;
     double total = 0;
     for (int r = 0; status == MT_OK && r < n; r++) {
         const char *what = !isfinite(all[2 * r]) ? "loss" : !isfinite(all[2 * r + 1]) ? "gradient"

@@ -153,11 +153,16 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     for (int step = 1; step <= cfg->steps; step++) {
         double step_start = mt_clock_seconds();
         step_record record = {.step = step, .val_loss = NAN};
+        double waited = tr->wait_seconds + mt_dp_model_wait_seconds(tr->model);
         mt_status status = trainer_step(tr, step, &record);
         if (status)
             return status;
         double seconds = mt_clock_seconds() - step_start;
         tr->step_seconds[step - 1] = seconds;
+        if (step > 2 || cfg->steps <= 2) { /* the first steps warm up, as for the median */
+            tr->timed_wait += tr->wait_seconds + mt_dp_model_wait_seconds(tr->model) - waited;
+            tr->timed_seconds += seconds;
+        }
         record.tokens_per_s = (double)cfg->batch * cfg->context / seconds;
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
             status = mt_evaluate(&tr->gpt, &tr->val, cfg, tr->dp, tr->inputs, tr->targets,

@@ -35,6 +35,9 @@ typedef struct trainer {
     FILE *metrics;
     progress progress;
     fault fault;
+    /* Seconds blocked on data-parallel communication: the trainer's own collectives (the
+     * loss check), and over the timed steps with the model's, against their step time. */
+    double wait_seconds, timed_wait, timed_seconds;
     /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank (rank 0). */
     long long *memory;
     int memory_ranks;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Data-parallel runs fail loudly: a NaN loss or gradient on one rank stops every rank naming the
+# step and the rank; a replica whose parameters drift is named by the checksum; layouts the
+# batch or the build cannot take are refused before training. usage: dp_safety.sh MESHTRAIN
+set -uo pipefail
+meshtrain=$1
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+bible -f gen1:1-gen3:24 > "$scratch/text.txt"
+"$meshtrain" data text "$scratch/text.txt" --out "$scratch/data" > /dev/null || exit 1
+job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 2 --width 32 --batch 12
+     --steps 8 --warmup 2 --eval_every 0 --sample_tokens 0 --threads 1 --out "$scratch/run")
+
+failed=0
+# expect NAME FAULT PHRASE RANKS -- ARGS: the run must exit 1 within 60 s, and PHRASE must be
+# in the error lines of each of the world ranks RANKS (the launcher prefixes lines "[r] ").
+expect() {
+  local name=$1 fault=$2 phrase=$3 ranks=$4
+  shift 5
+  MT_INJECT_FAULT=$fault timeout 60 "$meshtrain" train "${job[@]}" "$@" > "$scratch/out" 2>&1
+  local status=$? problem=""
+  [ $status -eq 1 ] || problem="exit status $status, want 1"
+  for r in $ranks; do
+    grep -F "[$r] " "$scratch/out" | grep -qF "$phrase" || problem="$problem; rank $r does not say '$phrase'"
+  done
+  if [ -n "$problem" ]; then
+    echo "FAIL $name: $problem"; cat "$scratch/out"; failed=1
+  else
+    echo "ok   $name"
+  fi
+}
+
+expect "NaN loss on rank 1 of 2 (DDP)" nan_loss@1:3 \
+  "step 3: the loss is NaN on data-parallel rank 1" "0 1" -- --nproc 2 --zero 0
+expect "NaN gradient on rank 2 of 3 (ZeRO-2)" nan_grad@2:4 \
+  "step 4: the gradient is NaN on data-parallel rank 2" "0 1 2" -- --nproc 3 --zero 2
+expect "NaN gradient on rank 0 of 4 (ZeRO-3, accumulation)" nan_grad@0:2 \
+  "step 2: the gradient is NaN on data-parallel rank 0" "0 1 2 3" -- --nproc 4 --zero 3 --microbatches 3
+expect "drifted replica 1 of 3 (DDP)" skew@1:4 \
+  "step 4: the parameters of data-parallel replica 1 differ from the other 2 replicas'" "0 1 2" \
+  -- --nproc 3 --zero 0 --check_every 2
+expect "drifted replica 1 of 2 (ZeRO-1)" skew@1:6 \
+  "step 6: the parameters of data-parallel replica 1 differ" "0 1" -- --nproc 2 --zero 1 --check_every 3
+expect "batch that dp x microbatches does not divide" "" \
+  "a global batch of 12 sequences does not split into 4 data-parallel ranks x 2 micro-batches" "0 1 2 3" \
+  -- --nproc 4 --microbatches 2
+expect "tensor parallelism not in this build" "" "this build trains data-parallel layouts only" "0 1" \
+  -- --nproc 2 --tp 2
+expect "a malformed fault request" "nan@x" "MT_INJECT_FAULT 'nan@x'" "0 1" -- --nproc 2
+
+# One process: the key is checked before anything runs, and a skewed replica cannot exist.
+if timeout 30 "$meshtrain" train "${job[@]}" --zero 4 > "$scratch/out" 2>&1 ||
+   ! grep -q "zero" "$scratch/out"; then
+  echo "FAIL zero 4 is not refused"; cat "$scratch/out"; failed=1
+else
+  echo "ok   zero 4 refused"
+fi
+exit $failed
