@@ -10,7 +10,7 @@ echo "== sanitizer build (clang, AddressSanitizer + UndefinedBehaviorSanitizer)"
 CC=clang cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DMT_SANITIZE=ON > /dev/null
 cmake --build build-sanitize -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-sanitize --output-on-failure -L 'unit|cli' -E cli_train_learns
+  ctest --test-dir build-sanitize --output-on-failure -L 'unit|cli|train' -E cli_train_learns
 
 echo "== release build (gcc) and the whole suite"
 CC=gcc cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null

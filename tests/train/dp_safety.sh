@@ -20,6 +20,7 @@ expect() {
   MT_INJECT_FAULT=$fault timeout 60 "$meshtrain" train "${job[@]}" "$@" > "$scratch/out" 2>&1
   local status=$? problem=""
   [ $status -eq 1 ] || problem="exit status $status, want 1"
+  ! grep -qE 'Sanitizer|runtime error:' "$scratch/out" || problem="$problem; a sanitizer report"
   for r in $ranks; do
     grep -F "[$r] " "$scratch/out" | grep -qF "$phrase" || problem="$problem; rank $r does not say '$phrase'"
   done
