@@ -181,8 +181,8 @@ static mt_status allocate_state(mt_dp_model *m)
     m->buffer_arena = (mt_arena){.name = "zero buffers"};
     mt_arena_plan(&m->param_arena, param * sizeof(float));
     mt_arena_plan(&m->grad_arena, grad * sizeof(float));
+    mt_arena_plan(&m->moment_arena, slices * sizeof(float)); /* first moments, at 0 */
     size_t v_offset = mt_arena_plan(&m->moment_arena, slices * sizeof(float));
-    v_offset = mt_arena_plan(&m->moment_arena, slices * sizeof(float));
     size_t offsets[3 * (DP_ROOTS + DP_POOL)];
     plan_buffers(m, offsets);
     mt_status status = mt_arena_allocate(&m->param_arena);
@@ -281,8 +281,6 @@ void mt_dp_model_destroy(mt_dp_model *m)
         return;
     dp_drain_gradients(m); /* a failed step may leave work in flight */
     dp_drain_gathers(m);
-    for (int i = 0; i < m->pending_count; i++)
-        dp_wait(m, &m->pending[i]);
     if (m->buffer_arena.base) { /* counted by kind at creation, so returned by kind */
         size_t param_bytes = gathered_numel(m) * sizeof(float);
         mt_memory_count(m->ledger, MT_MEMORY_PARAMETERS, -(long long)param_bytes);
