@@ -72,9 +72,6 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *model, int step);
  * zero 3 (an all-gather), a copy otherwise. */
 mt_status mt_dp_model_read_unit(mt_dp_model *model, int unit, float *out);
 
-/* The zero stage. */
-int mt_dp_model_zero(const mt_dp_model *model);
-
 /* Seconds this rank has spent blocked on the group's communication (waiting for reductions
  * and gathers that overlap did not hide, and the norm's all-reduce). */
 double mt_dp_model_wait_seconds(const mt_dp_model *model);

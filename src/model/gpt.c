@@ -96,12 +96,12 @@ static mt_status leave(mt_gpt *gpt, int unit, mt_gpt_pass pass)
 }
 
 /* Parameter `i` of a unit (its place in the unit's table) in the unit's current memory. */
-static float *unit_param(const mt_gpt *gpt, int unit, int i)
+static float *tensor_of(const mt_gpt *gpt, int unit, int i)
 {
     return mt_gpt_param_data(gpt, gpt->units[unit].first_param + i);
 }
 
-static float *unit_grad(const mt_gpt *gpt, int unit, int i)
+static float *grad_of(const mt_gpt *gpt, int unit, int i)
 {
     return mt_gpt_grad_data(gpt, gpt->units[unit].first_param + i);
 }
@@ -114,8 +114,8 @@ mt_status mt_gpt_embed_forward(mt_gpt *gpt)
     mt_status status = enter(gpt, unit, MT_GPT_FORWARD);
     if (status)
         return status;
-    mt_embedding_forward(gpt->acts->encoded, gpt->acts->tokens, unit_param(gpt, unit, 0),
-                         unit_param(gpt, unit, 1), gpt->b, gpt->t, gpt->shape.width);
+    mt_embedding_forward(gpt->acts->encoded, gpt->acts->tokens, tensor_of(gpt, unit, 0),
+                         tensor_of(gpt, unit, 1), gpt->b, gpt->t, gpt->shape.width);
     return leave(gpt, unit, MT_GPT_FORWARD);
 }
 
@@ -158,9 +158,9 @@ mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss)
     int n = gpt->b * gpt->t, c = gpt->shape.width;
     mt_gpt_activations *a = gpt->acts;
     mt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, block_input(gpt, gpt->shape.layers),
-                         unit_param(gpt, unit, 0), unit_param(gpt, unit, 1), n, c);
+                         tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1), n, c);
     if (gpt->has_targets) {
-        const float *wte = unit_param(gpt, mt_gpt_embed_unit(), 0);
+        const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
         mt_linear_forward(a->logits, a->lnf, wte, NULL, n, c, gpt->shape.vocab, 0);
         mt_crossentropy_forward(a->logits, a->losses, a->targets, n, gpt->shape.vocab);
         double sum = 0;
@@ -199,7 +199,7 @@ mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targ
 void mt_gpt_logits(const mt_gpt *gpt, int first_row, int rows, float *logits)
 {
     int c = gpt->shape.width;
-    const float *wte = unit_param(gpt, mt_gpt_embed_unit(), 0);
+    const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
     mt_linear_forward(logits, gpt->acts->lnf + (size_t)first_row * c, wte, NULL, rows, c,
                       gpt->shape.vocab, 0);
 }
@@ -216,12 +216,12 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
     int n = gpt->b * gpt->t, c = gpt->shape.width, v = gpt->shape.vocab;
     mt_gpt_activations *a = gpt->acts;
     mt_crossentropy_backward(a->logits, a->targets, n, v, loss_scale);
-    mt_linear_backward(a->dln, unit_grad(gpt, embed, 0), NULL, a->logits, a->lnf,
-                       unit_param(gpt, embed, 0), n, c, v);
+    mt_linear_backward(a->dln, grad_of(gpt, embed, 0), NULL, a->logits, a->lnf,
+                       tensor_of(gpt, embed, 0), n, c, v);
     memset(a->dresidual, 0, sizeof(float) * n * c);
-    mt_layernorm_backward(a->dresidual, unit_grad(gpt, unit, 0), unit_grad(gpt, unit, 1), a->dln,
+    mt_layernorm_backward(a->dresidual, grad_of(gpt, unit, 0), grad_of(gpt, unit, 1), a->dln,
                           block_input(gpt, gpt->shape.layers), a->lnf_mean, a->lnf_rstd,
-                          unit_param(gpt, unit, 0), n, c);
+                          tensor_of(gpt, unit, 0), n, c);
     return leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
@@ -265,7 +265,7 @@ mt_status mt_gpt_embed_backward(mt_gpt *gpt)
     mt_status status = enter(gpt, unit, MT_GPT_BACKWARD);
     if (status)
         return status;
-    mt_embedding_backward(unit_grad(gpt, unit, 0), unit_grad(gpt, unit, 1), gpt->acts->dresidual,
+    mt_embedding_backward(grad_of(gpt, unit, 0), grad_of(gpt, unit, 1), gpt->acts->dresidual,
                           gpt->acts->tokens, gpt->b, gpt->t, gpt->shape.width);
     return leave(gpt, unit, MT_GPT_BACKWARD);
 }

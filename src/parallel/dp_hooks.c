@@ -24,7 +24,7 @@ static mt_status complete_oldest(mt_dp_model *m)
     return status;
 }
 
-mt_status dp_drain_gradients(mt_dp_model *m)
+mt_status dp_drain_pending(mt_dp_model *m)
 {
     mt_status first = MT_OK;
     while (m->fifo_count > 0) {
@@ -110,13 +110,6 @@ static mt_status scatter_unit_gradient(mt_dp_model *m, int unit)
 
 /* ---- gradients of zero 0 and 1: in place in the full gradient, after the last micro-batch ---- */
 
-static mt_status hand_over(mt_dp_model *m, mt_work *work)
-{
-    if (work)
-        m->pending[m->pending_count++] = work;
-    return MT_OK;
-}
-
 static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
 {
     const mt_unit *u = &m->gpt->units[unit];
@@ -135,7 +128,9 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
                                                  m->full_grad + m->buckets[i].offset,
                                                  m->buckets[i].numel, MT_F32, MT_SUM, &work);
     }
-    return status ? status : hand_over(m, work);
+    if (work)
+        m->pending[m->pending_count++] = work;
+    return status;
 }
 
 /* ---- parameters of zero 3 ---- */

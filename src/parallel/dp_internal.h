@@ -43,7 +43,8 @@ struct mt_dp_model {
     size_t slice_numel;
 
     /* State. full_* cover the whole model at the units' offsets; slice_* the slices. */
-    mt_arena param_arena, grad_arena, moment_arena, buffer_arena;
+    mt_arena param_arena, grad_arena, moment_arena;
+    mt_arena gathered_arena, grad_buffer_arena; /* the dp_buffers' memory (zero 3, zero 2-3) */
     float *full_param, *slice_param; /* zero 0-2: full; zero 3: slices */
     float *full_grad, *slice_grad;   /* zero 0-1: full; zero 2-3: slices */
     float *moment_m, *moment_v;      /* at slices[u].local */
@@ -70,6 +71,14 @@ struct mt_dp_model {
 
 /* dp_model.c */
 int dp_is_root(const mt_dp_model *m, int unit, int *which);
+/* The elements [*lo, *hi) of parameter `index` (as positions in its unit) that this rank's
+ * slice holds; 0 when none. */
+int dp_owned_range(const mt_dp_model *m, int index, size_t *lo, size_t *hi);
+/* Where element `at` of a unit (inside this rank's slice) sits in the slice arenas. */
+static inline size_t dp_slice_index(const mt_dp_model *m, int unit, size_t at)
+{
+    return m->slices[unit].local + (at - m->slices[unit].first);
+}
 /* The all-gather of a unit's slices into `out` (the whole unit); started, or done at once for a
  * single replica (*work NULL). */
 mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *out, mt_work **work);
@@ -82,8 +91,10 @@ mt_status dp_wait(mt_dp_model *m, mt_work **work);
 /* dp_hooks.c */
 mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);
 mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);
-/* Waits for every gradient reduction in flight, adding late micro-batches into the slices. */
-mt_status dp_drain_gradients(mt_dp_model *m);
+/* Waits for everything issued but not yet waited for: the gradient reductions (adding late
+ * micro-batches into the slices) and the pending list (zero 0 and 1 reductions, the zero 1 and
+ * 2 parameter gathers after an update). */
+mt_status dp_drain_pending(mt_dp_model *m);
 /* Waits for every gather in flight (zero 3) and releases the block buffers. */
 mt_status dp_drain_gathers(mt_dp_model *m);
 

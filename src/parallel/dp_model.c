@@ -17,6 +17,16 @@ int dp_is_root(const mt_dp_model *m, int unit, int *which)
     return 0;
 }
 
+int dp_owned_range(const mt_dp_model *m, int index, size_t *lo, size_t *hi)
+{
+    const mt_param_info *p = &m->gpt->params[index];
+    const dp_slice *s = &m->slices[p->unit];
+    size_t start = p->offset - m->gpt->units[p->unit].offset, end = start + p->numel;
+    *lo = start > s->first ? start : s->first;
+    *hi = end < s->first + s->count ? end : s->first + s->count;
+    return *lo < *hi;
+}
+
 mt_status dp_wait(mt_dp_model *m, mt_work **work)
 {
     if (!*work)
@@ -113,85 +123,77 @@ static size_t max_block_numel(const mt_dp_model *m, int slice_only)
     return most;
 }
 
-/* Elements of zero 3's gathered copies: the root units and the block pool. */
-static size_t gathered_numel(const mt_dp_model *m)
+/* zero 2 and 3: a gradient buffer and its slice's landing area for each root unit and each
+ * pooled block (gradient memory); zero 3 also a gathered copy of each (parameter memory).
+ * The offsets are planned first and bound once the arenas exist. */
+typedef struct buffer_plan {
+    size_t gathered[DP_ROOTS + DP_POOL], grad[DP_ROOTS + DP_POOL], landing[DP_ROOTS + DP_POOL];
+} buffer_plan;
+
+static dp_buffer *param_buffer(mt_dp_model *m, int i)
 {
-    if (m->zero != 3)
-        return 0;
-    size_t n = DP_POOL * max_block_numel(m, 0);
-    for (int i = 0; i < DP_ROOTS; i++)
-        n += m->gpt->units[m->root_units[i]].numel;
-    return n;
+    return i < DP_ROOTS ? &m->root_param[i] : &m->block_param[i - DP_ROOTS];
 }
 
-/* The buffers of zero 2 and 3, planned in buffer_arena (offsets until it is allocated). */
-static void plan_buffers(mt_dp_model *m, size_t *offsets)
+static dp_buffer *grad_buffer(mt_dp_model *m, int i)
 {
-    const mt_gpt *gpt = m->gpt;
-    int k = 0;
-    dp_buffer *params[DP_ROOTS + DP_POOL], *grads[DP_ROOTS + DP_POOL];
-    for (int i = 0; i < DP_ROOTS; i++) {
-        params[i] = &m->root_param[i];
-        grads[i] = &m->root_grad[i];
-    }
-    for (int i = 0; i < DP_POOL; i++) {
-        params[DP_ROOTS + i] = &m->block_param[i];
-        grads[DP_ROOTS + i] = &m->block_grad[i];
-    }
+    return i < DP_ROOTS ? &m->root_grad[i] : &m->block_grad[i - DP_ROOTS];
+}
+
+static void plan_buffers(mt_dp_model *m, buffer_plan *plan)
+{
     for (int i = 0; i < DP_ROOTS + DP_POOL; i++) {
         int root = i < DP_ROOTS;
-        size_t whole = root ? gpt->units[m->root_units[i]].numel : max_block_numel(m, 0);
+        size_t whole = root ? m->gpt->units[m->root_units[i]].numel : max_block_numel(m, 0);
         size_t slice = root ? m->slices[m->root_units[i]].count : max_block_numel(m, 1);
-        params[i]->unit = grads[i]->unit = -1;
+        param_buffer(m, i)->unit = grad_buffer(m, i)->unit = -1;
         if (m->zero == 3)
-            offsets[k++] = mt_arena_plan(&m->buffer_arena, whole * sizeof(float));
+            plan->gathered[i] = mt_arena_plan(&m->gathered_arena, whole * sizeof(float));
         if (m->zero >= 2) {
-            offsets[k++] = mt_arena_plan(&m->buffer_arena, whole * sizeof(float));
-            offsets[k++] = mt_arena_plan(&m->buffer_arena, slice * sizeof(float));
+            plan->grad[i] = mt_arena_plan(&m->grad_buffer_arena, whole * sizeof(float));
+            plan->landing[i] = mt_arena_plan(&m->grad_buffer_arena, slice * sizeof(float));
         }
     }
 }
 
-static void bind_buffers(mt_dp_model *m, const size_t *offsets)
+static void bind_buffers(mt_dp_model *m, const buffer_plan *plan)
 {
-    int k = 0;
     for (int i = 0; i < DP_ROOTS + DP_POOL; i++) {
-        dp_buffer *param = i < DP_ROOTS ? &m->root_param[i] : &m->block_param[i - DP_ROOTS];
-        dp_buffer *grad = i < DP_ROOTS ? &m->root_grad[i] : &m->block_grad[i - DP_ROOTS];
         if (m->zero == 3)
-            param->data = mt_arena_at(&m->buffer_arena, offsets[k++]);
+            param_buffer(m, i)->data = mt_arena_at(&m->gathered_arena, plan->gathered[i]);
         if (m->zero >= 2) {
-            grad->data = mt_arena_at(&m->buffer_arena, offsets[k++]);
-            grad->landing = mt_arena_at(&m->buffer_arena, offsets[k++]);
+            grad_buffer(m, i)->data = mt_arena_at(&m->grad_buffer_arena, plan->grad[i]);
+            grad_buffer(m, i)->landing = mt_arena_at(&m->grad_buffer_arena, plan->landing[i]);
         }
     }
+}
+
+static mt_arena state_arena(const char *name, mt_memory_ledger *ledger, mt_memory_kind kind)
+{
+    return (mt_arena){.name = name, .ledger = ledger, .kind = kind};
 }
 
 static mt_status allocate_state(mt_dp_model *m)
 {
     size_t numel = m->gpt->numel, slices = m->slice_numel;
     size_t param = m->zero == 3 ? slices : numel, grad = m->zero >= 2 ? slices : numel;
-    m->param_arena = (mt_arena){.name = "parameters", .ledger = m->ledger,
-                                .kind = MT_MEMORY_PARAMETERS};
-    m->grad_arena = (mt_arena){.name = "gradients", .ledger = m->ledger,
-                               .kind = MT_MEMORY_GRADIENTS};
-    m->moment_arena = (mt_arena){.name = "adam moments", .ledger = m->ledger,
-                                 .kind = MT_MEMORY_OPTIMIZER};
-    /* Gathered parameters are parameters; gradient buffers gradients. Counted apart below. */
-    m->buffer_arena = (mt_arena){.name = "zero buffers"};
+    mt_arena *arenas[] = {&m->param_arena, &m->grad_arena, &m->moment_arena, &m->gathered_arena,
+                          &m->grad_buffer_arena};
+    m->param_arena = state_arena("parameters", m->ledger, MT_MEMORY_PARAMETERS);
+    m->grad_arena = state_arena("gradients", m->ledger, MT_MEMORY_GRADIENTS);
+    m->moment_arena = state_arena("adam moments", m->ledger, MT_MEMORY_OPTIMIZER);
+    m->gathered_arena = state_arena("gathered parameters", m->ledger, MT_MEMORY_PARAMETERS);
+    m->grad_buffer_arena = state_arena("gradient buffers", m->ledger, MT_MEMORY_GRADIENTS);
     mt_arena_plan(&m->param_arena, param * sizeof(float));
     mt_arena_plan(&m->grad_arena, grad * sizeof(float));
     mt_arena_plan(&m->moment_arena, slices * sizeof(float)); /* first moments, at 0 */
     size_t v_offset = mt_arena_plan(&m->moment_arena, slices * sizeof(float));
-    size_t offsets[3 * (DP_ROOTS + DP_POOL)];
-    plan_buffers(m, offsets);
-    mt_status status = mt_arena_allocate(&m->param_arena);
-    if (status == MT_OK)
-        status = mt_arena_allocate(&m->grad_arena);
-    if (status == MT_OK)
-        status = mt_arena_allocate(&m->moment_arena);
-    if (status == MT_OK && m->buffer_arena.used)
-        status = mt_arena_allocate(&m->buffer_arena);
+    buffer_plan plan;
+    plan_buffers(m, &plan);
+    mt_status status = MT_OK;
+    for (size_t i = 0; i < sizeof arenas / sizeof arenas[0] && status == MT_OK; i++)
+        if (i < 3 || arenas[i]->used) /* the buffer arenas only where the stage has them */
+            status = mt_arena_allocate(arenas[i]);
     if (status)
         return mt_fail_context(status, "data parallel (zero %d)", m->zero);
     float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
@@ -199,12 +201,7 @@ static mt_status allocate_state(mt_dp_model *m)
     *(m->zero >= 2 ? &m->slice_grad : &m->full_grad) = g;
     m->moment_m = mt_arena_at(&m->moment_arena, 0);
     m->moment_v = mt_arena_at(&m->moment_arena, v_offset);
-    if (m->buffer_arena.base) {
-        bind_buffers(m, offsets);
-        size_t bytes = m->buffer_arena.used, param_bytes = gathered_numel(m) * sizeof(float);
-        mt_memory_count(m->ledger, MT_MEMORY_PARAMETERS, (long long)param_bytes);
-        mt_memory_count(m->ledger, MT_MEMORY_GRADIENTS, (long long)(bytes - param_bytes));
-    }
+    bind_buffers(m, &plan);
     return MT_OK;
 }
 
@@ -229,12 +226,9 @@ static void init_params(mt_dp_model *m, uint64_t seed)
     }
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
-        const dp_slice *s = &m->slices[p->unit];
-        size_t start = p->offset - gpt->units[p->unit].offset;
-        size_t lo = start > s->first ? start : s->first;
-        size_t hi = start + p->numel < s->first + s->count ? start + p->numel : s->first + s->count;
-        if (lo < hi)
-            mt_param_init_slice(p, seed, lo - start, hi - lo, m->slice_param + s->local + (lo - s->first));
+        size_t lo, hi, start = p->offset - gpt->units[p->unit].offset;
+        if (dp_owned_range(m, i, &lo, &hi))
+            mt_param_init_slice(p, seed, lo - start, hi - lo, m->slice_param + dp_slice_index(m, p->unit, lo));
     }
 }
 
@@ -279,18 +273,13 @@ void mt_dp_model_destroy(mt_dp_model *m)
 {
     if (!m)
         return;
-    dp_drain_gradients(m); /* a failed step may leave work in flight */
+    dp_drain_pending(m); /* a failed step may leave work in flight */
     dp_drain_gathers(m);
-    if (m->buffer_arena.base) { /* counted by kind at creation, so returned by kind */
-        size_t param_bytes = gathered_numel(m) * sizeof(float);
-        mt_memory_count(m->ledger, MT_MEMORY_PARAMETERS, -(long long)param_bytes);
-        mt_memory_count(m->ledger, MT_MEMORY_GRADIENTS,
-                        -(long long)(m->buffer_arena.used - param_bytes));
-    }
     mt_arena_free(&m->param_arena);
     mt_arena_free(&m->grad_arena);
     mt_arena_free(&m->moment_arena);
-    mt_arena_free(&m->buffer_arena);
+    mt_arena_free(&m->gathered_arena);
+    mt_arena_free(&m->grad_buffer_arena);
     if (m->gpt) {
         m->gpt->hooks = (mt_gpt_hooks){0};
         for (int u = 0; u < m->gpt->unit_count; u++)
@@ -316,7 +305,5 @@ mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
     mt_status status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, out, &work);
     return status ? status : dp_wait(m, &work);
 }
-
-int mt_dp_model_zero(const mt_dp_model *m) { return m->zero; }
 
 double mt_dp_model_wait_seconds(const mt_dp_model *m) { return m->wait_seconds; }

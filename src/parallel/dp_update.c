@@ -22,7 +22,7 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
 
 mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares)
 {
-    mt_status status = dp_drain_gradients(m);
+    mt_status status = dp_drain_pending(m);
     *local_sum_squares = m->local_sum_squares;
     return status;
 }
@@ -59,13 +59,10 @@ static void adamw_slices(mt_dp_model *m, const mt_adamw_hyper *hyper)
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         const mt_unit *unit = &gpt->units[p->unit];
-        const dp_slice *s = &m->slices[p->unit];
-        size_t start = p->offset - unit->offset;
-        size_t lo = start > s->first ? start : s->first;
-        size_t hi = start + p->numel < s->first + s->count ? start + p->numel : s->first + s->count;
-        if (lo >= hi)
+        size_t lo, hi;
+        if (!dp_owned_range(m, i, &lo, &hi))
             continue;
-        size_t at = s->local + (lo - s->first); /* in the slice arenas */
+        size_t at = dp_slice_index(m, p->unit, lo);
         float *param = m->full_param ? m->full_param + unit->offset + lo : m->slice_param + at;
         float *grad = m->full_grad ? m->full_grad + unit->offset + lo : m->slice_grad + at;
         mt_adamw_hyper h = *hyper;
@@ -93,7 +90,7 @@ mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
         if (work)
             m->pending[m->pending_count++] = work;
     }
-    mt_status waited = dp_drain_gradients(m); /* waits for the pending gathers too */
+    mt_status waited = dp_drain_pending(m);
     status = status ? status : waited;
     return status ? mt_fail_context(status, "all-gathering the updated parameters") : MT_OK;
 }
