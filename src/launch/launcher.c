@@ -539,8 +539,11 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
             size_t got = 0;
             int found = 0, gone = 0;
             key_of(key, sizeof key, attempt, "ended", node);
-            if (mt_store_try_get(a->store, key, value, sizeof value, &got, &found) != MT_OK ||
-                !launcher_gone(a, node, &gone)) {
+            /* Whether the launcher is gone is read before its "ended" key: it sets the key
+             * and then leaves, so "gone" seen first and no key after means it never set it
+             * (the other order could see no key, then the departure that followed the set). */
+            if (!launcher_gone(a, node, &gone) ||
+                mt_store_try_get(a->store, key, value, sizeof value, &got, &found) != MT_OK) {
                 lost_store(a, out);
                 return;
             }
