@@ -22,6 +22,7 @@ typedef struct mt_config {
     /* parallelism: nproc local workers; a dp x pp x tp mesh over all ranks (dp 0: whatever
      * the world size leaves, resolved by mt_mesh_shape_resolve, which also checks the rest) */
     int nproc, dp, tp, pp;
+    int sp;            /* sequence parallelism inside the tensor-parallel group */
     int zero;          /* ZeRO stage 0-3 over the data-parallel group */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */

@@ -31,6 +31,8 @@ typedef struct mt_dp_options {
     size_t bucket_bytes;      /* DDP: gradients per all-reduce (at least one unit) */
     uint64_t seed;            /* parameter initialisation, layout-invariant */
     mt_memory_ledger *ledger; /* counts every state byte (may be NULL) */
+    mt_comm *tensor_group;    /* the model's tensor-parallel group when split (else NULL):
+                               * the gradient norm also sums across it */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
@@ -54,8 +56,8 @@ void mt_dp_model_begin_micro(mt_dp_model *model, int micro, int micro_count);
  * reduction mixed them with its peers' (a NaN there says where a NaN started). */
 mt_status mt_dp_model_finish_gradients(mt_dp_model *model, double *local_sum_squares);
 
-/* The global norm of the reduced gradient, every element counted once, the same value on
- * every rank. */
+/* The global norm of the reduced gradient, every element counted once across the data- and
+ * tensor-parallel groups, the same value on every rank. */
 mt_status mt_dp_model_grad_norm(mt_dp_model *model, double *norm);
 
 /* One AdamW update of what this rank owns: `hyper` as for every tensor (its weight decay is

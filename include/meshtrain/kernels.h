@@ -39,16 +39,37 @@ void mt_attention_backward(float *dqkv, float *dprobs, const float *dy, const fl
  * against targets into losses[n]. */
 void mt_crossentropy_forward(float *logits_to_probs, float *losses, const int32_t *targets, int n,
                              int v);
-/* Turns probs into dlogits = (probs - onehot(target)) * scale, in place. */
+/* Turns probs into dlogits = (probs - onehot(target)) * scale, in place, for the v columns
+ * from vocabulary entry first_column (0 unless the vocabulary is split). */
 void mt_crossentropy_backward(float *probs_to_dlogits, const int32_t *targets, int n, int v,
-                              float scale);
+                              int first_column, float scale);
+
+/* The vocabulary-parallel cross-entropy (Megatron), in two halves around one all-gather.
+ * partial: per row of this rank's logits [n, v_local] (its columns are vocabulary entries
+ * first_column..; past `valid` they are padding), the max m, the sum of exp(z - m), and the
+ * target's logit if it is one of these columns, else 0, into stats[n, 3]; the logits become
+ * exp(z - m). combine: from every rank's stats [ranks, n, 3] (v_local columns each), each row's
+ * loss, and this rank's columns become the probabilities (padding zero). */
+void mt_crossentropy_partial(float *logits, float *stats, const int32_t *targets, int n,
+                             int v_local, int valid, int first_column);
+void mt_crossentropy_combine(float *logits, float *losses, const float *all_stats, int ranks,
+                             const int32_t *targets, int n, int v_local, int valid, int rank);
 
 /* y[b,t,c] = wte[token] + wpe[position]. */
 void mt_embedding_forward(float *y, const int32_t *tokens, const float *wte, const float *wpe,
                           int b, int t, int c);
-/* dwte[token] += dy; dwpe[position] += dy (deterministic: no atomics). */
+/* dwte[token - first_token] += dy for the token_count tokens from first_token (a vocabulary
+ * slice; 0 and vocab for all of it); dwpe[position] += dy for every row (deterministic: no
+ * atomics). */
 void mt_embedding_backward(float *dwte, float *dwpe, const float *dy, const int32_t *tokens, int b,
-                           int t, int c);
+                           int t, int c, int first_token, int token_count);
+/* y[n, c] = wte[token - first_token], or zero for a token outside the token_count from
+ * first_token. */
+void mt_embedding_lookup(float *y, const int32_t *tokens, const float *wte, int first_token,
+                         int token_count, int n, int c);
+/* Adds position embeddings to rows [first_row, first_row + rows) of a [b, t] micro-batch
+ * (row r is position r mod t), held in y[rows, c]. */
+void mt_position_add(float *y, const float *wpe, int first_row, int rows, int t, int c);
 
 typedef struct mt_adamw_hyper {
     float lr, beta1, beta2, eps, weight_decay;

@@ -1,5 +1,5 @@
 /* The GPT model: units (embeddings, blocks, final norm) over flat state arenas, each with a
- * table of (name, global shape, offset), and per-unit forward and backward passes. */
+ * table of (name, global shape, this rank's box of it, offset), and per-unit passes. */
 #ifndef MESHTRAIN_MODEL_H
 #define MESHTRAIN_MODEL_H
 
@@ -13,11 +13,26 @@ typedef struct mt_gpt_shape {
     int vocab, context, layers, heads, width;
 } mt_gpt_shape;
 
+/* What part of a global tensor one tensor-parallel rank holds: a box of the tensor seen as
+ * `dims` row-major dimensions. A fused QKV weight split by heads is the box
+ * [0:3, r c/tp : (r+1) c/tp, 0:c] of the [3, c, c] view of its (3c, c) matrix. The local array
+ * has the shape `stored`: the box, plus zero padding rows where a vocabulary that tp does not
+ * divide ends (`extent` < `stored`). Every rank stores the same shape. */
+typedef struct mt_param_shard {
+    int dims;                 /* 1 to 3 */
+    int global[3];            /* the global tensor's shape in this view */
+    int split_dim;            /* the dimension cut across ranks; -1: every rank holds it all */
+    int offset[3], extent[3]; /* this rank's box of the global tensor */
+    int stored[3];            /* the local array's shape */
+} mt_param_shard;
+
 /* One named tensor. Its elements live at [offset, offset + numel) of every state arena
- * (parameters, gradients, both Adam moments), so a range of one is a range of all. */
+ * (parameters, gradients, both Adam moments), so a range of one is a range of all. Offsets and
+ * numel count this rank's local elements; rows and cols are the global shape. */
 typedef struct mt_param_info {
     char name[48];       /* global name, e.g. "h.3.attn.qkv.weight"; also its RNG stream */
     int rows, cols;      /* global shape; cols == 0 for a vector */
+    mt_param_shard shard;
     size_t offset, numel;
     float init_std;      /* > 0: normal(0, init_std); otherwise the constant init_value */
     float init_value;
@@ -36,6 +51,25 @@ typedef struct mt_gpt_activations mt_gpt_activations;
 typedef struct mt_gpt mt_gpt;
 
 typedef enum mt_gpt_pass { MT_GPT_FORWARD, MT_GPT_BACKWARD } mt_gpt_pass;
+
+/* Megatron-style tensor parallelism: how the model is split across a tensor-parallel group,
+ * and the group's collectives, supplied by whoever owns the group (the model knows nothing of
+ * communicators). Each rank holds whole heads: a column-parallel QKV and MLP up-projection, a
+ * row-parallel attention output and MLP down-projection, and a vocabulary slice of the tied
+ * embedding and LM head. With sequence parallelism the norms and residuals between those
+ * regions hold only this rank's rows of each micro-batch. Sums must reduce in the same order on
+ * every rank, so that replicated results are bitwise replicated. */
+typedef struct mt_gpt_tensor_parallel {
+    int size, rank;            /* 1, 0: the whole model on one rank */
+    int sequence_parallel;
+    void *context;
+    mt_status (*all_reduce)(void *context, float *data, size_t count); /* sum, in place */
+    /* rank r contributes counts[r] elements; out is their concatenation in rank order */
+    mt_status (*all_gather)(void *context, const float *in, float *out, const size_t *counts);
+    /* in is the concatenation of blocks of counts[r]; rank r gets the sum of block r */
+    mt_status (*reduce_scatter)(void *context, const float *in, float *out,
+                                const size_t *counts);
+} mt_gpt_tensor_parallel;
 
 /* Called before and after every per-unit pass, so that whoever owns the state can make a
  * unit's parameters and gradient memory present just in time (ZeRO-3 gathers them), and start
@@ -62,6 +96,12 @@ struct mt_gpt {
      * into its own whole-model arenas; a sharded owner moves them as units come and go. */
     float **unit_param, **unit_grad;
     mt_gpt_hooks hooks;  /* none by default */
+    mt_gpt_tensor_parallel tp; /* size 1 unless split */
+    int vocab_local;     /* vocabulary rows (and logits) per tensor-parallel rank, padding included */
+    int rows_local, first_row; /* this rank's rows of the last forward (all without sequence
+                                * parallelism) */
+    size_t *tp_counts;   /* scratch: per-rank element counts of a gather or reduce-scatter */
+    double tp_seconds;   /* spent in tensor-parallel collectives, since creation */
     /* The whole-model state arenas of mt_gpt_create (NULL for mt_gpt_create_stateless). */
     float *param, *grad, *adam_m, *adam_v;
     mt_arena state[4];   /* parameters, gradients, first moments, second moments */
@@ -78,19 +118,39 @@ mt_status mt_gpt_shape_check(const mt_gpt_shape *shape);
  * max_sequences sequences of up to shape.context tokens. Parameters start at zero. */
 mt_status mt_gpt_create(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequences);
 
+/* The same for one rank of a tensor-parallel group (`tp` NULL: the whole model): the arenas
+ * hold this rank's shards. Errors name the keys: tp not dividing the heads, and under sequence
+ * parallelism tp not dividing the context. */
+mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
+                              const mt_gpt_tensor_parallel *tp, int max_sequences);
+
 /* The table and the activation arena only (counted in `ledger`, which may be NULL): the
  * caller owns parameters, gradients and moments, and sets unit_param and unit_grad. */
-mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequences,
+mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
+                                  const mt_gpt_tensor_parallel *tp, int max_sequences,
                                   mt_memory_ledger *ledger);
 void mt_gpt_destroy(mt_gpt *gpt);
 
 /* Sets every parameter from (seed, parameter name, element index): layout-invariant. */
 void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed);
 
-/* Writes `count` elements of a parameter starting at global element `first`, exactly as
- * the same slice of a whole initialisation would be. */
+/* Writes `count` local elements of a parameter starting at local element `first`, exactly as
+ * the same elements of a whole initialisation would be (padding is zero). */
 void mt_param_init_slice(const mt_param_info *info, uint64_t seed, size_t first, size_t count,
                          float *out);
+
+/* The shard that tensor-parallel rank `rank` holds, from any rank's shard of the tensor. */
+mt_param_shard mt_param_shard_on(const mt_param_shard *shard, int rank);
+/* Elements in the local array of a shard (padding included) and in the global tensor. */
+size_t mt_param_shard_stored(const mt_param_shard *shard);
+size_t mt_param_shard_global(const mt_param_shard *shard);
+/* Copies a shard's local array into its box of the global tensor (padding skipped), and the
+ * reverse (padding set to zero). */
+void mt_param_shard_place(const mt_param_shard *shard, const float *local, float *global);
+void mt_param_shard_take(const mt_param_shard *shard, const float *global, float *local);
+
+/* Elements of the whole model (this rank holds numel of them, more with tensor parallelism). */
+size_t mt_gpt_global_numel(const mt_gpt *gpt);
 
 /* Index of a parameter by global name, or -1. */
 int mt_gpt_find_param(const mt_gpt *gpt, const char *name);
@@ -106,8 +166,9 @@ mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targ
 mt_status mt_gpt_backward(mt_gpt *gpt, float loss_scale);
 
 /* Logits of rows [first_row, first_row + rows) of the last forward (run without targets;
- * row = sequence * t + position) into logits[rows, vocab]. */
-void mt_gpt_logits(const mt_gpt *gpt, int first_row, int rows, float *logits);
+ * row = sequence * t + position) into logits[rows, vocab]. Collective under tensor
+ * parallelism (every rank gets every logit). */
+mt_status mt_gpt_logits(mt_gpt *gpt, int first_row, int rows, float *logits);
 
 /* Per-token FLOPs of one training step (forward and backward), nanoGPT's convention:
  * 6 per matrix parameter (head included) plus 12 * layers * context * width for attention. */

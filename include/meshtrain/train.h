@@ -46,12 +46,13 @@ mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out);
 
 typedef struct mt_train_summary {
     int steps;
-    int dp, zero;
+    int dp, tp, zero;
     double final_loss, final_val_loss; /* val loss is NAN when never evaluated */
     double tokens_per_s;               /* median over the steps after the first two */
     double flops_per_token, gflops;
     double seconds;
     double comm_wait_share;            /* of the timed steps' time, blocked on communication */
+    double tp_comm_share;              /* of the timed steps' time, in tensor-parallel collectives */
 } mt_train_summary;
 
 /* The whole run: data, model, steps, metrics to OUT/metrics.jsonl, summary.json, the sample

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { KEY_INT, KEY_U64, KEY_REAL, KEY_TEXT, KEY_PATH } key_type;
+typedef enum { KEY_INT, KEY_SWITCH, KEY_U64, KEY_REAL, KEY_TEXT, KEY_PATH } key_type;
 
 typedef struct config_key {
     const char *name;
@@ -47,6 +47,8 @@ static const config_key KEYS[] = {
      "data-parallel replicas (0: the world size / (tp * pp))"},
     {"tp", KEY_INT, FIELD(tp), "1", 1, 4096, "tensor-parallel ranks per layer (must divide heads)"},
     {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (layers split evenly, extras first)"},
+    {"sp", KEY_SWITCH, FIELD(sp), "off", 0, 1,
+     "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,
      "ZeRO stage over the data-parallel ranks: 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
@@ -131,6 +133,16 @@ mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, con
             return status;
         *(int *)field = (int)number;
         return MT_OK;
+    case KEY_SWITCH: {
+        static const char *const on[] = {"on", "1", "true", "yes"}, *const off[] = {"off", "0", "false", "no"};
+        for (int i = 0; i < 4; i++)
+            if (strcmp(value, on[i]) == 0 || strcmp(value, off[i]) == 0) {
+                *(int *)field = strcmp(value, on[i]) == 0;
+                return MT_OK;
+            }
+        return mt_fail(MT_EINVAL, "config key '%s' (%s): '%s' is neither on nor off", key->name,
+                       where, value);
+    }
     case KEY_REAL:
         if ((status = parse_number(key, value, where, &number)))
             return status;
@@ -276,10 +288,10 @@ static mt_status check_ranges(const mt_config *cfg)
     for (int i = 0; i < KEY_COUNT; i++) {
         const config_key *key = &KEYS[i];
         const char *field = (const char *)cfg + key->offset;
-        double number = key->type == KEY_INT    ? *(const int *)field
+        double number = key->type == KEY_INT || key->type == KEY_SWITCH ? *(const int *)field
                         : key->type == KEY_REAL ? *(const double *)field
                                                 : 0;
-        if ((key->type == KEY_INT || key->type == KEY_REAL) &&
+        if ((key->type == KEY_INT || key->type == KEY_SWITCH || key->type == KEY_REAL) &&
             !(number >= key->min && number <= key->max))
             return mt_fail(MT_EINVAL, "config key '%s': %g is outside [%g, %g]", key->name, number,
                            key->min, key->max);
@@ -332,6 +344,7 @@ void mt_config_write(const mt_config *cfg, FILE *out)
         fprintf(out, "%s = ", key->name);
         switch (key->type) {
         case KEY_INT: fprintf(out, "%d\n", *(const int *)field); break;
+        case KEY_SWITCH: fprintf(out, "%s\n", *(const int *)field ? "on" : "off"); break;
         case KEY_REAL: fprintf(out, "%.17g\n", *(const double *)field); break;
         case KEY_U64: fprintf(out, "%llu\n", (unsigned long long)*(const uint64_t *)field); break;
         case KEY_TEXT:

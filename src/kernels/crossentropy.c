@@ -30,7 +30,62 @@ void mt_crossentropy_forward(float *logits, float *losses, const int32_t *target
     }
 }
 
-void mt_crossentropy_backward(float *probs, const int32_t *targets, int n, int v, float scale)
+void mt_crossentropy_partial(float *logits, float *stats, const int32_t *targets, int n,
+                             int v_local, int valid, int first_column)
+{
+#pragma omp parallel for schedule(static)
+    for (int row = 0; row < n; row++) {
+        float *z = logits + (long)row * v_local;
+        float max = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : max)
+        for (int i = 0; i < valid; i++)
+            max = z[i] > max ? z[i] : max;
+        int target = targets[row] - first_column;
+        float target_logit = target >= 0 && target < valid ? z[target] : 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < valid; i++) {
+            z[i] = mt_expf(z[i] - max);
+            sum += z[i];
+        }
+        stats[3 * (long)row] = max;
+        stats[3 * (long)row + 1] = sum;
+        stats[3 * (long)row + 2] = target_logit;
+    }
+}
+
+void mt_crossentropy_combine(float *logits, float *losses, const float *all_stats, int ranks,
+                             const int32_t *targets, int n, int v_local, int valid, int rank)
+{
+#pragma omp parallel for schedule(static)
+    for (int row = 0; row < n; row++) {
+        float max = -INFINITY;
+        for (int r = 0; r < ranks; r++) {
+            float m = all_stats[((long)r * n + row) * 3];
+            max = m > max ? m : max;
+        }
+        float sum = 0.0f; /* in rank order: the same on every rank */
+        for (int r = 0; r < ranks; r++) {
+            const float *s = all_stats + ((long)r * n + row) * 3;
+            if (s[1] > 0)
+                sum += s[1] * expf(s[0] - max);
+        }
+        int owner = targets[row] / v_local;
+        float target_logit = all_stats[((long)owner * n + row) * 3 + 2];
+        losses[row] = logf(sum) + max - target_logit;
+        float *z = logits + (long)row * v_local;
+        float scale = expf(all_stats[((long)rank * n + row) * 3] - max) / sum;
+        if (valid == 0)
+            scale = 0.0f;
+#pragma omp simd
+        for (int i = 0; i < valid; i++)
+            z[i] *= scale;
+        for (int i = valid; i < v_local; i++)
+            z[i] = 0.0f; /* padding: outside the softmax, no gradient */
+    }
+}
+
+void mt_crossentropy_backward(float *probs, const int32_t *targets, int n, int v,
+                              int first_column, float scale)
 {
 #pragma omp parallel for schedule(static)
     for (int row = 0; row < n; row++) {
@@ -38,6 +93,8 @@ void mt_crossentropy_backward(float *probs, const int32_t *targets, int n, int v
 #pragma omp simd
         for (int i = 0; i < v; i++)
             p[i] *= scale;
-        p[targets[row]] -= scale;
+        int target = targets[row] - first_column;
+        if (target >= 0 && target < v)
+            p[target] -= scale;
     }
 }

@@ -19,11 +19,36 @@ mt_status mt_gpt_shape_check(const mt_gpt_shape *s)
     return MT_OK;
 }
 
-mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequences,
+/* Tensor parallelism needs whole heads per rank and, with sequence parallelism, a context
+ * that splits evenly into the ranks' rows. */
+static mt_status tp_check(const mt_gpt_shape *s, const mt_gpt_tensor_parallel *tp)
+{
+    if (tp->size < 1 || tp->rank < 0 || tp->rank >= tp->size)
+        return mt_fail(MT_EINVAL, "tensor-parallel rank %d of %d is not a rank of the group",
+                       tp->rank, tp->size);
+    if (tp->size > 1 && (!tp->all_reduce || !tp->all_gather || !tp->reduce_scatter))
+        return mt_fail(MT_EINVAL, "a tensor-parallel group of %d needs its collectives",
+                       tp->size);
+    if (s->heads % tp->size)
+        return mt_fail(MT_EINVAL, "config keys 'tp' and 'heads': tp %d does not divide the %d "
+                                  "attention heads (each rank holds whole heads)", tp->size,
+                       s->heads);
+    if (tp->sequence_parallel && s->context % tp->size)
+        return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
+                                  "splits the sequence into tp %d parts, which context %d does "
+                                  "not divide", tp->size, s->context);
+    return MT_OK;
+}
+
+mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
+                                  const mt_gpt_tensor_parallel *tp, int max_sequences,
                                   mt_memory_ledger *ledger)
 {
     memset(gpt, 0, sizeof *gpt);
     mt_status status = mt_gpt_shape_check(shape);
+    gpt->tp = tp ? *tp : (mt_gpt_tensor_parallel){.size = 1};
+    if (status == MT_OK)
+        status = tp_check(shape, &gpt->tp);
     if (status)
         return status;
     if (max_sequences < 1)
@@ -35,7 +60,8 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape, int ma
     gpt->units = calloc(units, sizeof *gpt->units);
     gpt->unit_param = calloc(units, sizeof *gpt->unit_param);
     gpt->unit_grad = calloc(units, sizeof *gpt->unit_grad);
-    if (!gpt->params || !gpt->units || !gpt->unit_param || !gpt->unit_grad) {
+    gpt->tp_counts = calloc((size_t)gpt->tp.size, sizeof *gpt->tp_counts);
+    if (!gpt->params || !gpt->units || !gpt->unit_param || !gpt->unit_grad || !gpt->tp_counts) {
         mt_gpt_destroy(gpt);
         return mt_fail(MT_ENOMEM, "cannot allocate the parameter table");
     }
@@ -45,9 +71,10 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape, int ma
     return status;
 }
 
-mt_status mt_gpt_create(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequences)
+mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
+                              const mt_gpt_tensor_parallel *tp, int max_sequences)
 {
-    mt_status status = mt_gpt_create_stateless(gpt, shape, max_sequences, NULL);
+    mt_status status = mt_gpt_create_stateless(gpt, shape, tp, max_sequences, NULL);
     if (status)
         return status;
     static const char *kinds[4] = {"parameters", "gradients", "adam first moments",
@@ -69,6 +96,11 @@ mt_status mt_gpt_create(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequence
     return MT_OK;
 }
 
+mt_status mt_gpt_create(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequences)
+{
+    return mt_gpt_create_split(gpt, shape, NULL, max_sequences);
+}
+
 void mt_gpt_destroy(mt_gpt *gpt)
 {
     for (int i = 0; i < 4; i++)
@@ -81,6 +113,7 @@ void mt_gpt_destroy(mt_gpt *gpt)
     free(gpt->units);
     free(gpt->unit_param);
     free(gpt->unit_grad);
+    free(gpt->tp_counts);
     memset(gpt, 0, sizeof *gpt);
 }
 
@@ -114,9 +147,12 @@ mt_status mt_gpt_embed_forward(mt_gpt *gpt)
     mt_status status = enter(gpt, unit, MT_GPT_FORWARD);
     if (status)
         return status;
-    mt_embedding_forward(gpt->acts->encoded, gpt->acts->tokens, tensor_of(gpt, unit, 0),
-                         tensor_of(gpt, unit, 1), gpt->b, gpt->t, gpt->shape.width);
-    return leave(gpt, unit, MT_GPT_FORWARD);
+    if (gpt->tp.size > 1)
+        status = gpt_tp_embed_forward(gpt, tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1));
+    else
+        mt_embedding_forward(gpt->acts->encoded, gpt->acts->tokens, tensor_of(gpt, unit, 0),
+                             tensor_of(gpt, unit, 1), gpt->b, gpt->t, gpt->shape.width);
+    return status ? status : leave(gpt, unit, MT_GPT_FORWARD);
 }
 
 static const float *block_input(const mt_gpt *gpt, int layer)
@@ -124,31 +160,40 @@ static const float *block_input(const mt_gpt *gpt, int layer)
     return layer == 0 ? gpt->acts->encoded : gpt->acts->blocks[layer - 1].res3;
 }
 
+/* Under tensor parallelism, the norms and residuals run on this rank's rows (all of them
+ * without sequence parallelism); between them, each rank runs its heads and its slice of the
+ * MLP on every row: column-parallel in, row-parallel out. */
 mt_status mt_gpt_block_forward(mt_gpt *gpt, int layer)
 {
     mt_status status = enter(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
     if (status)
         return status;
-    int n = gpt->b * gpt->t, c = gpt->shape.width;
+    int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
+    int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
     gpt_block_acts *a = &gpt->acts->blocks[layer];
-    const float *x = block_input(gpt, layer);
+    const float *x = block_input(gpt, layer), *ln;
 
-    mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, n, c);
-    mt_linear_forward(a->qkv, a->ln1, w.qkv_w, w.qkv_b, n, c, 3 * c, 0);
-    mt_attention_forward(a->atty, a->probs, a->qkv, gpt->b, gpt->t, c, gpt->shape.heads);
-    memcpy(a->res2, x, sizeof(float) * n * c); /* residual: res2 = x + proj(atty) */
-    mt_linear_forward(a->res2, a->atty, w.proj_w, w.proj_b, n, c, c, 1);
+    mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, local, c);
+    if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
+        return status;
+    mt_linear_forward(a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
+    mt_attention_forward(a->atty, a->probs, a->qkv, gpt->b, gpt->t, c_tp, heads_tp);
+    if ((status = gpt_tp_row_parallel_forward(gpt, a->res2, x, a->atty, w.proj_w, w.proj_b, c_tp)))
+        return status;
 
-    mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, n, c);
-    mt_linear_forward(a->fch, a->ln2, w.fc_w, w.fc_b, n, c, 4 * c, 0);
-    mt_gelu_forward(a->fch_gelu, a->fch, (long)n * 4 * c);
-    memcpy(a->res3, a->res2, sizeof(float) * n * c); /* residual: res3 = res2 + mlp */
-    mt_linear_forward(a->res3, a->fch_gelu, w.fcproj_w, w.fcproj_b, n, 4 * c, c, 1);
-    return leave(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
+    mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, local, c);
+    if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, gpt->acts->gathered, &ln)))
+        return status;
+    mt_linear_forward(a->fch, ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0);
+    mt_gelu_forward(a->fch_gelu, a->fch, (long)n * 4 * c_tp);
+    status = gpt_tp_row_parallel_forward(gpt, a->res3, a->res2, a->fch_gelu, w.fcproj_w,
+                                         w.fcproj_b, 4 * c_tp);
+    return status ? status : leave(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
 }
 
-/* The final norm, then, with targets, the tied LM head (logits = lnf wte^T) and the loss. */
+/* The final norm, then, with targets, the tied LM head (logits = lnf wte^T, this rank's
+ * vocabulary slice) and the loss. */
 mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss)
 {
     int unit = mt_gpt_final_unit(gpt);
@@ -158,17 +203,23 @@ mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss)
     int n = gpt->b * gpt->t, c = gpt->shape.width;
     mt_gpt_activations *a = gpt->acts;
     mt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, block_input(gpt, gpt->shape.layers),
-                         tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1), n, c);
+                         tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1), gpt->rows_local, c);
+    const float *full; /* lnf_full: kept for the logits and the head's backward */
+    if ((status = gpt_tp_gather_rows(gpt, a->lnf, c, a->lnf_full, &full)))
+        return status;
     if (gpt->has_targets) {
         const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
-        mt_linear_forward(a->logits, a->lnf, wte, NULL, n, c, gpt->shape.vocab, 0);
-        mt_crossentropy_forward(a->logits, a->losses, a->targets, n, gpt->shape.vocab);
+        mt_linear_forward(a->logits, a->lnf_full, wte, NULL, n, c, gpt->vocab_local, 0);
+        if (gpt->tp.size > 1)
+            status = gpt_tp_crossentropy_forward(gpt, n);
+        else
+            mt_crossentropy_forward(a->logits, a->losses, a->targets, n, gpt->shape.vocab);
         double sum = 0;
         for (int i = 0; i < n; i++)
             sum += a->losses[i];
         *loss = (float)(sum / n);
     }
-    return leave(gpt, unit, MT_GPT_FORWARD);
+    return status ? status : leave(gpt, unit, MT_GPT_FORWARD);
 }
 
 mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targets, int b, int t,
@@ -187,6 +238,7 @@ mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targ
     gpt->b = b;
     gpt->t = t;
     gpt->has_targets = targets != NULL;
+    gpt_tp_choose_rows(gpt, b * t);
     memcpy(gpt->acts->tokens, tokens, n * sizeof *tokens);
     if (targets)
         memcpy(gpt->acts->targets, targets, n * sizeof *targets);
@@ -196,12 +248,32 @@ mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targ
     return status ? status : mt_gpt_head_forward(gpt, loss);
 }
 
-void mt_gpt_logits(const mt_gpt *gpt, int first_row, int rows, float *logits)
+mt_status mt_gpt_logits(mt_gpt *gpt, int first_row, int rows, float *logits)
 {
-    int c = gpt->shape.width;
+    int c = gpt->shape.width, v = gpt->shape.vocab, v_tp = gpt->vocab_local, tp = gpt->tp.size;
     const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
-    mt_linear_forward(logits, gpt->acts->lnf + (size_t)first_row * c, wte, NULL, rows, c,
-                      gpt->shape.vocab, 0);
+    const float *lnf = gpt->acts->lnf_full + (size_t)first_row * c;
+    if (tp == 1) {
+        mt_linear_forward(logits, lnf, wte, NULL, rows, c, v, 0);
+        return MT_OK;
+    }
+    /* Every rank's vocabulary slice, gathered: [tp][rows][v_tp], then laid out by row. */
+    size_t slice = (size_t)rows * v_tp;
+    float *mine = malloc(sizeof(float) * slice * (size_t)(tp + 1)), *all = mine + slice;
+    if (!mine)
+        return mt_fail(MT_ENOMEM, "cannot allocate %d rows of logits", rows);
+    mt_linear_forward(mine, lnf, wte, NULL, rows, c, v_tp, 0);
+    for (int r = 0; r < tp; r++)
+        gpt->tp_counts[r] = slice;
+    mt_status status = gpt->tp.all_gather(gpt->tp.context, mine, all, gpt->tp_counts);
+    for (int r = 0; status == MT_OK && r < tp; r++) {
+        int first = r * v_tp, count = v - first < v_tp ? v - first : v_tp;
+        for (int row = 0; row < rows && count > 0; row++)
+            memcpy(logits + (size_t)row * v + first, all + ((size_t)r * rows + row) * v_tp,
+                   sizeof(float) * (size_t)count);
+    }
+    free(mine);
+    return status ? mt_fail_context(status, "gathering the logits") : MT_OK;
 }
 
 /* ---- backward ---- */
@@ -213,49 +285,78 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
     mt_status status = enter(gpt, unit, MT_GPT_BACKWARD);
     if (status)
         return status;
-    int n = gpt->b * gpt->t, c = gpt->shape.width, v = gpt->shape.vocab;
+    int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
     mt_gpt_activations *a = gpt->acts;
-    mt_crossentropy_backward(a->logits, a->targets, n, v, loss_scale);
-    mt_linear_backward(a->dln, grad_of(gpt, embed, 0), NULL, a->logits, a->lnf,
-                       tensor_of(gpt, embed, 0), n, c, v);
-    memset(a->dresidual, 0, sizeof(float) * n * c);
-    mt_layernorm_backward(a->dresidual, grad_of(gpt, unit, 0), grad_of(gpt, unit, 1), a->dln,
+    mt_crossentropy_backward(a->logits, a->targets, n, gpt->vocab_local,
+                             gpt->tp.rank * gpt->vocab_local, loss_scale);
+    mt_linear_backward(gpt_tp_input_grad_target(gpt), grad_of(gpt, embed, 0), NULL, a->logits,
+                       a->lnf_full, tensor_of(gpt, embed, 0), n, c, gpt->vocab_local);
+    if ((status = gpt_tp_sum_input_grad(gpt)))
+        return status;
+    memset(a->dresidual, 0, sizeof(float) * (size_t)local * c);
+    float *norm[2] = {grad_of(gpt, unit, 0), grad_of(gpt, unit, 1)}, *pass[2];
+    gpt_tp_norm_grads_begin(gpt, norm, pass, 2);
+    mt_layernorm_backward(a->dresidual, pass[0], pass[1], a->dln,
                           block_input(gpt, gpt->shape.layers), a->lnf_mean, a->lnf_rstd,
-                          tensor_of(gpt, unit, 0), n, c);
-    return leave(gpt, unit, MT_GPT_BACKWARD);
+                          tensor_of(gpt, unit, 0), local, c);
+    status = gpt_tp_norm_grads_finish(gpt, norm, 2);
+    return status ? status : leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
 /* Takes dresidual as the gradient of the block's output and leaves there the gradient of
- * its input: each branch's input gradient is added to the residual stream in place. */
+ * its input: each branch's input gradient is added to the residual stream in place. Under
+ * tensor parallelism the row-parallel layers read every row of the residual gradient (their
+ * biases' gradients, taken over every row, come out the same on every rank) and the
+ * column-parallel layers' input gradients are summed across the group. */
 mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 {
     mt_status status = enter(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
     if (status)
         return status;
-    int n = gpt->b * gpt->t, c = gpt->shape.width;
+    int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
+    int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
     gpt_block_view g = gpt_block_view_at(gpt, gpt->unit_grad, layer);
     gpt_block_acts *a = &gpt->acts->blocks[layer];
     mt_gpt_activations *s = gpt->acts;
+    float *norm[4] = {g.ln2_w, g.ln2_b, g.ln1_w, g.ln1_b}, *pass[4];
+    gpt_tp_norm_grads_begin(gpt, norm, pass, 4);
+    const float *dy, *ln;
 
-    mt_linear_backward(s->dfch, g.fcproj_w, g.fcproj_b, s->dresidual, a->fch_gelu, w.fcproj_w, n,
-                       4 * c, c);
-    mt_gelu_backward(s->dfch, s->dfch, a->fch, (long)n * 4 * c);
-    mt_linear_backward(s->dln, g.fc_w, g.fc_b, s->dfch, a->ln2, w.fc_w, n, c, 4 * c);
-    mt_layernorm_backward(s->dresidual, g.ln2_w, g.ln2_b, s->dln, a->res2, a->ln2_mean,
-                          a->ln2_rstd, w.ln2_w, n, c);
+    if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
+        return status;
+    mt_linear_backward(s->dfch, g.fcproj_w, g.fcproj_b, dy, a->fch_gelu, w.fcproj_w, n,
+                       4 * c_tp, c);
+    mt_gelu_backward(s->dfch, s->dfch, a->fch, (long)n * 4 * c_tp);
+    if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, s->gathered, &ln)))
+        return status;
+    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch, ln, w.fc_w, n, c,
+                       4 * c_tp);
+    if ((status = gpt_tp_sum_input_grad(gpt)))
+        return status;
+    mt_layernorm_backward(s->dresidual, pass[0], pass[1], s->dln, a->res2, a->ln2_mean,
+                          a->ln2_rstd, w.ln2_w, local, c);
 
-    mt_linear_backward(s->datty, g.proj_w, g.proj_b, s->dresidual, a->atty, w.proj_w, n, c, c);
-    mt_attention_backward(s->dqkv, s->dprobs, s->datty, a->probs, a->qkv, gpt->b, gpt->t, c,
-                          gpt->shape.heads);
-    mt_linear_backward(s->dln, g.qkv_w, g.qkv_b, s->dqkv, a->ln1, w.qkv_w, n, c, 3 * c);
+    if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
+        return status;
+    mt_linear_backward(s->datty, g.proj_w, g.proj_b, dy, a->atty, w.proj_w, n, c_tp, c);
+    mt_attention_backward(s->dqkv, s->dprobs, s->datty, a->probs, a->qkv, gpt->b, gpt->t, c_tp,
+                          heads_tp);
+    if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, s->gathered, &ln)))
+        return status;
+    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv, ln, w.qkv_w, n,
+                       c, 3 * c_tp);
     /* The key bias adds q.b to every score of a query's row, which softmax ignores: its true
      * gradient is exactly zero. Computed, it is rounding noise that differs with the order of
      * the sums (layout, threads), and AdamW would turn that noise into steps of up to lr / 100
      * per element; so it is the zero it is. */
-    memset(g.qkv_b + c, 0, sizeof(float) * c);
-    mt_layernorm_backward(s->dresidual, g.ln1_w, g.ln1_b, s->dln, block_input(gpt, layer),
-                          a->ln1_mean, a->ln1_rstd, w.ln1_w, n, c);
+    memset(g.qkv_b + c_tp, 0, sizeof(float) * (size_t)c_tp);
+    if ((status = gpt_tp_sum_input_grad(gpt)))
+        return status;
+    mt_layernorm_backward(s->dresidual, pass[2], pass[3], s->dln, block_input(gpt, layer),
+                          a->ln1_mean, a->ln1_rstd, w.ln1_w, local, c);
+    if ((status = gpt_tp_norm_grads_finish(gpt, norm, 4)))
+        return status;
     return leave(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
 }
 
@@ -265,9 +366,8 @@ mt_status mt_gpt_embed_backward(mt_gpt *gpt)
     mt_status status = enter(gpt, unit, MT_GPT_BACKWARD);
     if (status)
         return status;
-    mt_embedding_backward(grad_of(gpt, unit, 0), grad_of(gpt, unit, 1), gpt->acts->dresidual,
-                          gpt->acts->tokens, gpt->b, gpt->t, gpt->shape.width);
-    return leave(gpt, unit, MT_GPT_BACKWARD);
+    status = gpt_tp_embed_backward(gpt, grad_of(gpt, unit, 0), grad_of(gpt, unit, 1));
+    return status ? status : leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
 mt_status mt_gpt_backward(mt_gpt *gpt, float loss_scale)

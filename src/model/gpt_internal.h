@@ -11,32 +11,42 @@ typedef struct gpt_block_view {
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 } gpt_block_view;
 
-/* What one block's forward keeps for its backward (n = sequences x tokens rows). */
+/* What one block's forward keeps for its backward: n = sequences x tokens rows, of which this
+ * rank holds `local` (n / tp under sequence parallelism, else n); c_tp = width / tp. */
 typedef struct gpt_block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [n, c], [n], [n] */
-    float *qkv;                       /* [n, 3c] */
-    float *atty;                      /* [n, c]: attention output before the projection */
-    float *probs;                     /* [b, heads, t, t] */
-    float *res2;                      /* [n, c]: input + attention branch */
+    float *ln1, *ln1_mean, *ln1_rstd; /* [local, c], [local], [local] */
+    float *qkv;                       /* [n, 3 c_tp]: this rank's heads of q, k and v */
+    float *atty;                      /* [n, c_tp]: attention output before the projection */
+    float *probs;                     /* [b, heads / tp, t, t] */
+    float *res2;                      /* [local, c]: input + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;            /* [n, 4c] */
-    float *res3;                      /* [n, c]: the block's output */
+    float *fch, *fch_gelu;            /* [n, 4 c_tp] */
+    float *res3;                      /* [local, c]: the block's output */
 } gpt_block_acts;
 
 struct mt_gpt_activations {
     int32_t *tokens, *targets;        /* [n] */
-    float *encoded;                   /* [n, c]: embeddings, the first block's input */
+    float *encoded;                   /* [local, c]: embeddings, the first block's input */
     gpt_block_acts *blocks;           /* [layers] */
-    float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                    /* [n, vocab]: logits, then probabilities, then gradients */
+    float *lnf, *lnf_mean, *lnf_rstd; /* [local, c], [local], [local] */
+    float *lnf_full;                  /* [n, c]: the final norm of every row (lnf without sp) */
+    float *logits;                    /* [n, vocab / tp]: logits, then probabilities, then
+                                       * gradients, of this rank's vocabulary slice */
     float *losses;                    /* [n] */
     /* backward scratch, reused by every block */
-    float *dresidual;                 /* [n, c]: gradient of the residual stream */
+    float *dresidual;                 /* [local, c]: gradient of the residual stream */
     float *dln;                       /* [n, c]: gradient of a layernorm's output */
-    float *datty;                     /* [n, c] */
-    float *dqkv;                      /* [n, 3c] */
-    float *dfch;                      /* [n, 4c] */
-    float *dprobs;                    /* [b, heads, t, t] */
+    float *datty;                     /* [n, c_tp] */
+    float *dqkv;                      /* [n, 3 c_tp] */
+    float *dfch;                      /* [n, 4 c_tp] */
+    float *dprobs;                    /* [b, heads / tp, t, t] */
+    /* tensor-parallel scratch (NULL when unused) */
+    float *gathered;                  /* sp: [n, c], every rank's rows of a norm or gradient */
+    float *partial;                   /* sp: [n, c], this rank's addend of a row-parallel output
+                                       * or input gradient, before the reduce-scatter */
+    float *ce_stats;                  /* tp: [tp, n, 3], each rank's per-row max, sum of
+                                       * exponentials and target logit */
+    float *dnorm;                     /* sp: [4c], one pass's norm gradients before the sum */
 };
 
 /* Fills gpt->params and gpt->units; returns the number of parameters. */
@@ -47,5 +57,39 @@ gpt_block_view gpt_block_view_at(const mt_gpt *gpt, float *const *unit_base, int
 
 /* Plans and allocates the activation arena for max_sequences x context rows. */
 mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger);
+
+/* gpt_tensor_parallel.c: the conjugate operators of Megatron's regions, each the identity on
+ * one rank. They report failures of the group's collectives with what was being done. */
+
+/* Chooses this rank's rows for a forward of n rows: [r n / tp, (r + 1) n / tp) under sequence
+ * parallelism, all of them otherwise. */
+void gpt_tp_choose_rows(mt_gpt *gpt, int n);
+/* Into a tensor-parallel region: *full is every row of `local` [rows_local, width]: the
+ * all-gather into `into` [n, width] under sequence parallelism (its backward is a
+ * reduce-scatter), else `local` itself (its backward is an all-reduce). */
+mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *into,
+                             const float **full);
+/* Out of a row-parallel layer: out[local, c] = residual + sum over ranks of in W^T + b, the
+ * sum an all-reduce, or a reduce-scatter under sequence parallelism; b is added once. */
+mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,
+                                      const float *in, const float *w, const float *b,
+                                      int in_width);
+/* Where a column-parallel layer writes the gradient of its input before it is summed. */
+float *gpt_tp_input_grad_target(mt_gpt *gpt);
+/* Sums that gradient across the group into dln (this rank's rows). */
+mt_status gpt_tp_sum_input_grad(mt_gpt *gpt);
+/* Norm gradients. Under sequence parallelism they are partial sums over this rank's rows:
+ * begin points pass[i] at a zeroed slice of dnorm instead of grads[i] (count vectors of
+ * width c), and finish sums dnorm across the group and adds it to grads. Otherwise a pass
+ * writes grads itself and finish does nothing. */
+void gpt_tp_norm_grads_begin(mt_gpt *gpt, float *const *grads, float **pass, int count);
+mt_status gpt_tp_norm_grads_finish(mt_gpt *gpt, float *const *grads, int count);
+/* The vocabulary-parallel embedding: tokens of this rank's slice looked up, the sum taken
+ * across the group, positions added (rows of this rank). And its backward. */
+mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe);
+mt_status gpt_tp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe);
+/* The vocabulary-parallel softmax cross-entropy of logits [n, vocab_local]: never gathers the
+ * logits; leaves probabilities in them and each row's loss in losses. */
+mt_status gpt_tp_crossentropy_forward(mt_gpt *gpt, int n);
 
 #endif

@@ -35,6 +35,7 @@ enum { DP_ROOTS = 2, DP_POOL = 2, DP_FIFO = 8 };
 struct mt_dp_model {
     mt_gpt *gpt;
     mt_comm *group; /* NULL: one replica */
+    mt_comm *tensor_group; /* the tensor-parallel group the norm sums over, or NULL */
     int rank, size, zero;
     mt_memory_ledger *ledger;
 

@@ -250,6 +250,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->rank = group ? mt_comm_rank(group) : 0;
     m->size = group ? mt_comm_size(group) : 1;
     m->zero = options->zero;
+    m->tensor_group = options->tensor_group;
     m->ledger = options->ledger;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);

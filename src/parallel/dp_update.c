@@ -27,29 +27,37 @@ mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares
     return status;
 }
 
+static mt_status sum_across(mt_dp_model *m, mt_comm *group, double *sum, const char *what)
+{
+    if (!group)
+        return MT_OK;
+    double start = mt_clock_seconds();
+    mt_status status = mt_comm_allreduce(group, sum, sum, 1, MT_F64, MT_SUM);
+    m->wait_seconds += mt_clock_seconds() - start;
+    return status ? mt_fail_context(status, "gradient norm across the %s group", what) : MT_OK;
+}
+
 mt_status mt_dp_model_grad_norm(mt_dp_model *m, double *norm)
 {
+    /* Each element once: this rank's slice of every tensor (zero 0: the whole replicated
+     * gradient, the same on every replica), and a tensor that every tensor-parallel rank holds
+     * whole only on tensor-parallel rank 0. */
+    const mt_gpt *gpt = m->gpt;
     double sum = 0;
-    if (m->zero == 0) {
-        /* Every replica holds the same reduced gradient: no communication. */
-        sum = mt_sum_squares(m->full_grad, (long)m->gpt->numel);
-    } else {
-        for (int u = 0; u < m->gpt->unit_count; u++) {
-            const dp_slice *s = &m->slices[u];
-            const float *g = m->full_grad ? m->full_grad + m->gpt->units[u].offset + s->first
-                                          : m->slice_grad + s->local;
-            sum += mt_sum_squares(g, (long)s->count);
-        }
-        if (m->group) {
-            double start = mt_clock_seconds();
-            mt_status status = mt_comm_allreduce(m->group, &sum, &sum, 1, MT_F64, MT_SUM);
-            m->wait_seconds += mt_clock_seconds() - start;
-            if (status)
-                return mt_fail_context(status, "gradient norm");
-        }
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        size_t lo, hi;
+        if ((p->shard.split_dim < 0 && gpt->tp.rank != 0) || !dp_owned_range(m, i, &lo, &hi))
+            continue;
+        const float *g = m->full_grad ? m->full_grad + gpt->units[p->unit].offset + lo
+                                      : m->slice_grad + dp_slice_index(m, p->unit, lo);
+        sum += mt_sum_squares(g, (long)(hi - lo));
     }
+    mt_status status = sum_across(m, m->zero > 0 ? m->group : NULL, &sum, "data-parallel");
+    if (status == MT_OK)
+        status = sum_across(m, m->tensor_group, &sum, "tensor-parallel");
     *norm = sqrt(sum);
-    return MT_OK;
+    return status;
 }
 
 /* AdamW over this rank's slice of every unit, tensor by tensor (decay on matrices only). */

@@ -78,6 +78,7 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     s->flops_per_token = mt_gpt_flops_per_token(&tr->gpt.shape);
     s->gflops = s->flops_per_token * s->tokens_per_s * 1e-9;
     s->comm_wait_share = tr->timed_seconds > 0 ? tr->timed_wait / tr->timed_seconds : 0;
+    s->tp_comm_share = tr->timed_seconds > 0 ? tr->timed_tp / tr->timed_seconds : 0;
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/summary.json", cfg->out);
     FILE *f = fopen(path, "w");
@@ -91,19 +92,21 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
         fprintf(f, "%.9g", s->final_val_loss);
     fprintf(f, ", \"tokens_per_s\": %.9g, \"flops_per_token\": %.9g, \"gflops\": %.9g, "
                "\"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu, \"dp\": %d, "
-               "\"zero\": %d, \"comm_wait_share\": %.6f",
+               "\"zero\": %d, \"tp\": %d, \"sp\": %d, \"comm_wait_share\": %.6f, "
+               "\"tp_comm_share\": %.6f",
             s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
-            tr->gpt.numel, tr->dp_size, cfg->zero, s->comm_wait_share);
+            mt_gpt_global_numel(&tr->gpt), tr->dp_size, cfg->zero, tr->tp_size,
+            cfg->sp && tr->tp_size > 1, s->comm_wait_share, s->tp_comm_share);
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
 }
 
-/* The safetensors header: every tensor's dtype, shape and byte range, in table order (so a
- * unit's tensors are one contiguous run of the data), padded with spaces to 8 bytes. */
+/* The safetensors header: every tensor's dtype, global shape and byte range, in table order
+ * (so a unit's tensors are one contiguous run of the data), padded with spaces to 8 bytes. */
 static char *safetensors_header(const mt_gpt *gpt, size_t *length)
 {
-    size_t capacity = 256 + (size_t)gpt->param_count * 160, used = 0;
+    size_t capacity = 256 + (size_t)gpt->param_count * 160, used = 0, at = 0;
     char *h = malloc(capacity);
     if (!h)
         return NULL;
@@ -115,9 +118,11 @@ static char *safetensors_header(const mt_gpt *gpt, size_t *length)
             snprintf(shape, sizeof shape, "[%d,%d]", p->rows, p->cols);
         else
             snprintf(shape, sizeof shape, "[%d]", p->rows);
+        size_t bytes = mt_param_shard_global(&p->shard) * sizeof(float);
         used += (size_t)snprintf(h + used, capacity - used,
                                  ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                                 p->name, shape, p->offset * 4, (p->offset + p->numel) * 4);
+                                 p->name, shape, at, at + bytes);
+        at += bytes;
     }
     used += (size_t)snprintf(h + used, capacity - used, "}");
     while (used % 8)
@@ -126,21 +131,47 @@ static char *safetensors_header(const mt_gpt *gpt, size_t *length)
     return h;
 }
 
+/* Unit u's tensors whole, from every tensor-parallel rank's copy of the unit (tp of them, each
+ * `stride` floats), written to f. */
+static void write_unit(const mt_gpt *gpt, int u, const float *copies, size_t stride, int tp,
+                       float *tensor, FILE *f)
+{
+    const mt_unit *unit = &gpt->units[u];
+    for (int i = unit->first_param; i < unit->first_param + unit->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        size_t at = p->offset - unit->offset;
+        int holders = p->shard.split_dim < 0 ? 1 : tp; /* replicated: rank 0's copy */
+        for (int r = 0; r < holders; r++) {
+            mt_param_shard shard = mt_param_shard_on(&p->shard, r);
+            mt_param_shard_place(&shard, copies + (size_t)r * stride + at, tensor);
+        }
+        fwrite(tensor, sizeof(float), mt_param_shard_global(&p->shard), f);
+    }
+}
+
 mt_status trainer_save_model(trainer *tr)
 {
     const mt_gpt *gpt = &tr->gpt;
-    size_t most = 0;
+    int tp = tr->tp_size, gathers = tp > 1 && tr->dp_rank == 0; /* world rank 0's tp group */
+    size_t most = 0, largest = 0;
     for (int u = 0; u < gpt->unit_count; u++)
         most = gpt->units[u].numel > most ? gpt->units[u].numel : most;
+    for (int i = 0; i < gpt->param_count; i++) {
+        size_t n = mt_param_shard_global(&gpt->params[i].shard);
+        largest = n > largest ? n : largest;
+    }
     float *unit = malloc(most * sizeof *unit);
+    float *copies = gathers ? malloc(most * (size_t)tp * sizeof *copies) : unit;
+    float *tensor = tr->writes ? malloc(largest * sizeof *tensor) : NULL;
+    size_t *counts = calloc((size_t)tp, sizeof *counts);
     size_t header_length = 0;
     char *header = tr->writes ? safetensors_header(gpt, &header_length) : NULL;
     char path[MT_PATH_MAX + 32], temporary[MT_PATH_MAX + 48];
     snprintf(path, sizeof path, "%s/model.safetensors", tr->cfg->out);
     snprintf(temporary, sizeof temporary, "%s.partial", path);
-    FILE *f = tr->writes && header ? fopen(temporary, "wb") : NULL;
+    FILE *f = tr->writes && header && tensor ? fopen(temporary, "wb") : NULL;
     mt_status status = MT_OK;
-    if (!unit || (tr->writes && !header))
+    if (!unit || !copies || !counts || (tr->writes && (!header || !tensor)))
         status = mt_fail(MT_ENOMEM, "saving the model: out of memory");
     else if (tr->writes && !f)
         status = mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(errno));
@@ -149,12 +180,20 @@ mt_status trainer_save_model(trainer *tr)
         fwrite(&length, sizeof length, 1, f);
         fwrite(header, 1, header_length, f);
     }
-    /* Every rank takes part in every unit's gather (ZeRO-3), even after a local failure. */
+    /* Every rank takes part in every unit's gathers (ZeRO-3, tensor parallelism), even after a
+     * local failure. */
     for (int u = 0; u < gpt->unit_count; u++) {
+        size_t numel = gpt->units[u].numel;
         mt_status read = unit ? mt_dp_model_read_unit(tr->model, u, unit) : MT_OK;
         status = status ? status : read;
+        if (gathers && copies && counts) {
+            for (int r = 0; r < tp; r++)
+                counts[r] = numel;
+            read = mt_comm_allgatherv(tr->tp, unit, copies, counts, MT_F32);
+            status = status ? status : read;
+        }
         if (status == MT_OK && f)
-            fwrite(unit, sizeof(float), gpt->units[u].numel, f);
+            write_unit(gpt, u, copies, numel, tp, tensor, f);
     }
     if (f && (fclose(f) != 0 || status != MT_OK)) {
         remove(temporary);
@@ -163,7 +202,11 @@ mt_status trainer_save_model(trainer *tr)
         status = mt_fail(MT_EIO, "cannot rename '%s' to '%s': %s", temporary, path,
                          strerror(errno));
     }
+    if (copies != unit)
+        free(copies);
     free(unit);
+    free(tensor);
+    free(counts);
     free(header);
     return status;
 }

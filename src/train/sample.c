@@ -91,7 +91,8 @@ mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out)
         status = mt_gpt_forward(gpt, tokens + length - window, NULL, 1, (int)window, &unused);
         if (status)
             break;
-        mt_gpt_logits(gpt, (int)window - 1, 1, logits);
+        if ((status = mt_gpt_logits(gpt, (int)window - 1, 1, logits)))
+            break;
         int token = draw_token(logits, v, cfg, mt_rng_uniform(rng, (uint64_t)produced), logits + v);
         tokens[length++] = token;
         if (out)

@@ -51,33 +51,38 @@ static void draw_microbatch(trainer *tr, int step, int micro, int sequences)
 }
 
 /* Every rank's loss and local gradient square sum, so that all of them stop together and
- * name where a NaN or infinity first appeared. Sets *loss to the job's mean loss. */
+ * name where a NaN or infinity first appeared. Sets *loss to the job's mean loss (each
+ * data-parallel replica's once: its tensor-parallel ranks share one loss). */
 static mt_status check_finite(trainer *tr, int step, double loss_sum, double local_squares,
                               double *loss)
 {
-    int n = tr->dp_size;
+    int n = tr->world ? mt_comm_size(tr->world) : 1;
     double *all = calloc(2 * (size_t)n, sizeof *all);
     if (!all)
         return mt_fail(MT_ENOMEM, "step %d: out of memory", step);
-    all[2 * tr->dp_rank] = loss_sum;
-    all[2 * tr->dp_rank + 1] = local_squares;
+    all[2 * tr->rank] = loss_sum;
+    all[2 * tr->rank + 1] = local_squares;
     double start = mt_clock_seconds();
-    mt_status status = tr->dp ? mt_comm_allreduce(tr->dp, all, all, 2 * (size_t)n, MT_F64, MT_SUM)
-                              : MT_OK;
+    mt_status status = n > 1 ? mt_comm_allreduce(tr->world, all, all, 2 * (size_t)n, MT_F64,
+                                                 MT_SUM)
+                             : MT_OK;
     tr->wait_seconds += mt_clock_seconds() - start;
     double total = 0;
     for (int r = 0; status == MT_OK && r < n; r++) {
+        mt_mesh_coord at = tr->mesh ? mt_mesh_coord_of(&tr->mesh->shape, r) : (mt_mesh_coord){0};
         const char *what = !isfinite(all[2 * r]) ? "loss" : !isfinite(all[2 * r + 1]) ? "gradient"
                                                                                        : NULL;
         if (what)
-            status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on data-parallel rank %d; "
-                                          "stopping every rank before the update (lower lr or "
-                                          "raise warmup)", step, what,
-                             isnan(all[2 * r]) || isnan(all[2 * r + 1]) ? "NaN" : "infinite", r);
-        total += all[2 * r];
+            status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on rank %d (data-parallel rank "
+                                          "%d, tensor-parallel rank %d); stopping every rank "
+                                          "before the update (lower lr or raise warmup)", step,
+                             what, isnan(all[2 * r]) || isnan(all[2 * r + 1]) ? "NaN" : "infinite",
+                             r, at.dp, at.tp);
+        if (at.tp == 0)
+            total += all[2 * r];
     }
     free(all);
-    *loss = total / ((double)tr->cfg->microbatches * n);
+    *loss = total / ((double)tr->cfg->microbatches * tr->dp_size);
     return status;
 }
 

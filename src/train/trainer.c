@@ -65,20 +65,19 @@ static mt_status open_outputs(trainer *tr)
     return MT_OK;
 }
 
-/* The mesh of the world (data parallelism only in this build) and this rank's place in it;
- * the global batch must split evenly into data-parallel ranks and micro-batches. */
+/* The mesh of the world (data and tensor parallelism in this build) and this rank's place in
+ * it; the global batch must split evenly into data-parallel ranks and micro-batches. */
 static mt_status place_rank(trainer *tr)
 {
     const mt_config *cfg = tr->cfg;
-    tr->dp_size = 1;
+    tr->dp_size = tr->tp_size = 1;
     if (tr->world) {
         mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
         mt_status status = mt_mesh_shape_resolve(&shape, mt_comm_size(tr->world), cfg->layers,
                                                  cfg->heads);
-        if (status == MT_OK && (shape.tp > 1 || shape.pp > 1))
-            status = mt_fail(MT_EINVAL, "config keys 'tp' and 'pp': this build trains "
-                                        "data-parallel layouts only (tp %d, pp %d must be 1)",
-                             shape.tp, shape.pp);
+        if (status == MT_OK && shape.pp > 1)
+            status = mt_fail(MT_EINVAL, "config key 'pp': this build has no pipeline "
+                                        "parallelism yet (pp %d must be 1)", shape.pp);
         if (status == MT_OK)
             status = mt_mesh_create(tr->world, &shape, cfg->layers, NULL, &tr->mesh);
         if (status)
@@ -87,6 +86,8 @@ static mt_status place_rank(trainer *tr)
         tr->dp_size = shape.dp;
         tr->dp_rank = tr->mesh->coord.dp;
         tr->dp = shape.dp > 1 ? tr->mesh->dp_group : NULL;
+        tr->tp_size = shape.tp;
+        tr->tp = shape.tp > 1 ? tr->mesh->tp_group : NULL;
         mt_memory_count(&tr->ledger, MT_MEMORY_COMM,
                         (long long)(mt_comm_buffer_bytes(tr->world) +
                                     mt_comm_buffer_bytes(tr->mesh->dp_group) +
@@ -116,10 +117,11 @@ static mt_status setup(trainer *tr)
     mt_kernels_set_threads(mt_train_threads(cfg));
     int sequences = cfg->batch / cfg->microbatches / tr->dp_size;
     mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
-    if ((status = mt_gpt_create_stateless(&tr->gpt, &shape, sequences, &tr->ledger)))
+    mt_gpt_tensor_parallel split = mt_tensor_parallel_over(tr->tp, cfg->sp);
+    if ((status = mt_gpt_create_stateless(&tr->gpt, &shape, &split, sequences, &tr->ledger)))
         return status;
     mt_dp_options options = {.zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * (1 << 20)),
-                             .seed = cfg->seed, .ledger = &tr->ledger};
+                             .seed = cfg->seed, .ledger = &tr->ledger, .tensor_group = tr->tp};
     if ((status = mt_dp_model_create(&tr->gpt, tr->dp, &options, &tr->model)))
         return status;
     size_t tokens = (size_t)sequences * cfg->context;
@@ -154,6 +156,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         double step_start = mt_clock_seconds();
         step_record record = {.step = step, .val_loss = NAN};
         double waited = tr->wait_seconds + mt_dp_model_wait_seconds(tr->model);
+        double in_tp = tr->gpt.tp_seconds;
         mt_status status = trainer_step(tr, step, &record);
         if (status)
             return status;
@@ -161,6 +164,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         tr->step_seconds[step - 1] = seconds;
         if (step > 2 || cfg->steps <= 2) { /* the first steps warm up, as for the median */
             tr->timed_wait += tr->wait_seconds + mt_dp_model_wait_seconds(tr->model) - waited;
+            tr->timed_tp += tr->gpt.tp_seconds - in_tp;
             tr->timed_seconds += seconds;
         }
         record.tokens_per_s = (double)cfg->batch * cfg->context / seconds;
@@ -194,12 +198,14 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     FILE *out = tr.writes ? progress_out : NULL;
     progress_init(&tr.progress, out, cfg->log_every, cfg->steps);
     summary->dp = tr.dp_size;
+    summary->tp = tr.tp_size;
     summary->zero = cfg->zero;
     if (status == MT_OK && out)
         fprintf(out, "model: %zu parameters, %d layers x %d heads x %d width, context %d, "
-                     "vocab %d; %d threads; dp %d, zero %d\n", tr.gpt.numel, cfg->layers,
-                cfg->heads, cfg->width, cfg->context, cfg->vocab, mt_train_threads(cfg),
-                tr.dp_size, cfg->zero);
+                     "vocab %d; %d threads; dp %d, zero %d, tp %d, sp %s\n",
+                mt_gpt_global_numel(&tr.gpt), cfg->layers, cfg->heads, cfg->width,
+                cfg->context, cfg->vocab, mt_train_threads(cfg), tr.dp_size, cfg->zero,
+                tr.tp_size, cfg->sp && tr.tp_size > 1 ? "on" : "off");
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK)

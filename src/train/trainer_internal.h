@@ -6,6 +6,7 @@
 #include "meshtrain/data_parallel.h"
 #include "meshtrain/memory.h"
 #include "meshtrain/mesh.h"
+#include "meshtrain/tensor_parallel.h"
 #include "meshtrain/train.h"
 #include "progress.h"
 
@@ -23,7 +24,8 @@ typedef struct trainer {
     mt_comm *world;   /* NULL: one process */
     mt_mesh *mesh;    /* with a world */
     mt_comm *dp;      /* the data-parallel group, NULL for one replica */
-    int rank, dp_rank, dp_size;
+    mt_comm *tp;      /* the tensor-parallel group, NULL when the model is whole */
+    int rank, dp_rank, dp_size, tp_size;
     int writes;       /* world rank 0: files, progress, sample */
     mt_memory_ledger ledger;
     mt_gpt gpt;
@@ -38,6 +40,7 @@ typedef struct trainer {
     /* Seconds blocked on data-parallel communication: the trainer's own collectives (the
      * loss check), and over the timed steps with the model's, against their step time. */
     double wait_seconds, timed_wait, timed_seconds;
+    double timed_tp; /* over the timed steps, in the model's tensor-parallel collectives */
     /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank (rank 0). */
     long long *memory;
     int memory_ranks;

@@ -86,7 +86,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "mt_ref_dump: cannot compute logits: %s\n", mt_last_error());
         return 1;
     }
-    mt_gpt_logits(&gpt, 0, b * t, logits);
+    if (mt_gpt_logits(&gpt, 0, b * t, logits)) {
+        fprintf(stderr, "mt_ref_dump: cannot compute logits: %s\n", mt_last_error());
+        return 1;
+    }
     write_record(f, "logits", DTYPE_F32, 3, btv, logits);
     free(logits);
 

@@ -32,11 +32,11 @@ expect() {
 }
 
 expect "NaN loss on rank 1 of 2 (DDP)" nan_loss@1:3 \
-  "step 3: the loss is NaN on data-parallel rank 1" "0 1" -- --nproc 2 --zero 0
+  "step 3: the loss is NaN on rank 1 (data-parallel rank 1," "0 1" -- --nproc 2 --zero 0
 expect "NaN gradient on rank 2 of 3 (ZeRO-2)" nan_grad@2:4 \
-  "step 4: the gradient is NaN on data-parallel rank 2" "0 1 2" -- --nproc 3 --zero 2
+  "step 4: the gradient is NaN on rank 2 (data-parallel rank 2," "0 1 2" -- --nproc 3 --zero 2
 expect "NaN gradient on rank 0 of 4 (ZeRO-3, accumulation)" nan_grad@0:2 \
-  "step 2: the gradient is NaN on data-parallel rank 0" "0 1 2 3" -- --nproc 4 --zero 3 --microbatches 3
+  "step 2: the gradient is NaN on rank 0 (data-parallel rank 0," "0 1 2 3" -- --nproc 4 --zero 3 --microbatches 3
 expect "drifted replica 1 of 3 (DDP)" skew@1:4 \
   "step 4: the parameters of data-parallel replica 1 differ from the other 2 replicas'" "0 1 2" \
   -- --nproc 3 --zero 0 --check_every 2

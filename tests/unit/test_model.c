@@ -105,10 +105,10 @@ static void test_isolation(void)
     float *together = malloc(sizeof(float) * 18 * v), *alone = malloc(sizeof(float) * 18 * v);
     float unused;
     CHECK(mt_gpt_forward(&gpt, both, NULL, 2, n, &unused) == MT_OK);
-    mt_gpt_logits(&gpt, 0, 18, together);
+    CHECK(mt_gpt_logits(&gpt, 0, 18, together) == MT_OK);
     for (int s = 0; s < 2; s++) {
         CHECK(mt_gpt_forward(&gpt, both + s * n, NULL, 1, n, &unused) == MT_OK);
-        mt_gpt_logits(&gpt, 0, n, alone + s * n * v);
+        CHECK(mt_gpt_logits(&gpt, 0, n, alone + s * n * v) == MT_OK);
     }
     double worst = 0;
     for (int i = 0; i < 18 * v; i++)
@@ -116,10 +116,10 @@ static void test_isolation(void)
     CHECK_MSG(worst < 1e-5, "sequences leak into each other: %g", worst);
     /* changing the last token leaves the logits of every earlier position unchanged */
     CHECK(mt_gpt_forward(&gpt, both, NULL, 1, n, &unused) == MT_OK);
-    mt_gpt_logits(&gpt, 0, n, alone);
+    CHECK(mt_gpt_logits(&gpt, 0, n, alone) == MT_OK);
     both[n - 1] = (both[n - 1] + 1) % v;
     CHECK(mt_gpt_forward(&gpt, both, NULL, 1, n, &unused) == MT_OK);
-    mt_gpt_logits(&gpt, 0, n, together);
+    CHECK(mt_gpt_logits(&gpt, 0, n, together) == MT_OK);
     CHECK(memcmp(alone, together, sizeof(float) * (n - 1) * v) == 0);
     free(together), free(alone);
     mt_gpt_destroy(&gpt);
