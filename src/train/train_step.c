@@ -50,9 +50,32 @@ static void draw_microbatch(trainer *tr, int step, int micro, int sequences)
                             tr->targets + (size_t)i * t);
 }
 
+/* Names the ranks whose entry `which` (0 loss, 1 gradient) is not finite, with their place
+ * on the mesh: "rank 2 (data-parallel 1, tensor-parallel 0)"; a NaN gradient reaches every
+ * rank of a tensor-parallel group through its all-reduces, so all of them are named. */
+static int describe_ranks(const trainer *tr, const double *all, int n, int which, char *text,
+                          size_t capacity, int *any_nan)
+{
+    int count = 0;
+    size_t used = 0;
+    for (int r = 0; r < n; r++) {
+        double value = all[2 * r + which];
+        if (isfinite(value))
+            continue;
+        *any_nan |= isnan(value);
+        mt_mesh_coord at = tr->mesh ? mt_mesh_coord_of(&tr->mesh->shape, r) : (mt_mesh_coord){0};
+        if (used < capacity)
+            used += (size_t)snprintf(text + used, capacity - used,
+                                     "%s%d (data-parallel %d, tensor-parallel %d)",
+                                     count ? ", " : "", r, at.dp, at.tp);
+        count++;
+    }
+    return count;
+}
+
 /* Every rank's loss and local gradient square sum, so that all of them stop together and
- * name where a NaN or infinity first appeared. Sets *loss to the job's mean loss (each
- * data-parallel replica's once: its tensor-parallel ranks share one loss). */
+ * name where a NaN or infinity appeared. Sets *loss to the job's mean loss (each data-parallel
+ * replica's once: its tensor-parallel ranks share one loss). */
 static mt_status check_finite(trainer *tr, int step, double loss_sum, double local_squares,
                               double *loss)
 {
@@ -68,18 +91,17 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
                              : MT_OK;
     tr->wait_seconds += mt_clock_seconds() - start;
     double total = 0;
-    for (int r = 0; status == MT_OK && r < n; r++) {
-        mt_mesh_coord at = tr->mesh ? mt_mesh_coord_of(&tr->mesh->shape, r) : (mt_mesh_coord){0};
-        const char *what = !isfinite(all[2 * r]) ? "loss" : !isfinite(all[2 * r + 1]) ? "gradient"
-                                                                                       : NULL;
-        if (what)
-            status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on rank %d (data-parallel rank "
-                                          "%d, tensor-parallel rank %d); stopping every rank "
-                                          "before the update (lower lr or raise warmup)", step,
-                             what, isnan(all[2 * r]) || isnan(all[2 * r + 1]) ? "NaN" : "infinite",
-                             r, at.dp, at.tp);
-        if (at.tp == 0)
+    for (int r = 0; r < n; r++)
+        if (!tr->mesh || mt_mesh_coord_of(&tr->mesh->shape, r).tp == 0)
             total += all[2 * r];
+    for (int which = 0; status == MT_OK && which < 2; which++) {
+        char ranks[512];
+        int any_nan = 0, count = describe_ranks(tr, all, n, which, ranks, sizeof ranks, &any_nan);
+        if (count)
+            status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on rank%s %s; stopping every "
+                                          "rank before the update (lower lr or raise warmup)",
+                             step, which ? "gradient" : "loss", any_nan ? "NaN" : "infinite",
+                             count > 1 ? "s" : "", ranks);
     }
     free(all);
     *loss = total / ((double)tr->cfg->microbatches * tr->dp_size);

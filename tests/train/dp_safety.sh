@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Data-parallel runs fail loudly: a NaN loss or gradient on one rank stops every rank naming the
-# step and the rank; a replica whose parameters drift is named by the checksum; layouts the
-# batch or the build cannot take are refused before training. usage: dp_safety.sh MESHTRAIN
+# Data- and tensor-parallel runs fail loudly: a NaN loss or gradient on one rank stops every
+# rank naming the step and the rank; a replica whose parameters drift is named by the checksum;
+# layouts the batch, the model or the build cannot take are refused before training.
+# usage: dp_safety.sh MESHTRAIN
 set -uo pipefail
 meshtrain=$1
 scratch=$(mktemp -d)
@@ -13,7 +14,8 @@ job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 2 --widt
 
 failed=0
 # expect NAME FAULT PHRASE RANKS -- ARGS: the run must exit 1 within 60 s, and PHRASE must be
-# in the error lines of each of the world ranks RANKS (the launcher prefixes lines "[r] ").
+# in the error lines of each of the world ranks RANKS (the launcher prefixes lines "[r] "), or
+# with RANKS "-" in the output of the command itself (refused before any rank starts).
 expect() {
   local name=$1 fault=$2 phrase=$3 ranks=$4
   shift 5
@@ -21,6 +23,8 @@ expect() {
   local status=$? problem=""
   [ $status -eq 1 ] || problem="exit status $status, want 1"
   ! grep -qE 'Sanitizer|runtime error:' "$scratch/out" || problem="$problem; a sanitizer report"
+  [ "$ranks" != - ] || grep -qF "$phrase" "$scratch/out" || problem="$problem; no '$phrase'"
+  [ "$ranks" != - ] || ranks=""
   for r in $ranks; do
     grep -F "[$r] " "$scratch/out" | grep -qF "$phrase" || problem="$problem; rank $r does not say '$phrase'"
   done
@@ -32,11 +36,11 @@ expect() {
 }
 
 expect "NaN loss on rank 1 of 2 (DDP)" nan_loss@1:3 \
-  "step 3: the loss is NaN on rank 1 (data-parallel rank 1," "0 1" -- --nproc 2 --zero 0
+  "step 3: the loss is NaN on rank 1 (data-parallel 1, tensor-parallel 0);" "0 1" -- --nproc 2 --zero 0
 expect "NaN gradient on rank 2 of 3 (ZeRO-2)" nan_grad@2:4 \
-  "step 4: the gradient is NaN on rank 2 (data-parallel rank 2," "0 1 2" -- --nproc 3 --zero 2
+  "step 4: the gradient is NaN on rank 2 (data-parallel 2, tensor-parallel 0);" "0 1 2" -- --nproc 3 --zero 2
 expect "NaN gradient on rank 0 of 4 (ZeRO-3, accumulation)" nan_grad@0:2 \
-  "step 2: the gradient is NaN on rank 0 (data-parallel rank 0," "0 1 2 3" -- --nproc 4 --zero 3 --microbatches 3
+  "step 2: the gradient is NaN on rank 0 (data-parallel 0, tensor-parallel 0);" "0 1 2 3" -- --nproc 4 --zero 3 --microbatches 3
 expect "drifted replica 1 of 3 (DDP)" skew@1:4 \
   "step 4: the parameters of data-parallel replica 1 differ from the other 2 replicas'" "0 1 2" \
   -- --nproc 3 --zero 0 --check_every 2
@@ -45,8 +49,18 @@ expect "drifted replica 1 of 2 (ZeRO-1)" skew@1:6 \
 expect "batch that dp x microbatches does not divide" "" \
   "a global batch of 12 sequences does not split into 4 data-parallel ranks x 2 micro-batches" "0 1 2 3" \
   -- --nproc 4 --microbatches 2
-expect "tensor parallelism not in this build" "" "this build trains data-parallel layouts only" "0 1" \
-  -- --nproc 2 --tp 2
+expect "NaN gradient on tensor-parallel rank 1 of dp 2 x tp 2" nan_grad@3:3 \
+  "step 3: the gradient is NaN on ranks 2 (data-parallel 1, tensor-parallel 0), 3 (data-parallel 1, tensor-parallel 1)" "0 1 2 3" \
+  -- --nproc 4 --tp 2 --zero 1
+expect "drifted tensor-parallel shard (dp 2 x tp 2)" skew@3:4 \
+  "step 4: the parameters of data-parallel replica 1 differ" "1 3" -- --nproc 4 --tp 2 --check_every 2
+expect "tp that does not divide the heads" "" "tp 3 does not divide the 2 attention heads" - \
+  -- --nproc 3 --tp 3
+expect "sequence parallelism with a context tp does not divide" "" \
+  "sequence parallelism splits the sequence into tp 2 parts, which context 15 does not divide" "0 1" \
+  -- --nproc 2 --tp 2 --sp on --context 15
+expect "pipeline parallelism not in this build" "" "no pipeline parallelism yet" "0 1" \
+  -- --nproc 2 --pp 2
 expect "a malformed fault request" "nan@x" "MT_INJECT_FAULT 'nan@x'" "0 1" -- --nproc 2
 
 # One process: the key is checked before anything runs, and a skewed replica cannot exist.
