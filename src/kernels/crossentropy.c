@@ -74,8 +74,6 @@ void mt_crossentropy_combine(float *logits, float *losses, const float *all_stat
         losses[row] = logf(sum) + max - target_logit;
         float *z = logits + (long)row * v_local;
         float scale = expf(all_stats[((long)rank * n + row) * 3] - max) / sum;
-        if (valid == 0)
-            scale = 0.0f;
 #pragma omp simd
         for (int i = 0; i < valid; i++)
             z[i] *= scale;

@@ -252,6 +252,9 @@ mt_status mt_gpt_logits(mt_gpt *gpt, int first_row, int rows, float *logits)
 {
     int c = gpt->shape.width, v = gpt->shape.vocab, v_tp = gpt->vocab_local, tp = gpt->tp.size;
     const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
+    if (first_row < 0 || rows < 0 || first_row + rows > gpt->b * gpt->t)
+        return mt_fail(MT_EINVAL, "logits of rows %d to %d: the last forward had %d rows",
+                       first_row, first_row + rows, gpt->b * gpt->t);
     const float *lnf = gpt->acts->lnf_full + (size_t)first_row * c;
     if (tp == 1) {
         mt_linear_forward(logits, lnf, wte, NULL, rows, c, v, 0);
