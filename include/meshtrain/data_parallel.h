@@ -66,8 +66,10 @@ mt_status mt_dp_model_grad_norm(mt_dp_model *model, double *norm);
 mt_status mt_dp_model_update(mt_dp_model *model, const mt_adamw_hyper *hyper);
 
 /* Compares a checksum of the parameters every replica holds in full (zero 0, 1 and 2: all of
- * them; zero 3: none, each slice has one holder) across the group. A difference is MT_EPEER
- * naming the replicas that disagree with the majority (or with replica 0, for two). */
+ * them; zero 3: none, each slice has one holder) across the group, and, with a tensor group,
+ * of the tensors every tensor-parallel rank holds whole across that group. A difference is
+ * MT_EPEER naming the replicas (or tensor-parallel ranks) that disagree with the majority (or
+ * with the first, for two). Collective over both groups. */
 mt_status mt_dp_model_check_replicas(mt_dp_model *model, int step);
 
 /* Copies unit `unit`'s parameters, in table order, into out[unit numel]. Collective under

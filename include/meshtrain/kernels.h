@@ -47,8 +47,8 @@ void mt_crossentropy_backward(float *probs_to_dlogits, const int32_t *targets, i
 /* The vocabulary-parallel cross-entropy (Megatron), in two halves around one all-gather.
  * partial: per row of this rank's logits [n, v_local] (its columns are vocabulary entries
  * first_column..; past `valid` they are padding), the max m, the sum of exp(z - m), and the
- * target's logit if it is one of these columns, else 0, into stats[n, 3]; the logits become
- * exp(z - m). combine: from every rank's stats [ranks, n, 3] (v_local columns each), each row's
+ * target's logit if it is one of these columns, else 0, into stats[n, 3]; the valid columns
+ * become exp(z - m). combine: from every rank's stats [ranks, n, 3] (v_local columns each), each row's
  * loss, and this rank's columns become the probabilities (padding zero). */
 void mt_crossentropy_partial(float *logits, float *stats, const int32_t *targets, int n,
                              int v_local, int valid, int first_column);

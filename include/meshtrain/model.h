@@ -149,7 +149,7 @@ size_t mt_param_shard_global(const mt_param_shard *shard);
 void mt_param_shard_place(const mt_param_shard *shard, const float *local, float *global);
 void mt_param_shard_take(const mt_param_shard *shard, const float *global, float *local);
 
-/* Elements of the whole model (this rank holds numel of them, more with tensor parallelism). */
+/* Elements of the whole model; this rank holds gpt->numel, fewer under tensor parallelism. */
 size_t mt_gpt_global_numel(const mt_gpt *gpt);
 
 /* Index of a parameter by global name, or -1. */

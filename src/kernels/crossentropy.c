@@ -63,7 +63,9 @@ void mt_crossentropy_combine(float *logits, float *losses, const float *all_stat
             float m = all_stats[((long)r * n + row) * 3];
             max = m > max ? m : max;
         }
-        float sum = 0.0f; /* in rank order: the same on every rank */
+        /* In rank order, so every rank gets the same bits; libm's expf for the few rescalings
+         * (one per rank and row), mt_expf for the V-wide loops. */
+        float sum = 0.0f;
         for (int r = 0; r < ranks; r++) {
             const float *s = all_stats + ((long)r * n + row) * 3;
             if (s[1] > 0)

@@ -19,8 +19,9 @@ mt_status mt_gpt_shape_check(const mt_gpt_shape *s)
     return MT_OK;
 }
 
-/* Tensor parallelism needs whole heads per rank and, with sequence parallelism, a context
- * that splits evenly into the ranks' rows. */
+/* Tensor parallelism needs whole heads per rank. Sequence parallelism could split any number
+ * of rows (sampling's short forwards split unevenly), but training asks, as Megatron does, for
+ * a context that tp divides, so that every rank holds the same share of every sequence. */
 static mt_status tp_check(const mt_gpt_shape *s, const mt_gpt_tensor_parallel *tp)
 {
     if (tp->size < 1 || tp->rank < 0 || tp->rank >= tp->size)
@@ -147,11 +148,7 @@ mt_status mt_gpt_embed_forward(mt_gpt *gpt)
     mt_status status = enter(gpt, unit, MT_GPT_FORWARD);
     if (status)
         return status;
-    if (gpt->tp.size > 1)
-        status = gpt_tp_embed_forward(gpt, tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1));
-    else
-        mt_embedding_forward(gpt->acts->encoded, gpt->acts->tokens, tensor_of(gpt, unit, 0),
-                             tensor_of(gpt, unit, 1), gpt->b, gpt->t, gpt->shape.width);
+    status = gpt_tp_embed_forward(gpt, tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1));
     return status ? status : leave(gpt, unit, MT_GPT_FORWARD);
 }
 
@@ -250,33 +247,17 @@ mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targ
 
 mt_status mt_gpt_logits(mt_gpt *gpt, int first_row, int rows, float *logits)
 {
-    int c = gpt->shape.width, v = gpt->shape.vocab, v_tp = gpt->vocab_local, tp = gpt->tp.size;
-    const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
+    int c = gpt->shape.width, v = gpt->shape.vocab;
     if (first_row < 0 || rows < 0 || first_row + rows > gpt->b * gpt->t)
         return mt_fail(MT_EINVAL, "logits of rows %d to %d: the last forward had %d rows",
                        first_row, first_row + rows, gpt->b * gpt->t);
+    const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
     const float *lnf = gpt->acts->lnf_full + (size_t)first_row * c;
-    if (tp == 1) {
+    if (gpt->tp.size == 1) {
         mt_linear_forward(logits, lnf, wte, NULL, rows, c, v, 0);
         return MT_OK;
     }
-    /* Every rank's vocabulary slice, gathered: [tp][rows][v_tp], then laid out by row. */
-    size_t slice = (size_t)rows * v_tp;
-    float *mine = malloc(sizeof(float) * slice * (size_t)(tp + 1)), *all = mine + slice;
-    if (!mine)
-        return mt_fail(MT_ENOMEM, "cannot allocate %d rows of logits", rows);
-    mt_linear_forward(mine, lnf, wte, NULL, rows, c, v_tp, 0);
-    for (int r = 0; r < tp; r++)
-        gpt->tp_counts[r] = slice;
-    mt_status status = gpt->tp.all_gather(gpt->tp.context, mine, all, gpt->tp_counts);
-    for (int r = 0; status == MT_OK && r < tp; r++) {
-        int first = r * v_tp, count = v - first < v_tp ? v - first : v_tp;
-        for (int row = 0; row < rows && count > 0; row++)
-            memcpy(logits + (size_t)row * v + first, all + ((size_t)r * rows + row) * v_tp,
-                   sizeof(float) * (size_t)count);
-    }
-    free(mine);
-    return status ? mt_fail_context(status, "gathering the logits") : MT_OK;
+    return gpt_tp_gather_logits(gpt, lnf, wte, rows, logits);
 }
 
 /* ---- backward ---- */

@@ -62,8 +62,10 @@ mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
         plan(&p, &a->lnf_full, n * c), plan(&p, &a->gathered, n * c);
         plan(&p, &a->partial, n * c), plan(&p, &a->dnorm, 4 * c);
     }
-    if (tp > 1)
+    if (tp > 1) {
         plan(&p, &a->ce_stats, (size_t)tp * n * 3);
+        plan(&p, &a->vocab_rows, (size_t)(tp + 1) * (size_t)gpt->vocab_local);
+    }
 
     mt_status status = mt_arena_allocate(&gpt->activation_arena);
     if (status == MT_OK)

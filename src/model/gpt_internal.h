@@ -30,8 +30,9 @@ struct mt_gpt_activations {
     gpt_block_acts *blocks;           /* [layers] */
     float *lnf, *lnf_mean, *lnf_rstd; /* [local, c], [local], [local] */
     float *lnf_full;                  /* [n, c]: the final norm of every row (lnf without sp) */
-    float *logits;                    /* [n, vocab / tp]: logits, then probabilities, then
-                                       * gradients, of this rank's vocabulary slice */
+    float *logits;                    /* [n, vocab_local]: logits, then probabilities, then
+                                       * gradients, of this rank's vocabulary slice (padding
+                                       * columns included) */
     float *losses;                    /* [n] */
     /* backward scratch, reused by every block */
     float *dresidual;                 /* [local, c]: gradient of the residual stream */
@@ -47,6 +48,8 @@ struct mt_gpt_activations {
     float *ce_stats;                  /* tp: [tp, n, 3], each rank's per-row max, sum of
                                        * exponentials and target logit */
     float *dnorm;                     /* sp: [4c], one pass's norm gradients before the sum */
+    float *vocab_rows;                /* tp: [tp + 1, vocab_local], one row of logits of this
+                                       * rank's slice, then every rank's, for mt_gpt_logits */
 };
 
 /* Fills gpt->params and gpt->units; returns the number of parameters. */
@@ -85,11 +88,16 @@ mt_status gpt_tp_sum_input_grad(mt_gpt *gpt);
 void gpt_tp_norm_grads_begin(mt_gpt *gpt, float *const *grads, float **pass, int count);
 mt_status gpt_tp_norm_grads_finish(mt_gpt *gpt, float *const *grads, int count);
 /* The vocabulary-parallel embedding: tokens of this rank's slice looked up, the sum taken
- * across the group, positions added (rows of this rank). And its backward. */
+ * across the group, positions added (rows of this rank); on one rank, the plain embedding.
+ * And its backward. */
 mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe);
 mt_status gpt_tp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe);
 /* The vocabulary-parallel softmax cross-entropy of logits [n, vocab_local]: never gathers the
  * logits; leaves probabilities in them and each row's loss in losses. */
 mt_status gpt_tp_crossentropy_forward(mt_gpt *gpt, int n);
+/* Logits [rows, vocab] of rows of the final norm `lnf`, every rank's vocabulary slice gathered
+ * (a row at a time: the one place the model gathers the vocabulary). */
+mt_status gpt_tp_gather_logits(mt_gpt *gpt, const float *lnf, const float *wte, int rows,
+                               float *logits);
 
 #endif

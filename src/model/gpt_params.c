@@ -118,7 +118,7 @@ size_t gpt_build_table(mt_gpt *gpt)
     add_param(&tb, "", "lnf.weight", s->width, 0, replicated(s->width, 0), 0, 1);
     add_param(&tb, "", "lnf.bias", s->width, 0, replicated(s->width, 0), 0, 0);
     end_unit(&tb);
-    gpt->vocab_local = gpt->params[0].shard.stored[0];
+    gpt->vocab_local = gpt->params[mt_gpt_find_param(gpt, "wte.weight")].shard.stored[0];
     return tb.numel;
 }
 

@@ -150,6 +150,10 @@ mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
 {
     int n = gpt->b * gpt->t, c = gpt->shape.width, v_tp = gpt->vocab_local;
     mt_gpt_activations *a = gpt->acts;
+    if (gpt->tp.size == 1) {
+        mt_embedding_forward(a->encoded, a->tokens, wte, wpe, gpt->b, gpt->t, c);
+        return MT_OK;
+    }
     /* Rows of tokens outside this rank's slice are zero, so the sum across the group is each
      * row's one embedding, exactly. */
     float *lookup = sequence_parallel(gpt) ? a->partial : a->encoded;
@@ -194,5 +198,27 @@ mt_status gpt_tp_crossentropy_forward(mt_gpt *gpt, int n)
     if (status == MT_OK)
         mt_crossentropy_combine(a->logits, a->losses, a->ce_stats, tp, a->targets, n, v_tp,
                                 valid, gpt->tp.rank);
+    return status;
+}
+
+mt_status gpt_tp_gather_logits(mt_gpt *gpt, const float *lnf, const float *wte, int rows,
+                               float *logits)
+{
+    int c = gpt->shape.width, v = gpt->shape.vocab, v_tp = gpt->vocab_local, tp = gpt->tp.size;
+    float *mine = gpt->acts->vocab_rows, *all = mine + v_tp;
+    for (int r = 0; r < tp; r++)
+        gpt->tp_counts[r] = (size_t)v_tp;
+    mt_status status = MT_OK;
+    /* A row at a time, so the scratch is one row of every rank's slice. */
+    for (int row = 0; status == MT_OK && row < rows; row++) {
+        mt_linear_forward(mine, lnf + (size_t)row * c, wte, NULL, 1, c, v_tp, 0);
+        status = all_gather(gpt, mine, all, gpt->tp_counts, "all-gather of the logits");
+        for (int r = 0; status == MT_OK && r < tp; r++) {
+            int first = r * v_tp, count = v - first < v_tp ? v - first : v_tp;
+            if (count > 0)
+                memcpy(logits + (size_t)row * v + first, all + (size_t)r * v_tp,
+                       sizeof(float) * (size_t)count);
+        }
+    }
     return status;
 }

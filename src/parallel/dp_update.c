@@ -103,41 +103,96 @@ mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
     return status ? mt_fail_context(status, "all-gathering the updated parameters") : MT_OK;
 }
 
-mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
+/* Which of `size` checksums disagree with the majority (with two, with the first): their
+ * indices into `names`; returns how many, with the majority's size and value. */
+static int outliers(const uint64_t *all, int size, char *names, size_t capacity, int *agreeing,
+                    uint64_t *reference)
 {
-    if (!m->group || !m->full_param)
-        return MT_OK;
-    uint64_t mine = mt_checksum64(m->full_param, m->gpt->numel * sizeof(float), 0);
-    uint64_t *all = calloc((size_t)m->size, sizeof *all);
-    if (!all)
-        return mt_fail(MT_ENOMEM, "replica check: out of memory");
-    mt_status status = mt_comm_allgather(m->group, &mine, all, 1, MT_I64);
-    if (status) {
-        free(all);
-        return mt_fail_context(status, "replica check at step %d", step);
-    }
-    /* The majority's checksum is the reference; with two replicas, replica 0's. */
-    uint64_t reference = all[0];
-    int best = 0;
-    for (int i = 0; i < m->size; i++) {
+    *reference = all[0];
+    *agreeing = 0;
+    for (int i = 0; i < size; i++) {
         int votes = 0;
-        for (int j = 0; j < m->size; j++)
+        for (int j = 0; j < size; j++)
             votes += all[j] == all[i];
-        if (votes > best) {
-            best = votes;
-            reference = all[i];
+        if (votes > *agreeing) {
+            *agreeing = votes;
+            *reference = all[i];
         }
     }
-    char names[256] = "";
     int odd = 0;
     size_t used = 0;
-    for (int i = 0; i < m->size; i++)
-        if (all[i] != reference && used + 16 < sizeof names)
-            used += (size_t)snprintf(names + used, sizeof names - used, "%s%d", odd++ ? ", " : "", i);
-    free(all);
-    if (!odd)
-        return MT_OK;
-    return mt_fail(MT_EPEER, "step %d: the parameters of data-parallel replica%s %s differ from "
-                             "the other %d replicas' (checksum %016llx); stopping",
-                   step, odd > 1 ? "s" : "", names, best, (unsigned long long)reference);
+    names[0] = '\0';
+    for (int i = 0; i < size; i++)
+        if (all[i] != *reference && used + 16 < capacity)
+            used += (size_t)snprintf(names + used, capacity - used, "%s%d", odd++ ? ", " : "", i);
+    return odd;
+}
+
+/* Every member's checksum, gathered over `group`. */
+static mt_status gather_checksums(mt_comm *group, uint64_t mine, uint64_t **all)
+{
+    *all = calloc((size_t)mt_comm_size(group), sizeof **all);
+    if (!*all)
+        return mt_fail(MT_ENOMEM, "replica check: out of memory");
+    return mt_comm_allgather(group, &mine, *all, 1, MT_I64);
+}
+
+/* A checksum of this rank's part of the tensors every tensor-parallel rank holds whole
+ * (norms, positions, output biases): its tensor-parallel peers hold the same part, since they
+ * share its data-parallel slices. */
+static uint64_t replicated_checksum(const mt_dp_model *m)
+{
+    const mt_gpt *gpt = m->gpt;
+    uint64_t sum = 0;
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        size_t lo, hi;
+        if (p->shard.split_dim >= 0 || !dp_owned_range(m, i, &lo, &hi))
+            continue;
+        const float *data = m->full_param ? m->full_param + gpt->units[p->unit].offset + lo
+                                          : m->slice_param + dp_slice_index(m, p->unit, lo);
+        sum = mt_checksum64(data, (hi - lo) * sizeof(float), sum);
+    }
+    return sum;
+}
+
+mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
+{
+    mt_status dp_status = MT_OK, tp_status = MT_OK;
+    char names[256];
+    int agreeing;
+    uint64_t reference, *all = NULL;
+    /* Both collectives run on every rank whatever the other found, so none is left waiting. */
+    if (m->group && m->full_param) {
+        uint64_t mine = mt_checksum64(m->full_param, m->gpt->numel * sizeof(float), 0);
+        dp_status = gather_checksums(m->group, mine, &all);
+        int odd = dp_status ? 0 : outliers(all, m->size, names, sizeof names, &agreeing, &reference);
+        if (dp_status)
+            dp_status = mt_fail_context(dp_status, "replica check at step %d", step);
+        else if (odd)
+            dp_status = mt_fail(MT_EPEER, "step %d: the parameters of data-parallel replica%s %s "
+                                          "differ from the other %d replicas' (checksum "
+                                          "%016llx); stopping", step, odd > 1 ? "s" : "", names,
+                                agreeing, (unsigned long long)reference);
+        free(all);
+        all = NULL;
+    }
+    char dp_message[512];
+    snprintf(dp_message, sizeof dp_message, "%s", dp_status ? mt_last_error() : "");
+    if (m->tensor_group) {
+        int size = mt_comm_size(m->tensor_group);
+        tp_status = gather_checksums(m->tensor_group, replicated_checksum(m), &all);
+        int odd = tp_status ? 0 : outliers(all, size, names, sizeof names, &agreeing, &reference);
+        if (tp_status)
+            tp_status = mt_fail_context(tp_status, "replicated-tensor check at step %d", step);
+        else if (odd)
+            tp_status = mt_fail(MT_EPEER, "step %d: the replicated tensors (norms, positions, "
+                                          "output biases) of tensor-parallel rank%s %s differ "
+                                          "from the majority's (%d of %d ranks agree); stopping",
+                                step, odd > 1 ? "s" : "", names, agreeing, size);
+        free(all);
+    }
+    if (dp_status) /* the first, of which the second may be a consequence */
+        return mt_fail(dp_status, "%s", dp_message);
+    return tp_status;
 }

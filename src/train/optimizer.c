@@ -28,6 +28,9 @@ mt_adamw_hyper mt_adamw_settings(const mt_config *cfg, int step, double lr, doub
 mt_status mt_optimizer_step(mt_gpt *gpt, const mt_config *cfg, int step, double lr,
                             mt_optimizer_report *report)
 {
+    if (gpt->tp.size > 1) /* its norm would miss the other ranks' shards */
+        return mt_fail(MT_EINVAL, "mt_optimizer_step takes a whole model, not tensor-parallel "
+                                  "rank %d of %d", gpt->tp.rank, gpt->tp.size);
     double norm = sqrt(mt_sum_squares(gpt->grad, (long)gpt->numel));
     report->grad_norm = norm;
     if (!isfinite(norm))

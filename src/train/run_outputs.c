@@ -96,7 +96,7 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
                "\"tp_comm_share\": %.6f",
             s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
             mt_gpt_global_numel(&tr->gpt), tr->dp_size, cfg->zero, tr->tp_size,
-            cfg->sp && tr->tp_size > 1, s->comm_wait_share, s->tp_comm_share);
+            trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share);
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
@@ -175,18 +175,27 @@ mt_status trainer_save_model(trainer *tr)
         status = mt_fail(MT_ENOMEM, "saving the model: out of memory");
     else if (tr->writes && !f)
         status = mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(errno));
+    /* Every rank learns whether any could not start, so that none enters a gather alone. */
+    int ready = status == MT_OK;
+    if (tr->world && mt_comm_size(tr->world) > 1) {
+        mt_status agreed = mt_comm_allreduce(tr->world, &ready, &ready, 1, MT_I32, MT_MIN);
+        status = status ? status : agreed;
+    }
+    if (status == MT_OK && !ready)
+        status = mt_fail(MT_EIO, "saving the model: another rank could not start (see its "
+                                 "message)");
     if (f) {
         uint64_t length = header_length; /* little-endian on every machine we build for */
         fwrite(&length, sizeof length, 1, f);
         fwrite(header, 1, header_length, f);
     }
     /* Every rank takes part in every unit's gathers (ZeRO-3, tensor parallelism), even after a
-     * local failure. */
-    for (int u = 0; u < gpt->unit_count; u++) {
+     * write failed on one of them. */
+    for (int u = 0; ready && u < gpt->unit_count; u++) {
         size_t numel = gpt->units[u].numel;
-        mt_status read = unit ? mt_dp_model_read_unit(tr->model, u, unit) : MT_OK;
+        mt_status read = mt_dp_model_read_unit(tr->model, u, unit);
         status = status ? status : read;
-        if (gathers && copies && counts) {
+        if (gathers) {
             for (int r = 0; r < tp; r++)
                 counts[r] = numel;
             read = mt_comm_allgatherv(tr->tp, unit, copies, counts, MT_F32);

@@ -21,13 +21,14 @@ mt_status trainer_read_fault(trainer *tr)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP with KIND "
                                   "nan_loss, nan_grad or skew", text);
     static const struct { const char *name; fault_kind kind; } kinds[] = {
-        {"nan_loss", FAULT_NAN_LOSS}, {"nan_grad", FAULT_NAN_GRAD}, {"skew", FAULT_SKEW}};
+        {"nan_loss", FAULT_NAN_LOSS}, {"nan_grad", FAULT_NAN_GRAD}, {"skew", FAULT_SKEW},
+        {"skew_norm", FAULT_SKEW_NORM}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(kind, kinds[i].name) == 0)
             tr->fault = (fault){kinds[i].kind, rank, step};
     if (tr->fault.kind == FAULT_NONE)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (nan_loss, nan_grad, "
-                                  "skew)", text, kind);
+                                  "skew, skew_norm)", text, kind);
     return MT_OK;
 }
 
@@ -50,16 +51,20 @@ static void draw_microbatch(trainer *tr, int step, int micro, int sequences)
                             tr->targets + (size_t)i * t);
 }
 
-/* Names the ranks whose entry `which` (0 loss, 1 gradient) is not finite, with their place
- * on the mesh: "rank 2 (data-parallel 1, tensor-parallel 0)"; a NaN gradient reaches every
- * rank of a tensor-parallel group through its all-reduces, so all of them are named. */
-static int describe_ranks(const trainer *tr, const double *all, int n, int which, char *text,
-                          size_t capacity, int *any_nan)
+/* Each rank's entry in the vector check_finite reduces: its loss, then its gradient's local
+ * sum of squares. */
+enum finite_entry { ENTRY_LOSS, ENTRY_GRADIENT, ENTRIES };
+
+/* Names the ranks whose entry `which` is not finite, with their place on the mesh: "2
+ * (data-parallel 1, tensor-parallel 0)"; a NaN gradient reaches every rank of a
+ * tensor-parallel group through its all-reduces, so all of them are named. */
+static int describe_ranks(const trainer *tr, const double *all, int n, enum finite_entry which,
+                          char *text, size_t capacity, int *any_nan)
 {
     int count = 0;
     size_t used = 0;
     for (int r = 0; r < n; r++) {
-        double value = all[2 * r + which];
+        double value = all[ENTRIES * r + which];
         if (isfinite(value))
             continue;
         *any_nan |= isnan(value);
@@ -80,32 +85,65 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
                               double *loss)
 {
     int n = tr->world ? mt_comm_size(tr->world) : 1;
-    double *all = calloc(2 * (size_t)n, sizeof *all);
+    double *all = calloc(ENTRIES * (size_t)n, sizeof *all);
     if (!all)
         return mt_fail(MT_ENOMEM, "step %d: out of memory", step);
-    all[2 * tr->rank] = loss_sum;
-    all[2 * tr->rank + 1] = local_squares;
+    all[ENTRIES * tr->rank + ENTRY_LOSS] = loss_sum;
+    all[ENTRIES * tr->rank + ENTRY_GRADIENT] = local_squares;
     double start = mt_clock_seconds();
-    mt_status status = n > 1 ? mt_comm_allreduce(tr->world, all, all, 2 * (size_t)n, MT_F64,
-                                                 MT_SUM)
+    mt_status status = n > 1 ? mt_comm_allreduce(tr->world, all, all, ENTRIES * (size_t)n,
+                                                 MT_F64, MT_SUM)
                              : MT_OK;
     tr->wait_seconds += mt_clock_seconds() - start;
     double total = 0;
     for (int r = 0; r < n; r++)
         if (!tr->mesh || mt_mesh_coord_of(&tr->mesh->shape, r).tp == 0)
-            total += all[2 * r];
-    for (int which = 0; status == MT_OK && which < 2; which++) {
+            total += all[ENTRIES * r + ENTRY_LOSS];
+    for (enum finite_entry which = ENTRY_LOSS; status == MT_OK && which < ENTRIES; which++) {
         char ranks[512];
         int any_nan = 0, count = describe_ranks(tr, all, n, which, ranks, sizeof ranks, &any_nan);
         if (count)
             status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on rank%s %s; stopping every "
                                           "rank before the update (lower lr or raise warmup)",
-                             step, which ? "gradient" : "loss", any_nan ? "NaN" : "infinite",
+                             step, which == ENTRY_GRADIENT ? "gradient" : "loss",
+                             any_nan ? "NaN" : "infinite",
                              count > 1 ? "s" : "", ranks);
     }
     free(all);
     *loss = total / ((double)tr->cfg->microbatches * tr->dp_size);
     return status;
+}
+
+/* A replica check compares within groups, so only the ranks of a group that disagrees see it;
+ * one all-reduce over the world makes every rank stop, naming where it was seen. */
+static mt_status agree_on_check(trainer *tr, int step, mt_status mine)
+{
+    int n = tr->world ? mt_comm_size(tr->world) : 1;
+    if (n == 1)
+        return mine;
+    char message[512];
+    snprintf(message, sizeof message, "%s", mine ? mt_last_error() : "");
+    int *failed = calloc((size_t)n, sizeof *failed);
+    if (!failed)
+        return mt_fail(MT_ENOMEM, "step %d: out of memory", step);
+    failed[tr->rank] = mine != MT_OK;
+    mt_status status = mt_comm_allreduce(tr->world, failed, failed, (size_t)n, MT_I32, MT_MAX);
+    char ranks[256] = "";
+    size_t used = 0;
+    int count = 0;
+    for (int r = 0; status == MT_OK && r < n; r++)
+        if (failed[r] && used + 16 < sizeof ranks)
+            used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", count++ ? ", " : "", r);
+    free(failed);
+    if (mine)
+        return mt_fail(mine, "%s", message);
+    if (status)
+        return mt_fail_context(status, "step %d: agreeing on the replica check", step);
+    if (count)
+        return mt_fail(MT_EPEER, "step %d: the replica check failed on rank%s %s (see %s "
+                                 "message); stopping", step, count > 1 ? "s" : "", ranks,
+                       count > 1 ? "their" : "its");
+    return MT_OK;
 }
 
 mt_status trainer_step(trainer *tr, int step, step_record *record)
@@ -147,7 +185,10 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         return status;
     if (fault_now(tr, FAULT_SKEW, step) && tr->gpt.unit_param[0])
         tr->gpt.unit_param[0][0] += 1e-3f;
+    int lnf = mt_gpt_find_param(&tr->gpt, "lnf.weight");
+    if (fault_now(tr, FAULT_SKEW_NORM, step) && tr->gpt.unit_param[tr->gpt.params[lnf].unit])
+        mt_gpt_param_data(&tr->gpt, lnf)[0] += 1e-3f;
     if (cfg->check_every > 0 && step % cfg->check_every == 0)
-        status = mt_dp_model_check_replicas(tr->model, step);
+        status = agree_on_check(tr, step, mt_dp_model_check_replicas(tr->model, step));
     return status;
 }

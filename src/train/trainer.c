@@ -205,7 +205,7 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                      "vocab %d; %d threads; dp %d, zero %d, tp %d, sp %s\n",
                 mt_gpt_global_numel(&tr.gpt), cfg->layers, cfg->heads, cfg->width,
                 cfg->context, cfg->vocab, mt_train_threads(cfg), tr.dp_size, cfg->zero,
-                tr.tp_size, cfg->sp && tr.tp_size > 1 ? "on" : "off");
+                tr.tp_size, trainer_sequence_parallel(&tr) ? "on" : "off");
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK)

@@ -11,9 +11,12 @@
 #include "progress.h"
 
 /* A fault a test asks for through MT_INJECT_FAULT=KIND@RANK:STEP (world rank, step): nan_loss
- * (that rank's loss becomes NaN), nan_grad (its gradients do) or skew (one of its parameters
- * moves after the update, as a silent corruption would). */
-typedef enum fault_kind { FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW } fault_kind;
+ * (that rank's loss becomes NaN), nan_grad (its gradients do), skew (one of its parameters
+ * moves after the update, as a silent corruption would) or skew_norm (the same for the final
+ * norm's weight, which every tensor-parallel rank holds whole). */
+typedef enum fault_kind {
+    FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM
+} fault_kind;
 typedef struct fault {
     fault_kind kind;
     int rank, step;
@@ -48,6 +51,12 @@ typedef struct trainer {
 
 /* Per rank: the ledger's bytes of each kind, its total at peak, resident now and at peak. */
 enum { MEMORY_COLUMNS = MT_MEMORY_KINDS + 3 };
+
+/* Whether the model runs sequence parallelism (asked for, and split over tp > 1). */
+static inline int trainer_sequence_parallel(const trainer *tr)
+{
+    return tr->gpt.tp.size > 1 && tr->gpt.tp.sequence_parallel;
+}
 
 /* train_step.c */
 /* Reads MT_INJECT_FAULT; a malformed value is an error naming it. */

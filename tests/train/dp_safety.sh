@@ -35,6 +35,19 @@ expect() {
   fi
 }
 
+# also NAME PHRASE RANKS: the previous run's output must also hold PHRASE for RANKS.
+also() {
+  local name=$1 phrase=$2 problem=""
+  for r in $3; do
+    grep -F "[$r] " "$scratch/out" | grep -qF "$phrase" || problem="$problem; rank $r does not say '$phrase'"
+  done
+  if [ -n "$problem" ]; then
+    echo "FAIL $name: $problem"; cat "$scratch/out"; failed=1
+  else
+    echo "ok   $name"
+  fi
+}
+
 expect "NaN loss on rank 1 of 2 (DDP)" nan_loss@1:3 \
   "step 3: the loss is NaN on rank 1 (data-parallel 1, tensor-parallel 0);" "0 1" -- --nproc 2 --zero 0
 expect "NaN gradient on rank 2 of 3 (ZeRO-2)" nan_grad@2:4 \
@@ -54,6 +67,10 @@ expect "NaN gradient on tensor-parallel rank 1 of dp 2 x tp 2" nan_grad@3:3 \
   -- --nproc 4 --tp 2 --zero 1
 expect "drifted tensor-parallel shard (dp 2 x tp 2)" skew@3:4 \
   "step 4: the parameters of data-parallel replica 1 differ" "1 3" -- --nproc 4 --tp 2 --check_every 2
+also "ranks that compared other shards stop too" "step 4: the replica check failed on ranks 1, 3" "0 2"
+expect "drifted replicated norm on tensor-parallel rank 1 (tp 2)" skew_norm@1:4 \
+  "step 4: the replicated tensors (norms, positions, output biases) of tensor-parallel rank 1 differ" \
+  "0 1" -- --nproc 2 --tp 2 --check_every 2
 expect "tp that does not divide the heads" "" "tp 3 does not divide the 2 attention heads" - \
   -- --nproc 3 --tp 3
 expect "sequence parallelism with a context tp does not divide" "" \
