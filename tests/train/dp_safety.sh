@@ -25,26 +25,26 @@ expect() {
   ! grep -qE 'Sanitizer|runtime error:' "$scratch/out" || problem="$problem; a sanitizer report"
   [ "$ranks" != - ] || grep -qF "$phrase" "$scratch/out" || problem="$problem; no '$phrase'"
   [ "$ranks" != - ] || ranks=""
-  for r in $ranks; do
-    grep -F "[$r] " "$scratch/out" | grep -qF "$phrase" || problem="$problem; rank $r does not say '$phrase'"
-  done
-  if [ -n "$problem" ]; then
-    echo "FAIL $name: $problem"; cat "$scratch/out"; failed=1
-  else
-    echo "ok   $name"
-  fi
+  report "$name" "$problem$(missing "$phrase" "$ranks")"
 }
 
 # also NAME PHRASE RANKS: the previous run's output must also hold PHRASE for RANKS.
 also() {
-  local name=$1 phrase=$2 problem=""
-  for r in $3; do
-    grep -F "[$r] " "$scratch/out" | grep -qF "$phrase" || problem="$problem; rank $r does not say '$phrase'"
+  report "$1" "$(missing "$2" "$3")"
+}
+
+# missing PHRASE RANKS: "; rank r does not say ..." for each of RANKS whose lines lack PHRASE.
+missing() {
+  for r in $2; do
+    grep -F "[$r] " "$scratch/out" | grep -qF "$1" || printf "; rank %s does not say '%s'" "$r" "$1"
   done
-  if [ -n "$problem" ]; then
-    echo "FAIL $name: $problem"; cat "$scratch/out"; failed=1
+}
+
+report() {
+  if [ -n "$2" ]; then
+    echo "FAIL $1: $2"; cat "$scratch/out"; failed=1
   else
-    echo "ok   $name"
+    echo "ok   $1"
   fi
 }
 
