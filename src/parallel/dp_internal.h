@@ -80,6 +80,18 @@ static inline size_t dp_slice_index(const mt_dp_model *m, int unit, size_t at)
 {
     return m->slices[unit].local + (at - m->slices[unit].first);
 }
+/* Where element `at` of a unit (inside this rank's slice) is among this rank's parameters and
+ * gradients: in the full arenas when the zero stage keeps them, else in the slice arenas. */
+static inline float *dp_param_at(const mt_dp_model *m, int unit, size_t at)
+{
+    return m->full_param ? m->full_param + m->gpt->units[unit].offset + at
+                         : m->slice_param + dp_slice_index(m, unit, at);
+}
+static inline float *dp_grad_at(const mt_dp_model *m, int unit, size_t at)
+{
+    return m->full_grad ? m->full_grad + m->gpt->units[unit].offset + at
+                        : m->slice_grad + dp_slice_index(m, unit, at);
+}
 /* The all-gather of a unit's slices into `out` (the whole unit); started, or done at once for a
  * single replica (*work NULL). */
 mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *out, mt_work **work);

@@ -228,7 +228,7 @@ static void init_params(mt_dp_model *m, uint64_t seed)
         const mt_param_info *p = &gpt->params[i];
         size_t lo, hi, start = p->offset - gpt->units[p->unit].offset;
         if (dp_owned_range(m, i, &lo, &hi))
-            mt_param_init_slice(p, seed, lo - start, hi - lo, m->slice_param + dp_slice_index(m, p->unit, lo));
+            mt_param_init_slice(p, seed, lo - start, hi - lo, dp_param_at(m, p->unit, lo));
     }
 }
 

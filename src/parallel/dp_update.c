@@ -49,9 +49,7 @@ mt_status mt_dp_model_grad_norm(mt_dp_model *m, double *norm)
         size_t lo, hi;
         if ((p->shard.split_dim < 0 && gpt->tp.rank != 0) || !dp_owned_range(m, i, &lo, &hi))
             continue;
-        const float *g = m->full_grad ? m->full_grad + gpt->units[p->unit].offset + lo
-                                      : m->slice_grad + dp_slice_index(m, p->unit, lo);
-        sum += mt_sum_squares(g, (long)(hi - lo));
+        sum += mt_sum_squares(dp_grad_at(m, p->unit, lo), (long)(hi - lo));
     }
     mt_status status = sum_across(m, m->zero > 0 ? m->group : NULL, &sum, "data-parallel");
     if (status == MT_OK)
@@ -66,13 +64,11 @@ static void adamw_slices(mt_dp_model *m, const mt_adamw_hyper *hyper)
     const mt_gpt *gpt = m->gpt;
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
-        const mt_unit *unit = &gpt->units[p->unit];
         size_t lo, hi;
         if (!dp_owned_range(m, i, &lo, &hi))
             continue;
         size_t at = dp_slice_index(m, p->unit, lo);
-        float *param = m->full_param ? m->full_param + unit->offset + lo : m->slice_param + at;
-        float *grad = m->full_grad ? m->full_grad + unit->offset + lo : m->slice_grad + at;
+        float *param = dp_param_at(m, p->unit, lo), *grad = dp_grad_at(m, p->unit, lo);
         mt_adamw_hyper h = *hyper;
         if (!p->decay)
             h.weight_decay = 0;
@@ -149,9 +145,7 @@ static uint64_t replicated_checksum(const mt_dp_model *m)
         size_t lo, hi;
         if (p->shard.split_dim >= 0 || !dp_owned_range(m, i, &lo, &hi))
             continue;
-        const float *data = m->full_param ? m->full_param + gpt->units[p->unit].offset + lo
-                                          : m->slice_param + dp_slice_index(m, p->unit, lo);
-        sum = mt_checksum64(data, (hi - lo) * sizeof(float), sum);
+        sum = mt_checksum64(dp_param_at(m, p->unit, lo), (hi - lo) * sizeof(float), sum);
     }
     return sum;
 }

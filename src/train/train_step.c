@@ -185,9 +185,11 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         return status;
     if (fault_now(tr, FAULT_SKEW, step) && tr->gpt.unit_param[0])
         tr->gpt.unit_param[0][0] += 1e-3f;
-    int lnf = mt_gpt_find_param(&tr->gpt, "lnf.weight");
-    if (fault_now(tr, FAULT_SKEW_NORM, step) && tr->gpt.unit_param[tr->gpt.params[lnf].unit])
-        mt_gpt_param_data(&tr->gpt, lnf)[0] += 1e-3f;
+    if (fault_now(tr, FAULT_SKEW_NORM, step)) {
+        int lnf = mt_gpt_find_param(&tr->gpt, "lnf.weight");
+        if (tr->gpt.unit_param[tr->gpt.params[lnf].unit])
+            mt_gpt_param_data(&tr->gpt, lnf)[0] += 1e-3f;
+    }
     if (cfg->check_every > 0 && step % cfg->check_every == 0)
         status = agree_on_check(tr, step, mt_dp_model_check_replicas(tr->model, step));
     return status;
