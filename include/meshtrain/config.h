@@ -24,6 +24,10 @@ typedef struct mt_config {
     int nproc, dp, tp, pp;
     int sp;            /* sequence parallelism inside the tensor-parallel group */
     int zero;          /* ZeRO stage 0-3 over the data-parallel group */
+    char schedule[MT_TEXT_MAX]; /* pipeline schedule: gpipe, 1f1b or interleaved */
+    int chunks;        /* model chunks per pipeline stage (interleaved) */
+    char balance[MT_TEXT_MAX];  /* layers per stage: even, or cost (measured) */
+    char trace[MT_PATH_MAX]; /* each rank's Chrome trace (empty: none) */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */
     int save_model;    /* write OUT/model.safetensors at the end */

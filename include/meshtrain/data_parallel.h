@@ -33,6 +33,11 @@ typedef struct mt_dp_options {
     mt_memory_ledger *ledger; /* counts every state byte (may be NULL) */
     mt_comm *tensor_group;    /* the model's tensor-parallel group when split (else NULL):
                                * the gradient norm also sums across it */
+    mt_comm *pipeline_group;  /* the stages of this replica when the model is cut into stages
+                               * (else NULL): the norm sums across it too; zero 0 or 1 only */
+    mt_comm *embedding_group; /* first and last stage, which share the tied embeddings (else
+                               * NULL): their gradients are summed across it, and the copies
+                               * compared by the replica check */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
@@ -51,7 +56,14 @@ void mt_dp_model_destroy(mt_dp_model *model);
  * clears the gradients; DDP and ZeRO-1 synchronise only during the last one's backward. */
 void mt_dp_model_begin_micro(mt_dp_model *model, int micro, int micro_count);
 
-/* After the last micro-batch's backward: waits until every gradient is reduced and in place.
+/* Before a pass of a stage's chunk in a pipeline schedule, where one chunk's last backward
+ * is not the step's last: whether this backward is the chunk's last of the step (gradients
+ * then start their sync as its units finish). The step's first pass still calls
+ * mt_dp_model_begin_micro(model, 0, micro_count) to clear the gradients. */
+void mt_dp_model_set_last_backward(mt_dp_model *model, int last);
+
+/* After the last micro-batch's backward: waits until every gradient is reduced and in place,
+ * and sums the tied embeddings' gradients across the embedding group.
  * *local_sum_squares is the sum of squares of the gradients this rank computed, before any
  * reduction mixed them with its peers' (a NaN there says where a NaN started). */
 mt_status mt_dp_model_finish_gradients(mt_dp_model *model, double *local_sum_squares);

@@ -52,6 +52,26 @@ typedef struct mt_gpt mt_gpt;
 
 typedef enum mt_gpt_pass { MT_GPT_FORWARD, MT_GPT_BACKWARD } mt_gpt_pass;
 
+/* What a pipeline stage runs: its model chunks (contiguous layer ranges; interleaved schedules
+ * give a stage several), and for each chunk how many micro-batches' activations it keeps at
+ * once (slots). A chunk that starts at layer 0 also runs the embeddings, one that ends at the
+ * last layer the final norm, the tied LM head and the loss. */
+enum { MT_GPT_MAX_CHUNKS = 8 };
+typedef struct mt_gpt_stage {
+    int chunks;
+    int first_layer[MT_GPT_MAX_CHUNKS], layer_count[MT_GPT_MAX_CHUNKS];
+    int slots[MT_GPT_MAX_CHUNKS];
+} mt_gpt_stage;
+
+/* Whether this rank holds a unit's state. The last pipeline stage holds a copy of the
+ * embeddings for the tied LM head: its gradients are summed with the first stage's, and it is
+ * counted once (on the first stage) in the gradient norm and in what is saved. */
+typedef enum mt_unit_holding {
+    MT_UNIT_ABSENT,    /* another stage's */
+    MT_UNIT_OWNED,
+    MT_UNIT_TIED_COPY, /* the embeddings on a last stage that does not also run layer 0 */
+} mt_unit_holding;
+
 /* Megatron-style tensor parallelism: how the model is split across a tensor-parallel group,
  * and the group's collectives, supplied by whoever owns the group (the model knows nothing of
  * communicators). Each rank holds whole heads: a column-parallel QKV and MLP up-projection, a
@@ -90,7 +110,12 @@ struct mt_gpt {
     int param_count;
     mt_unit *units;      /* units[0] embeddings, units[1..layers] blocks, units[layers+1] lnf */
     int unit_count;
-    size_t numel;        /* parameters in the model */
+    size_t numel;        /* parameters this rank holds: its units' local elements. Held units
+                          * come first in the state (offsets below numel); the others' offsets
+                          * lie beyond it and address nothing. */
+    mt_unit_holding *holding; /* [unit_count] */
+    mt_gpt_stage stage;  /* the whole model: one chunk of every layer, one slot */
+    int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
      * units[u].offset), its gradient likewise in unit_grad[u]. mt_gpt_create points them
      * into its own whole-model arenas; a sharded owner moves them as units come and go. */
@@ -131,7 +156,14 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
                                   mt_memory_ledger *ledger);
 void mt_gpt_destroy(mt_gpt *gpt);
 
-/* Sets every parameter from (seed, parameter name, element index): layout-invariant. */
+/* The same for one pipeline stage (`stage` NULL: the whole model): the table still names every
+ * tensor of the model, but only the units the stage runs are held, and the activation arena
+ * holds each chunk's slots. Errors name what is wrong with the stage. */
+mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
+                              const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
+                              int max_sequences, mt_memory_ledger *ledger);
+
+/* Sets every held parameter from (seed, parameter name, element index): layout-invariant. */
 void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed);
 
 /* Writes `count` local elements of a parameter starting at local element `first`, exactly as
@@ -183,6 +215,29 @@ mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss);
 mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale);
 mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer);
 mt_status mt_gpt_embed_backward(mt_gpt *gpt);
+
+/* Pipeline stages run their chunks one micro-batch at a time, each in a slot of activations
+ * kept from its forward to its backward. mt_gpt_use_slot selects the slot every later call
+ * works on; mt_gpt_begin_micro starts a micro-batch in it (checks and sets the geometry, copies
+ * the tokens when the chunk runs the embeddings and the targets when it runs the loss; either
+ * may be NULL otherwise); mt_gpt_chunk_forward and _backward run the chunk's units. Between
+ * stages travel the chunk's input (mt_gpt_chunk_input: filled by a receive, unless the chunk
+ * starts with the embeddings), its output (the last block's), and the gradient of the residual
+ * stream (mt_gpt_chunk_grad: received before a backward unless the chunk ends with the loss,
+ * and after it, the gradient of the input, to send back). Each is mt_gpt_chunk_values floats. */
+mt_status mt_gpt_use_slot(mt_gpt *gpt, int chunk, int slot);
+mt_status mt_gpt_begin_micro(mt_gpt *gpt, const int32_t *tokens, const int32_t *targets, int b,
+                             int t);
+mt_status mt_gpt_chunk_forward(mt_gpt *gpt, float *loss);
+mt_status mt_gpt_chunk_backward(mt_gpt *gpt, float loss_scale);
+float *mt_gpt_chunk_input(mt_gpt *gpt);
+const float *mt_gpt_chunk_output(const mt_gpt *gpt);
+float *mt_gpt_chunk_grad(mt_gpt *gpt);
+size_t mt_gpt_chunk_values(const mt_gpt *gpt);
+/* Whether the current chunk starts at layer 0 (runs the embeddings) or ends at the last layer
+ * (runs the head and the loss). */
+int mt_gpt_chunk_is_first(const mt_gpt *gpt);
+int mt_gpt_chunk_is_last(const mt_gpt *gpt);
 
 /* Unit indices: the embeddings, block `layer`, the final norm. */
 static inline int mt_gpt_embed_unit(void) { return 0; }

@@ -16,7 +16,8 @@ static const char USAGE[] =
     "  launch  start a job's workers on this node (meshtrain launch --help)\n"
     "  check   check that a job's ranks and mesh groups communicate correctly\n"
     "  data    write a token corpus folder (meshtrain data --help)\n"
-    "  bench   measure the machine's ceilings (meshtrain bench --help)\n";
+    "  bench   measure the machine's ceilings (meshtrain bench --help)\n"
+    "  trace   merge the ranks' timeline files into one (meshtrain trace --help)\n";
 
 int cli_is_help(const char *arg)
 {
@@ -71,6 +72,8 @@ int main(int argc, char **argv)
         return cli_data(argc - 2, argv + 2);
     if (strcmp(command, "bench") == 0)
         return cli_bench(argc - 2, argv + 2);
+    if (strcmp(command, "trace") == 0)
+        return cli_trace(argc - 2, argv + 2);
     fprintf(stderr, "meshtrain: unknown command '%s'\n\n%s", command, USAGE);
     return 2;
 }

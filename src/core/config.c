@@ -46,7 +46,15 @@ static const config_key KEYS[] = {
     {"dp", KEY_INT, FIELD(dp), "0", 0, 1 << 20,
      "data-parallel replicas (0: the world size / (tp * pp))"},
     {"tp", KEY_INT, FIELD(tp), "1", 1, 4096, "tensor-parallel ranks per layer (must divide heads)"},
-    {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (layers split evenly, extras first)"},
+    {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (the layers cut into pp runs; see balance, schedule)"},
+    {"schedule", KEY_TEXT, FIELD(schedule), "1f1b", 0, 0,
+     "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved"},
+    {"chunks", KEY_INT, FIELD(chunks), "1", 1, 8,
+     "model chunks per pipeline stage (interleaved schedule; layers >= pp x chunks)"},
+    {"balance", KEY_TEXT, FIELD(balance), "even", 0, 0,
+     "layers per pipeline stage: even, or cost (balanced by each layer's measured time)"},
+    {"trace", KEY_PATH, FIELD(trace), "", 0, 0,
+     "write each rank's Chrome trace to FILE with .rank<R> before .json (empty: none)"},
     {"sp", KEY_SWITCH, FIELD(sp), "off", 0, 1,
      "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,
@@ -156,7 +164,8 @@ mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, con
         if (strlen(value) >= capacity)
             return mt_fail(MT_EINVAL, "config key '%s' (%s): value longer than %zu bytes",
                            key->name, where, capacity - 1);
-        if (key->type == KEY_PATH && value[0] == '\0')
+        /* a path whose default is empty (trace) is optional: empty means none */
+        if (key->type == KEY_PATH && value[0] == '\0' && key->default_value[0] != '\0')
             return mt_fail(MT_EINVAL, "config key '%s' (%s): empty path", key->name, where);
         strcpy(field, value);
         return MT_OK;
@@ -312,6 +321,16 @@ mt_status mt_config_validate(const mt_config *c)
                        "config keys 'batch' and 'microbatches': batch %d is not a multiple of "
                        "microbatches %d",
                        c->batch, c->microbatches);
+    if (strcmp(c->schedule, "gpipe") && strcmp(c->schedule, "1f1b") &&
+        strcmp(c->schedule, "interleaved"))
+        return mt_fail(MT_EINVAL, "config key 'schedule': '%s' is not a pipeline schedule (gpipe, "
+                                  "1f1b, interleaved)", c->schedule);
+    if (c->chunks > 1 && strcmp(c->schedule, "interleaved"))
+        return mt_fail(MT_EINVAL, "config keys 'chunks' and 'schedule': %d model chunks per stage "
+                                  "need the interleaved schedule, not %s", c->chunks, c->schedule);
+    if (strcmp(c->balance, "even") && strcmp(c->balance, "cost"))
+        return mt_fail(MT_EINVAL, "config key 'balance': '%s' is neither even nor cost",
+                       c->balance);
     if (c->min_lr > c->lr)
         return mt_fail(MT_EINVAL, "config keys 'min_lr' and 'lr': min_lr %g exceeds lr %g", c->min_lr,
                        c->lr);

@@ -41,15 +41,73 @@ static mt_status tp_check(const mt_gpt_shape *s, const mt_gpt_tensor_parallel *t
     return MT_OK;
 }
 
-mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
-                                  const mt_gpt_tensor_parallel *tp, int max_sequences,
-                                  mt_memory_ledger *ledger)
+/* Chunks in layer order, disjoint, each with layers and slots. */
+static mt_status stage_check(const mt_gpt_shape *s, const mt_gpt_stage *st)
+{
+    if (st->chunks < 1 || st->chunks > MT_GPT_MAX_CHUNKS)
+        return mt_fail(MT_EINVAL, "a pipeline stage holds 1 to %d model chunks, not %d",
+                       MT_GPT_MAX_CHUNKS, st->chunks);
+    int next = 0;
+    for (int c = 0; c < st->chunks; c++) {
+        int first = st->first_layer[c], count = st->layer_count[c];
+        if (first < next || count < 1 || first + count > s->layers || st->slots[c] < 1)
+            return mt_fail(MT_EINVAL, "pipeline stage chunk %d (layers %d to %d, %d slots) is not "
+                                      "a run of the model's %d layers after the previous chunk, "
+                                      "with at least one slot", c, first, first + count - 1,
+                           st->slots[c], s->layers);
+        next = first + count;
+    }
+    return MT_OK;
+}
+
+static int stage_runs_layer(const mt_gpt_stage *st, int layer)
+{
+    for (int c = 0; c < st->chunks; c++)
+        if (layer >= st->first_layer[c] && layer < st->first_layer[c] + st->layer_count[c])
+            return 1;
+    return 0;
+}
+
+/* Which units the stage holds, and their state laid out first: a held unit's offsets stay
+ * below numel, the others' lie beyond (tensors keep one table entry everywhere). */
+static void hold_units(mt_gpt *gpt)
+{
+    const mt_gpt_stage *st = &gpt->stage;
+    int layers = gpt->shape.layers, runs_first = stage_runs_layer(st, 0);
+    int runs_last = stage_runs_layer(st, layers - 1);
+    gpt->holding[mt_gpt_embed_unit()] = runs_first ? MT_UNIT_OWNED
+                                        : runs_last ? MT_UNIT_TIED_COPY : MT_UNIT_ABSENT;
+    for (int l = 0; l < layers; l++)
+        gpt->holding[mt_gpt_block_unit(l)] = stage_runs_layer(st, l) ? MT_UNIT_OWNED
+                                                                    : MT_UNIT_ABSENT;
+    gpt->holding[mt_gpt_final_unit(gpt)] = runs_last ? MT_UNIT_OWNED : MT_UNIT_ABSENT;
+    size_t held = 0, absent = 0;
+    for (int u = 0; u < gpt->unit_count; u++)
+        held += gpt->holding[u] != MT_UNIT_ABSENT ? gpt->units[u].numel : 0;
+    for (int u = 0; u < gpt->unit_count; u++) {
+        mt_unit *unit = &gpt->units[u];
+        size_t *at = gpt->holding[u] != MT_UNIT_ABSENT ? &gpt->numel : &absent;
+        size_t offset = gpt->holding[u] != MT_UNIT_ABSENT ? *at : held + *at;
+        for (int i = unit->first_param; i < unit->first_param + unit->param_count; i++)
+            gpt->params[i].offset = gpt->params[i].offset - unit->offset + offset;
+        unit->offset = offset;
+        *at += unit->numel;
+    }
+}
+
+mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
+                              const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
+                              int max_sequences, mt_memory_ledger *ledger)
 {
     memset(gpt, 0, sizeof *gpt);
     mt_status status = mt_gpt_shape_check(shape);
     gpt->tp = tp ? *tp : (mt_gpt_tensor_parallel){.size = 1};
+    gpt->stage = stage ? *stage
+                       : (mt_gpt_stage){.chunks = 1, .layer_count = {shape->layers}, .slots = {1}};
     if (status == MT_OK)
         status = tp_check(shape, &gpt->tp);
+    if (status == MT_OK)
+        status = stage_check(shape, &gpt->stage);
     if (status)
         return status;
     if (max_sequences < 1)
@@ -59,17 +117,27 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
     size_t units = 2 + (size_t)shape->layers;
     gpt->params = calloc(4 + 12 * (size_t)shape->layers, sizeof *gpt->params);
     gpt->units = calloc(units, sizeof *gpt->units);
+    gpt->holding = calloc(units, sizeof *gpt->holding);
     gpt->unit_param = calloc(units, sizeof *gpt->unit_param);
     gpt->unit_grad = calloc(units, sizeof *gpt->unit_grad);
     gpt->tp_counts = calloc((size_t)gpt->tp.size, sizeof *gpt->tp_counts);
-    if (!gpt->params || !gpt->units || !gpt->unit_param || !gpt->unit_grad || !gpt->tp_counts) {
+    if (!gpt->params || !gpt->units || !gpt->holding || !gpt->unit_param || !gpt->unit_grad ||
+        !gpt->tp_counts) {
         mt_gpt_destroy(gpt);
         return mt_fail(MT_ENOMEM, "cannot allocate the parameter table");
     }
-    gpt->numel = gpt_build_table(gpt);
+    gpt_build_table(gpt); /* every tensor, laid out in order; hold_units lays them out again */
+    hold_units(gpt);
     if ((status = gpt_activations_create(gpt, ledger)) != MT_OK)
         mt_gpt_destroy(gpt);
     return status;
+}
+
+mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
+                                  const mt_gpt_tensor_parallel *tp, int max_sequences,
+                                  mt_memory_ledger *ledger)
+{
+    return mt_gpt_create_stage(gpt, shape, tp, NULL, max_sequences, ledger);
 }
 
 mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
@@ -91,6 +159,8 @@ mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
         *bases[i] = mt_arena_at(&gpt->state[i], 0);
     }
     for (int u = 0; u < gpt->unit_count; u++) {
+        if (gpt->holding[u] == MT_UNIT_ABSENT)
+            continue;
         gpt->unit_param[u] = gpt->param + gpt->units[u].offset;
         gpt->unit_grad[u] = gpt->grad + gpt->units[u].offset;
     }
@@ -107,11 +177,10 @@ void mt_gpt_destroy(mt_gpt *gpt)
     for (int i = 0; i < 4; i++)
         mt_arena_free(&gpt->state[i]);
     mt_arena_free(&gpt->activation_arena);
-    if (gpt->acts)
-        free(gpt->acts->blocks);
-    free(gpt->acts);
+    gpt_activations_destroy(gpt);
     free(gpt->params);
     free(gpt->units);
+    free(gpt->holding);
     free(gpt->unit_param);
     free(gpt->unit_grad);
     free(gpt->tp_counts);
@@ -152,9 +221,11 @@ mt_status mt_gpt_embed_forward(mt_gpt *gpt)
     return status ? status : leave(gpt, unit, MT_GPT_FORWARD);
 }
 
+/* The current chunk's first block reads the chunk's input; the others the block before. */
 static const float *block_input(const mt_gpt *gpt, int layer)
 {
-    return layer == 0 ? gpt->acts->encoded : gpt->acts->blocks[layer - 1].res3;
+    return layer == gpt->stage.first_layer[gpt->chunk] ? gpt->acts->encoded
+                                                         : gpt->acts->blocks[layer - 1].res3;
 }
 
 /* Under tensor parallelism, the norms and residuals run on this rank's rows (all of them
@@ -219,30 +290,118 @@ mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss)
     return status ? status : leave(gpt, unit, MT_GPT_FORWARD);
 }
 
-mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targets, int b, int t,
-                         float *loss)
+/* ---- chunks and slots ---- */
+
+mt_status mt_gpt_use_slot(mt_gpt *gpt, int chunk, int slot)
+{
+    if (chunk < 0 || chunk >= gpt->stage.chunks || slot < 0 || slot >= gpt->stage.slots[chunk])
+        return mt_fail(MT_EINVAL, "activation slot %d of chunk %d: the stage has %d chunks", slot,
+                       chunk, gpt->stage.chunks);
+    gpt_activations_select(gpt, chunk, slot);
+    return MT_OK;
+}
+
+int mt_gpt_chunk_is_first(const mt_gpt *gpt) { return gpt->stage.first_layer[gpt->chunk] == 0; }
+
+int mt_gpt_chunk_is_last(const mt_gpt *gpt)
+{
+    return gpt->stage.first_layer[gpt->chunk] + gpt->stage.layer_count[gpt->chunk] ==
+           gpt->shape.layers;
+}
+
+static mt_status check_tokens(const mt_gpt *gpt, const int32_t *ids, size_t n, const char *what)
+{
+    for (size_t i = 0; ids && i < n; i++)
+        if (ids[i] < 0 || ids[i] >= gpt->shape.vocab)
+            return mt_fail(MT_EINVAL, "%s %d at position %zu is outside the vocabulary of %d", what,
+                           ids[i], i, gpt->shape.vocab);
+    return MT_OK;
+}
+
+mt_status mt_gpt_begin_micro(mt_gpt *gpt, const int32_t *tokens, const int32_t *targets, int b,
+                             int t)
 {
     const mt_gpt_shape *s = &gpt->shape;
     if (b < 1 || b > gpt->max_sequences || t < 1 || t > s->context)
         return mt_fail(MT_EINVAL, "forward of %d x %d tokens exceeds the planned %d x %d", b, t,
                        gpt->max_sequences, s->context);
+    if (mt_gpt_chunk_is_first(gpt) && !tokens)
+        return mt_fail(MT_EINVAL, "the chunk that runs the embeddings needs the tokens");
     size_t n = (size_t)b * t;
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= s->vocab || (targets && (targets[i] < 0 || targets[i] >= s->vocab)))
-            return mt_fail(MT_EINVAL, "token %d at position %zu is outside the vocabulary of %d",
-                           tokens[i] < 0 || tokens[i] >= s->vocab ? tokens[i] : targets[i], i,
-                           s->vocab);
+    mt_status status = check_tokens(gpt, mt_gpt_chunk_is_first(gpt) ? tokens : NULL, n, "token");
+    if (status == MT_OK)
+        status = check_tokens(gpt, mt_gpt_chunk_is_last(gpt) ? targets : NULL, n, "target");
+    if (status)
+        return status;
     gpt->b = b;
     gpt->t = t;
-    gpt->has_targets = targets != NULL;
+    /* A chunk without the loss trains on the gradient it receives: its backward needs no
+     * targets, only its forward's activations. */
+    gpt->has_targets = mt_gpt_chunk_is_last(gpt) ? targets != NULL : 1;
     gpt_tp_choose_rows(gpt, b * t);
-    memcpy(gpt->acts->tokens, tokens, n * sizeof *tokens);
-    if (targets)
+    if (mt_gpt_chunk_is_first(gpt))
+        memcpy(gpt->acts->tokens, tokens, n * sizeof *tokens);
+    if (mt_gpt_chunk_is_last(gpt) && targets)
         memcpy(gpt->acts->targets, targets, n * sizeof *targets);
-    mt_status status = mt_gpt_embed_forward(gpt);
-    for (int layer = 0; status == MT_OK && layer < s->layers; layer++)
+    return MT_OK;
+}
+
+mt_status mt_gpt_chunk_forward(mt_gpt *gpt, float *loss)
+{
+    int first = gpt->stage.first_layer[gpt->chunk], count = gpt->stage.layer_count[gpt->chunk];
+    mt_status status = mt_gpt_chunk_is_first(gpt) ? mt_gpt_embed_forward(gpt) : MT_OK;
+    for (int layer = first; status == MT_OK && layer < first + count; layer++)
         status = mt_gpt_block_forward(gpt, layer);
-    return status ? status : mt_gpt_head_forward(gpt, loss);
+    if (status == MT_OK && mt_gpt_chunk_is_last(gpt))
+        status = mt_gpt_head_forward(gpt, loss);
+    return status;
+}
+
+mt_status mt_gpt_chunk_backward(mt_gpt *gpt, float loss_scale)
+{
+    if (!gpt->has_targets)
+        return mt_fail(MT_EINVAL, "backward needs a forward with targets first");
+    int first = gpt->stage.first_layer[gpt->chunk], count = gpt->stage.layer_count[gpt->chunk];
+    mt_status status = mt_gpt_chunk_is_last(gpt) ? mt_gpt_head_backward(gpt, loss_scale) : MT_OK;
+    for (int layer = first + count - 1; status == MT_OK && layer >= first; layer--)
+        status = mt_gpt_block_backward(gpt, layer);
+    if (status == MT_OK && mt_gpt_chunk_is_first(gpt))
+        status = mt_gpt_embed_backward(gpt);
+    return status;
+}
+
+float *mt_gpt_chunk_input(mt_gpt *gpt) { return gpt->acts->encoded; }
+
+const float *mt_gpt_chunk_output(const mt_gpt *gpt)
+{
+    int last = gpt->stage.first_layer[gpt->chunk] + gpt->stage.layer_count[gpt->chunk] - 1;
+    return gpt->acts->blocks[last].res3;
+}
+
+float *mt_gpt_chunk_grad(mt_gpt *gpt) { return gpt->acts->dresidual; }
+
+size_t mt_gpt_chunk_values(const mt_gpt *gpt)
+{
+    return (size_t)gpt->rows_local * (size_t)gpt->shape.width;
+}
+
+/* ---- the whole model on one stage ---- */
+
+static mt_status check_whole(const mt_gpt *gpt)
+{
+    if (gpt->stage.chunks != 1 || !mt_gpt_chunk_is_first(gpt) || !mt_gpt_chunk_is_last(gpt))
+        return mt_fail(MT_EINVAL, "this model is one pipeline stage's part: run its chunks "
+                                  "with mt_gpt_chunk_forward and _backward");
+    return MT_OK;
+}
+
+mt_status mt_gpt_forward(mt_gpt *gpt, const int32_t *tokens, const int32_t *targets, int b, int t,
+                         float *loss)
+{
+    mt_status status = check_whole(gpt);
+    if (status == MT_OK)
+        status = mt_gpt_begin_micro(gpt, tokens, targets, b, t);
+    return status ? status : mt_gpt_chunk_forward(gpt, loss);
 }
 
 mt_status mt_gpt_logits(mt_gpt *gpt, int first_row, int rows, float *logits)
@@ -356,12 +515,8 @@ mt_status mt_gpt_embed_backward(mt_gpt *gpt)
 
 mt_status mt_gpt_backward(mt_gpt *gpt, float loss_scale)
 {
-    if (!gpt->has_targets)
-        return mt_fail(MT_EINVAL, "backward needs a forward with targets first");
-    mt_status status = mt_gpt_head_backward(gpt, loss_scale);
-    for (int layer = gpt->shape.layers - 1; status == MT_OK && layer >= 0; layer--)
-        status = mt_gpt_block_backward(gpt, layer);
-    return status ? status : mt_gpt_embed_backward(gpt);
+    mt_status status = check_whole(gpt);
+    return status ? status : mt_gpt_chunk_backward(gpt, loss_scale);
 }
 
 double mt_gpt_flops_per_token(const mt_gpt_shape *s)

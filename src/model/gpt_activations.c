@@ -1,14 +1,16 @@
 /* The activation arena: every buffer a forward and backward need, planned once for the
- * largest micro-batch, so no pass ever allocates. */
+ * largest micro-batch (and, on a pipeline stage, each chunk's slots), so no pass allocates. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpt_internal.h"
 
+/* Buffers are planned as offsets first and bound to addresses once the arena exists. */
 typedef struct planner {
     mt_arena *arena;
     size_t *offsets; /* offsets[i] for the i-th planned buffer */
     float ***targets;
-    int count;
+    int count, capacity;
 } planner;
 
 static void plan(planner *p, float **target, size_t floats)
@@ -18,62 +20,171 @@ static void plan(planner *p, float **target, size_t floats)
     p->count++;
 }
 
-mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
+/* Sizes of one micro-batch's buffers on this rank. */
+typedef struct geometry {
+    size_t n, local, c, c_tp, attention, vocab_local;
+    int sp;
+} geometry;
+
+static geometry geometry_of(const mt_gpt *gpt)
 {
     const mt_gpt_shape *s = &gpt->shape;
-    int tp = gpt->tp.size, sp = gpt->tp.sequence_parallel && tp > 1;
-    size_t n = (size_t)gpt->max_sequences * s->context, c = s->width, c_tp = c / (size_t)tp;
-    size_t local = sp ? (n + (size_t)tp - 1) / (size_t)tp : n; /* rows this rank keeps */
-    size_t attention = (size_t)gpt->max_sequences * (size_t)(s->heads / tp) * s->context *
-                       s->context;
-    mt_gpt_activations *a = calloc(1, sizeof *a);
-    gpt_block_acts *blocks = calloc((size_t)s->layers, sizeof *blocks);
-    int capacity = 24 + 14 * s->layers;
-    size_t *offsets = calloc((size_t)capacity, sizeof *offsets);
-    float ***targets = calloc((size_t)capacity, sizeof *targets);
-    if (!a || !blocks || !offsets || !targets) {
-        free(a), free(blocks), free(offsets), free(targets);
-        return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
+    int tp = gpt->tp.size;
+    geometry g = {.n = (size_t)gpt->max_sequences * s->context, .c = s->width,
+                  .sp = gpt->tp.sequence_parallel && tp > 1};
+    g.c_tp = g.c / (size_t)tp;
+    g.local = g.sp ? (g.n + (size_t)tp - 1) / (size_t)tp : g.n; /* rows this rank keeps */
+    g.attention = (size_t)gpt->max_sequences * (size_t)(s->heads / tp) * s->context * s->context;
+    g.vocab_local = (size_t)gpt->vocab_local;
+    return g;
+}
+
+static void plan_block(planner *p, gpt_block_acts *b, const geometry *g)
+{
+    size_t n = g->n, local = g->local, c = g->c, c_tp = g->c_tp;
+    plan(p, &b->ln1, local * c), plan(p, &b->ln1_mean, local), plan(p, &b->ln1_rstd, local);
+    plan(p, &b->qkv, 3 * n * c_tp), plan(p, &b->atty, n * c_tp);
+    plan(p, &b->probs, g->attention), plan(p, &b->res2, local * c);
+    plan(p, &b->ln2, local * c), plan(p, &b->ln2_mean, local), plan(p, &b->ln2_rstd, local);
+    plan(p, &b->fch, 4 * n * c_tp), plan(p, &b->fch_gelu, 4 * n * c_tp);
+    plan(p, &b->res3, local * c);
+}
+
+/* One slot of a chunk: its input, its blocks, the embeddings' tokens in the first chunk and the
+ * head's buffers in the last. */
+static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, const geometry *g)
+{
+    const mt_gpt_stage *st = &gpt->stage;
+    int first = st->first_layer[chunk] == 0;
+    int last = st->first_layer[chunk] + st->layer_count[chunk] == gpt->shape.layers;
+    size_t n = g->n, local = g->local, c = g->c;
+    if (first)
+        plan(p, (float **)&slot->tokens, n);
+    plan(p, &slot->input, local * c);
+    for (int l = 0; l < st->layer_count[chunk]; l++)
+        plan_block(p, &slot->blocks[l], g);
+    if (last) {
+        plan(p, (float **)&slot->targets, n);
+        plan(p, &slot->lnf, local * c), plan(p, &slot->lnf_mean, local);
+        plan(p, &slot->lnf_rstd, local);
+        if (g->sp)
+            plan(p, &slot->lnf_full, n * c);
+        plan(p, &slot->logits, n * g->vocab_local), plan(p, &slot->losses, n);
     }
-    a->blocks = blocks;
+    plan(p, &slot->dresidual, local * c);
+}
+
+/* The scratch that one pass at a time uses, shared by every slot. */
+static void plan_scratch(planner *p, const mt_gpt *gpt, const geometry *g)
+{
+    mt_gpt_activations *a = gpt->acts;
+    size_t n = g->n, c = g->c, c_tp = g->c_tp;
+    plan(p, &a->dln, n * c), plan(p, &a->datty, n * c_tp);
+    plan(p, &a->dqkv, 3 * n * c_tp), plan(p, &a->dfch, 4 * n * c_tp);
+    plan(p, &a->dprobs, g->attention);
+    if (g->sp) {
+        plan(p, &a->gathered, n * c);
+        plan(p, &a->partial, n * c), plan(p, &a->dnorm, 4 * c);
+    }
+    if (gpt->tp.size > 1) {
+        plan(p, &a->ce_stats, (size_t)gpt->tp.size * n * 3);
+        plan(p, &a->vocab_rows, (size_t)(gpt->tp.size + 1) * g->vocab_local);
+    }
+}
+
+static int slot_total(const mt_gpt_stage *st)
+{
+    int total = 0;
+    for (int c = 0; c < st->chunks; c++)
+        total += st->slots[c];
+    return total;
+}
+
+/* The slot tables: every slot's block array, and where each chunk's slots start. */
+static mt_status make_tables(mt_gpt *gpt, int *buffers)
+{
+    const mt_gpt_stage *st = &gpt->stage;
+    mt_gpt_activations *a = calloc(1, sizeof *a);
+    if (!a)
+        return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
     gpt->acts = a;
+    a->slots = calloc((size_t)slot_total(st), sizeof *a->slots);
+    a->first_slot = calloc((size_t)st->chunks, sizeof *a->first_slot);
+    a->blocks = calloc((size_t)gpt->shape.layers, sizeof *a->blocks);
+    if (!a->slots || !a->first_slot || !a->blocks)
+        return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
+    *buffers = 16;
+    for (int c = 0, at = 0; c < st->chunks; c++) {
+        a->first_slot[c] = at;
+        for (int k = 0; k < st->slots[c]; k++, at++) {
+            a->slots[at].blocks = calloc((size_t)st->layer_count[c], sizeof(gpt_block_acts));
+            if (!a->slots[at].blocks)
+                return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
+            *buffers += 12 + 13 * st->layer_count[c];
+        }
+    }
+    return MT_OK;
+}
+
+mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
+{
+    int capacity = 0;
+    mt_status status = make_tables(gpt, &capacity);
+    if (status)
+        return status;
+    planner p = {&gpt->activation_arena, calloc((size_t)capacity, sizeof(size_t)),
+                 calloc((size_t)capacity, sizeof(float **)), 0, capacity};
+    if (!p.offsets || !p.targets) {
+        free(p.offsets), free(p.targets);
+        return mt_fail(MT_ENOMEM, "cannot allocate the activation plan");
+    }
     gpt->activation_arena = (mt_arena){.name = "activations", .ledger = ledger,
                                        .kind = MT_MEMORY_ACTIVATIONS};
-    planner p = {&gpt->activation_arena, offsets, targets, 0};
+    geometry g = geometry_of(gpt);
+    for (int c = 0; c < gpt->stage.chunks; c++)
+        for (int k = 0; k < gpt->stage.slots[c]; k++)
+            plan_slot(&p, gpt, &gpt->acts->slots[gpt->acts->first_slot[c] + k], c, &g);
+    plan_scratch(&p, gpt, &g);
 
-    plan(&p, (float **)&a->tokens, n);
-    plan(&p, (float **)&a->targets, n);
-    plan(&p, &a->encoded, local * c);
-    for (int l = 0; l < s->layers; l++) {
-        gpt_block_acts *b = &blocks[l];
-        plan(&p, &b->ln1, local * c), plan(&p, &b->ln1_mean, local), plan(&p, &b->ln1_rstd, local);
-        plan(&p, &b->qkv, 3 * n * c_tp), plan(&p, &b->atty, n * c_tp);
-        plan(&p, &b->probs, attention), plan(&p, &b->res2, local * c);
-        plan(&p, &b->ln2, local * c), plan(&p, &b->ln2_mean, local), plan(&p, &b->ln2_rstd, local);
-        plan(&p, &b->fch, 4 * n * c_tp), plan(&p, &b->fch_gelu, 4 * n * c_tp);
-        plan(&p, &b->res3, local * c);
-    }
-    plan(&p, &a->lnf, local * c), plan(&p, &a->lnf_mean, local), plan(&p, &a->lnf_rstd, local);
-    plan(&p, &a->logits, n * (size_t)gpt->vocab_local), plan(&p, &a->losses, n);
-    plan(&p, &a->dresidual, local * c), plan(&p, &a->dln, n * c), plan(&p, &a->datty, n * c_tp);
-    plan(&p, &a->dqkv, 3 * n * c_tp), plan(&p, &a->dfch, 4 * n * c_tp);
-    plan(&p, &a->dprobs, attention);
-    if (sp) {
-        plan(&p, &a->lnf_full, n * c), plan(&p, &a->gathered, n * c);
-        plan(&p, &a->partial, n * c), plan(&p, &a->dnorm, 4 * c);
-    }
-    if (tp > 1) {
-        plan(&p, &a->ce_stats, (size_t)tp * n * 3);
-        plan(&p, &a->vocab_rows, (size_t)(tp + 1) * (size_t)gpt->vocab_local);
-    }
-
-    mt_status status = mt_arena_allocate(&gpt->activation_arena);
+    status = mt_arena_allocate(&gpt->activation_arena);
     if (status == MT_OK)
         for (int i = 0; i < p.count; i++)
             *p.targets[i] = mt_arena_at(&gpt->activation_arena, p.offsets[i]);
-    if (!sp)
-        a->lnf_full = a->lnf;
-    free(offsets);
-    free(targets);
+    free(p.offsets);
+    free(p.targets);
+    if (status == MT_OK)
+        gpt_activations_select(gpt, 0, 0);
     return status;
+}
+
+void gpt_activations_destroy(mt_gpt *gpt)
+{
+    mt_gpt_activations *a = gpt->acts;
+    if (!a)
+        return;
+    if (a->slots)
+        for (int i = 0; i < slot_total(&gpt->stage); i++)
+            free(a->slots[i].blocks);
+    free(a->slots);
+    free(a->first_slot);
+    free(a->blocks);
+    free(a);
+    gpt->acts = NULL;
+}
+
+void gpt_activations_select(mt_gpt *gpt, int chunk, int slot)
+{
+    mt_gpt_activations *a = gpt->acts;
+    const gpt_slot *s = &a->slots[a->first_slot[chunk] + slot];
+    int first = gpt->stage.first_layer[chunk];
+    a->tokens = s->tokens;
+    a->targets = s->targets;
+    a->encoded = s->input;
+    memcpy(a->blocks + first, s->blocks, sizeof *s->blocks * (size_t)gpt->stage.layer_count[chunk]);
+    a->lnf = s->lnf, a->lnf_mean = s->lnf_mean, a->lnf_rstd = s->lnf_rstd;
+    a->lnf_full = s->lnf_full ? s->lnf_full : s->lnf; /* one buffer without sequence parallelism */
+    a->logits = s->logits, a->losses = s->losses;
+    a->dresidual = s->dresidual;
+    gpt->chunk = chunk;
+    gpt->slot = slot;
 }

@@ -24,18 +24,32 @@ typedef struct gpt_block_acts {
     float *res3;                      /* [local, c]: the block's output */
 } gpt_block_acts;
 
-struct mt_gpt_activations {
+/* What one micro-batch keeps from a chunk's forward to its backward: a slot. The embeddings'
+ * and head's buffers exist only in chunks that run them (NULL elsewhere). */
+typedef struct gpt_slot {
     int32_t *tokens, *targets;        /* [n] */
-    float *encoded;                   /* [local, c]: embeddings, the first block's input */
-    gpt_block_acts *blocks;           /* [layers] */
+    float *input;                     /* [local, c]: the chunk's input (the embeddings' output
+                                       * in the first chunk, else received) */
+    gpt_block_acts *blocks;           /* [the chunk's layer count] */
+    float *lnf, *lnf_mean, *lnf_rstd, *lnf_full, *logits, *losses; /* as below */
+    float *dresidual;                 /* [local, c]: the residual stream's gradient */
+} gpt_slot;
+
+/* The buffers in use: the selected slot's, then the scratch every pass shares. */
+struct mt_gpt_activations {
+    gpt_slot *slots;                  /* [sum of the chunks' slots], chunk by chunk */
+    int *first_slot;                  /* [chunks]: where each chunk's slots start */
+    int32_t *tokens, *targets;        /* [n] */
+    float *encoded;                   /* [local, c]: the current chunk's input */
+    gpt_block_acts *blocks;           /* [layers]: the current slot's, for its chunk's layers */
     float *lnf, *lnf_mean, *lnf_rstd; /* [local, c], [local], [local] */
     float *lnf_full;                  /* [n, c]: the final norm of every row (lnf without sp) */
     float *logits;                    /* [n, vocab_local]: logits, then probabilities, then
                                        * gradients, of this rank's vocabulary slice (padding
                                        * columns included) */
     float *losses;                    /* [n] */
-    /* backward scratch, reused by every block */
     float *dresidual;                 /* [local, c]: gradient of the residual stream */
+    /* backward scratch, reused by every block */
     float *dln;                       /* [n, c]: gradient of a layernorm's output */
     float *datty;                     /* [n, c_tp] */
     float *dqkv;                      /* [n, 3 c_tp] */
@@ -58,8 +72,12 @@ size_t gpt_build_table(mt_gpt *gpt);
 /* Block `layer`'s tensors where unit_base (gpt->unit_param or gpt->unit_grad) puts them. */
 gpt_block_view gpt_block_view_at(const mt_gpt *gpt, float *const *unit_base, int layer);
 
-/* Plans and allocates the activation arena for max_sequences x context rows. */
+/* Plans and allocates the activation arena for max_sequences x context rows: each chunk's
+ * slots and the shared scratch; selects slot 0 of chunk 0. */
 mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger);
+void gpt_activations_destroy(mt_gpt *gpt);
+/* Points the current buffers at slot `slot` of chunk `chunk` (both in range). */
+void gpt_activations_select(mt_gpt *gpt, int chunk, int slot);
 
 /* gpt_tensor_parallel.c: the conjugate operators of Megatron's regions, each the identity on
  * one rank. They report failures of the group's collectives with what was being done. */

@@ -238,7 +238,8 @@ void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed)
 {
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *info = &gpt->params[i];
-        mt_param_init_slice(info, seed, 0, info->numel, mt_gpt_param_data(gpt, i));
+        if (gpt->holding[info->unit] != MT_UNIT_ABSENT)
+            mt_param_init_slice(info, seed, 0, info->numel, mt_gpt_param_data(gpt, i));
     }
 }
 

@@ -252,7 +252,6 @@ mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
 
 mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
 {
-    (void)gpt;
     mt_dp_model *m = context;
     if (m->zero == 3 && !dp_is_root(m, unit, NULL))
         release_block(m, unit);
@@ -260,5 +259,13 @@ mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
         return MT_OK;
     if (m->zero >= 2)
         return scatter_unit_gradient(m, unit);
-    return m->micro == m->micro_count - 1 ? sync_unit_gradient(m, unit) : MT_OK;
+    if (m->micro != m->micro_count - 1)
+        return MT_OK;
+    mt_status status = sync_unit_gradient(m, unit);
+    /* The last stage's copy of the tied embeddings has no pass of its own: the head's
+     * backward finishes its gradient. */
+    if (status == MT_OK && unit == mt_gpt_final_unit(gpt) &&
+        gpt->holding[mt_gpt_embed_unit()] == MT_UNIT_TIED_COPY)
+        status = sync_unit_gradient(m, mt_gpt_embed_unit());
+    return status;
 }

@@ -36,6 +36,7 @@ struct mt_dp_model {
     mt_gpt *gpt;
     mt_comm *group; /* NULL: one replica */
     mt_comm *tensor_group; /* the tensor-parallel group the norm sums over, or NULL */
+    mt_comm *pipeline_group, *embedding_group; /* see mt_dp_options */
     int rank, size, zero;
     mt_memory_ledger *ledger;
 

@@ -73,12 +73,13 @@ static mt_status plan_slices(mt_dp_model *m)
     if (!m->counts || !m->slices)
         return mt_fail(MT_ENOMEM, "data parallel: cannot allocate the slice table");
     for (int u = 0; u < gpt->unit_count; u++) {
-        size_t n = gpt->units[u].numel;
+        /* another stage's unit: an empty slice, so every loop over slices passes it by */
+        size_t n = gpt->holding[u] != MT_UNIT_ABSENT ? gpt->units[u].numel : 0;
         for (int r = 0; r < m->size; r++)
             m->counts[(size_t)u * m->size + r] =
                 slice_start(n, r + 1, m->size) - slice_start(n, r, m->size);
         if (m->zero == 0) {
-            m->slices[u] = (dp_slice){0, n, gpt->units[u].offset};
+            m->slices[u] = (dp_slice){0, n, n ? gpt->units[u].offset : 0};
         } else {
             m->slices[u] = (dp_slice){slice_start(n, m->rank, m->size),
                                       m->counts[(size_t)u * m->size + m->rank], m->slice_numel};
@@ -90,19 +91,34 @@ static mt_status plan_slices(mt_dp_model *m)
     return MT_OK;
 }
 
+static int held(const mt_gpt *gpt, int unit) { return gpt->holding[unit] != MT_UNIT_ABSENT; }
+
 /* DDP buckets, in the order backward finishes units (the final norm's first, the embeddings'
- * last): consecutive units until a bucket holds bucket_bytes. */
+ * last): consecutive held units (contiguous in the state) until a bucket holds bucket_bytes. */
 static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
 {
     const mt_gpt *gpt = m->gpt;
     m->buckets = calloc((size_t)gpt->unit_count, sizeof *m->buckets);
     if (!m->buckets)
         return mt_fail(MT_ENOMEM, "data parallel: cannot allocate the bucket table");
-    int last = gpt->unit_count - 1;
-    for (int u = last; u >= 0; u--) {
+    int last = gpt->unit_count - 1, lowest = 0;
+    /* A tied copy of the embeddings is finished by the head's backward, the stage's first,
+     * though it lies lowest in the state: a bucket of its own, started with the head's. */
+    if (gpt->holding[mt_gpt_embed_unit()] == MT_UNIT_TIED_COPY) {
+        const mt_unit *copy = &gpt->units[mt_gpt_embed_unit()];
+        m->buckets[m->bucket_count++] = (dp_bucket){0, 0, copy->offset, copy->numel};
+        lowest = 1;
+    }
+    while (last > 0 && !held(gpt, last))
+        last--;
+    while (lowest < last && !held(gpt, lowest))
+        lowest++;
+    for (int u = last; u >= lowest; u--) {
+        if (!held(gpt, u))
+            continue;
         size_t bytes = (gpt->units[last].offset + gpt->units[last].numel - gpt->units[u].offset) *
                        sizeof(float);
-        if (bytes >= bucket_bytes || u == 0) {
+        if (bytes >= bucket_bytes || u == lowest) {
             const mt_unit *lo = &gpt->units[u];
             m->buckets[m->bucket_count++] = (dp_bucket){
                 u, last, lo->offset, gpt->units[last].offset + gpt->units[last].numel - lo->offset};
@@ -211,8 +227,9 @@ static void bind_units(mt_dp_model *m)
 {
     mt_gpt *gpt = m->gpt;
     for (int u = 0; u < gpt->unit_count; u++) {
-        gpt->unit_param[u] = m->full_param ? m->full_param + gpt->units[u].offset : NULL;
-        gpt->unit_grad[u] = m->full_grad ? m->full_grad + gpt->units[u].offset : NULL;
+        int here = held(gpt, u);
+        gpt->unit_param[u] = m->full_param && here ? m->full_param + gpt->units[u].offset : NULL;
+        gpt->unit_grad[u] = m->full_grad && here ? m->full_grad + gpt->units[u].offset : NULL;
     }
 }
 
@@ -242,6 +259,13 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     if (gpt->param || gpt->grad)
         return mt_fail(MT_EINVAL, "data parallel: the model already owns its state (make it "
                                   "with mt_gpt_create_stateless)");
+    /* ZeRO 2 and 3 free a unit's gradient or parameters as its pass ends, but a pipeline stage
+     * runs each unit once per micro-batch in flight, interleaved with the others (DeepSpeed
+     * and Megatron-LM likewise combine pipelines with ZeRO 1 only). */
+    if (options->pipeline_group && options->zero >= 2)
+        return mt_fail(MT_EINVAL, "config keys 'zero' and 'pp': ZeRO %d cannot run under "
+                                  "pipeline parallelism (use zero 0 or 1 with pp > 1)",
+                       options->zero);
     mt_dp_model *m = calloc(1, sizeof *m);
     if (!m)
         return mt_fail(MT_ENOMEM, "data parallel: out of memory");
@@ -251,6 +275,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->size = group ? mt_comm_size(group) : 1;
     m->zero = options->zero;
     m->tensor_group = options->tensor_group;
+    m->pipeline_group = options->pipeline_group;
+    m->embedding_group = options->embedding_group;
     m->ledger = options->ledger;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
@@ -295,8 +321,8 @@ void mt_dp_model_destroy(mt_dp_model *m)
 
 mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
 {
-    if (unit < 0 || unit >= m->gpt->unit_count)
-        return mt_fail(MT_EINVAL, "data parallel: no unit %d", unit);
+    if (unit < 0 || unit >= m->gpt->unit_count || !held(m->gpt, unit))
+        return mt_fail(MT_EINVAL, "data parallel: no unit %d on this stage", unit);
     if (m->full_param) {
         memcpy(out, m->full_param + m->gpt->units[unit].offset,
                m->gpt->units[unit].numel * sizeof(float));

@@ -20,11 +20,33 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
         memset(m->full_grad, 0, m->gpt->numel * sizeof(float));
 }
 
+void mt_dp_model_set_last_backward(mt_dp_model *m, int last)
+{
+    m->micro = last ? m->micro_count - 1 : 0;
+}
+
+/* The tied embeddings: the first stage's gradient (from the lookup) plus the last stage's
+ * (from the LM head), in this rank's slice, so both copies take the same update. */
+static mt_status sum_tied_embeddings(mt_dp_model *m)
+{
+    int unit = mt_gpt_embed_unit();
+    const dp_slice *s = &m->slices[unit];
+    if (!m->embedding_group || mt_comm_size(m->embedding_group) < 2 || !s->count)
+        return MT_OK;
+    double start = mt_clock_seconds();
+    float *grad = dp_grad_at(m, unit, s->first);
+    mt_status status = mt_comm_allreduce(m->embedding_group, grad, grad, s->count, MT_F32, MT_SUM);
+    m->wait_seconds += mt_clock_seconds() - start;
+    return status ? mt_fail_context(status, "summing the tied embeddings' gradients across the "
+                                            "first and last pipeline stages")
+                  : MT_OK;
+}
+
 mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares)
 {
     mt_status status = dp_drain_pending(m);
     *local_sum_squares = m->local_sum_squares;
-    return status;
+    return status ? status : sum_tied_embeddings(m);
 }
 
 static mt_status sum_across(mt_dp_model *m, mt_comm *group, double *sum, const char *what)
@@ -40,20 +62,23 @@ static mt_status sum_across(mt_dp_model *m, mt_comm *group, double *sum, const c
 mt_status mt_dp_model_grad_norm(mt_dp_model *m, double *norm)
 {
     /* Each element once: this rank's slice of every tensor (zero 0: the whole replicated
-     * gradient, the same on every replica), and a tensor that every tensor-parallel rank holds
-     * whole only on tensor-parallel rank 0. */
+     * gradient, the same on every replica), a tensor that every tensor-parallel rank holds
+     * whole only on tensor-parallel rank 0, and the tied embeddings on the first stage only. */
     const mt_gpt *gpt = m->gpt;
     double sum = 0;
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         size_t lo, hi;
-        if ((p->shard.split_dim < 0 && gpt->tp.rank != 0) || !dp_owned_range(m, i, &lo, &hi))
+        if ((p->shard.split_dim < 0 && gpt->tp.rank != 0) ||
+            gpt->holding[p->unit] == MT_UNIT_TIED_COPY || !dp_owned_range(m, i, &lo, &hi))
             continue;
         sum += mt_sum_squares(dp_grad_at(m, p->unit, lo), (long)(hi - lo));
     }
     mt_status status = sum_across(m, m->zero > 0 ? m->group : NULL, &sum, "data-parallel");
     if (status == MT_OK)
         status = sum_across(m, m->tensor_group, &sum, "tensor-parallel");
+    if (status == MT_OK)
+        status = sum_across(m, m->pipeline_group, &sum, "pipeline");
     *norm = sqrt(sum);
     return status;
 }
@@ -88,6 +113,8 @@ mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
     /* zero 1 and 2: every rank's updated slices, in place in the full parameters. */
     mt_status status = MT_OK;
     for (int u = 0; u < m->gpt->unit_count && status == MT_OK; u++) {
+        if (m->gpt->holding[u] == MT_UNIT_ABSENT)
+            continue;
         float *unit = m->full_param + m->gpt->units[u].offset;
         mt_work *work = NULL;
         status = dp_gather_unit(m, u, unit + m->slices[u].first, unit, &work);
@@ -150,6 +177,28 @@ static uint64_t replicated_checksum(const mt_dp_model *m)
     return sum;
 }
 
+/* The last stage's copy of the tied embeddings against the first stage's (this rank's slice,
+ * which its embedding-group peer shares). */
+static mt_status check_tied_embeddings(mt_dp_model *m, int step)
+{
+    if (!m->embedding_group || mt_comm_size(m->embedding_group) < 2)
+        return MT_OK;
+    int unit = mt_gpt_embed_unit();
+    const dp_slice *s = &m->slices[unit];
+    uint64_t mine = mt_checksum64(dp_param_at(m, unit, s->first), s->count * sizeof(float), 0);
+    uint64_t *all = NULL;
+    mt_status status = gather_checksums(m->embedding_group, mine, &all);
+    if (status)
+        status = mt_fail_context(status, "tied-embedding check at step %d", step);
+    else if (all[0] != all[1])
+        status = mt_fail(MT_EPEER, "step %d: the last pipeline stage's copy of the tied "
+                                   "embeddings differs from the first stage's (checksums "
+                                   "%016llx and %016llx); stopping", step,
+                         (unsigned long long)all[0], (unsigned long long)all[1]);
+    free(all);
+    return status;
+}
+
 mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
 {
     mt_status dp_status = MT_OK, tp_status = MT_OK;
@@ -186,7 +235,12 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
                                 step, odd > 1 ? "s" : "", names, agreeing, size);
         free(all);
     }
-    if (dp_status) /* the first, of which the second may be a consequence */
+    char tp_message[512];
+    snprintf(tp_message, sizeof tp_message, "%s", tp_status ? mt_last_error() : "");
+    mt_status tied_status = check_tied_embeddings(m, step);
+    if (dp_status) /* the first, of which the others may be a consequence */
         return mt_fail(dp_status, "%s", dp_message);
-    return tp_status;
+    if (tp_status)
+        return mt_fail(tp_status, "%s", tp_message);
+    return tied_status;
 }

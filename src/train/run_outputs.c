@@ -97,6 +97,16 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
             s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
             mt_gpt_global_numel(&tr->gpt), tr->dp_size, cfg->zero, tr->tp_size,
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share);
+    if (tr->runner) {
+        fprintf(f, ", \"pp\": %d, \"schedule\": \"%s\", \"chunks\": %d, \"bubble\": [",
+                tr->pp_size, tr->cfg->schedule, tr->cfg->chunks);
+        for (int st = 0; st < tr->pp_size; st++)
+            fprintf(f, "%s%.6f", st ? ", " : "", tr->bubble[st]);
+        fprintf(f, "], \"bubble_expected\": %.6f, \"activation_slots\": [", tr->bubble_expected);
+        for (int st = 0; st < tr->pp_size; st++)
+            fprintf(f, "%s%d", st ? ", " : "", tr->stage_slots[st]);
+        fputc(']', f);
+    }
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
@@ -193,13 +203,28 @@ mt_status trainer_save_model(trainer *tr)
      * write failed on one of them. */
     for (int u = 0; ready && u < gpt->unit_count; u++) {
         size_t numel = gpt->units[u].numel;
-        mt_status read = mt_dp_model_read_unit(tr->model, u, unit);
-        status = status ? status : read;
-        if (gathers) {
+        int holder = trainer_stage_of_unit(tr, u), mine = holder == trainer_stage(tr);
+        if (mine) {
+            mt_status read = mt_dp_model_read_unit(tr->model, u, unit);
+            status = status ? status : read;
+        }
+        if (mine && gathers) {
             for (int r = 0; r < tp; r++)
                 counts[r] = numel;
-            read = mt_comm_allgatherv(tr->tp, unit, copies, counts, MT_F32);
+            mt_status read = mt_comm_allgatherv(tr->tp, unit, copies, counts, MT_F32);
             status = status ? status : read;
+        }
+        /* Another stage's unit comes to world rank 0 from that stage's first rank. */
+        if (holder != 0) {
+            mt_mesh_coord from = {0, holder, 0};
+            size_t count = numel * (size_t)tp;
+            mt_status moved = MT_OK;
+            if (mine && tr->mesh->coord.dp == 0 && tr->mesh->coord.tp == 0)
+                moved = mt_comm_send(tr->world, copies, count, MT_F32, 0, u);
+            else if (tr->writes)
+                moved = mt_comm_recv(tr->world, copies, count, MT_F32,
+                                     mt_mesh_rank_of(&tr->mesh->shape, from), u);
+            status = status ? status : moved;
         }
         if (status == MT_OK && f)
             write_unit(gpt, u, copies, numel, tp, tensor, f);

@@ -39,10 +39,10 @@ static int fault_now(const trainer *tr, fault_kind kind, int step)
 
 /* This rank's micro-batch: its dp_rank-th slice of the global batch's micro-th part, so the
  * group together draws exactly the sequences one process would. */
-static void draw_microbatch(trainer *tr, int step, int micro, int sequences)
+void trainer_draw_microbatch(trainer *tr, int step, int micro)
 {
     const mt_config *cfg = tr->cfg;
-    int t = cfg->context;
+    int t = cfg->context, sequences = cfg->batch / cfg->microbatches / tr->dp_size;
     uint64_t first = (uint64_t)(step - 1) * cfg->batch +
                      (uint64_t)micro * (cfg->batch / cfg->microbatches) +
                      (uint64_t)tr->dp_rank * sequences;
@@ -69,10 +69,13 @@ static int describe_ranks(const trainer *tr, const double *all, int n, enum fini
             continue;
         *any_nan |= isnan(value);
         mt_mesh_coord at = tr->mesh ? mt_mesh_coord_of(&tr->mesh->shape, r) : (mt_mesh_coord){0};
+        char stage[32] = "";
+        if (tr->pp_size > 1)
+            snprintf(stage, sizeof stage, ", stage %d", at.pp);
         if (used < capacity)
             used += (size_t)snprintf(text + used, capacity - used,
-                                     "%s%d (data-parallel %d, tensor-parallel %d)",
-                                     count ? ", " : "", r, at.dp, at.tp);
+                                     "%s%d (data-parallel %d%s, tensor-parallel %d)",
+                                     count ? ", " : "", r, at.dp, stage, at.tp);
         count++;
     }
     return count;
@@ -80,7 +83,8 @@ static int describe_ranks(const trainer *tr, const double *all, int n, enum fini
 
 /* Every rank's loss and local gradient square sum, so that all of them stop together and
  * name where a NaN or infinity appeared. Sets *loss to the job's mean loss (each data-parallel
- * replica's once: its tensor-parallel ranks share one loss). */
+ * replica's once: its tensor-parallel ranks share one loss, and only its last pipeline stage
+ * has one; the other stages add 0). */
 static mt_status check_finite(trainer *tr, int step, double loss_sum, double local_squares,
                               double *loss)
 {
@@ -152,11 +156,14 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     int sequences = cfg->batch / cfg->microbatches / tr->dp_size, t = cfg->context;
     float loss_scale = 1.0f / ((float)cfg->batch * t);
     double loss_sum = 0;
-    for (int micro = 0; micro < cfg->microbatches; micro++) {
+    for (int micro = 0; !tr->runner && micro < cfg->microbatches; micro++) {
         mt_dp_model_begin_micro(tr->model, micro, cfg->microbatches);
-        draw_microbatch(tr, step, micro, sequences);
+        trainer_draw_microbatch(tr, step, micro);
         float loss;
+        double start = mt_clock_seconds();
         mt_status status = mt_gpt_forward(&tr->gpt, tr->inputs, tr->targets, sequences, t, &loss);
+        double middle = mt_clock_seconds();
+        mt_trace_span(tr->trace, MT_TRACE_FORWARD, start, middle, micro, -1);
         if (status)
             return status;
         if (fault_now(tr, FAULT_NAN_LOSS, step))
@@ -164,9 +171,18 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         float scale = fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
         if ((status = mt_gpt_backward(&tr->gpt, scale)))
             return status;
+        mt_trace_span(tr->trace, MT_TRACE_BACKWARD, middle, mt_clock_seconds(), micro, -1);
         loss_sum += loss;
     }
-    double local_squares, norm;
+    if (tr->runner) { /* a NaN loss scale reaches the gradients from the last stage back */
+        float scale = fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
+        mt_status status = trainer_pipeline_step(tr, step, scale, &loss_sum);
+        if (status)
+            return status;
+        if (fault_now(tr, FAULT_NAN_LOSS, step))
+            loss_sum = NAN;
+    }
+    double local_squares, norm, start = mt_clock_seconds();
     mt_status status = mt_dp_model_finish_gradients(tr->model, &local_squares);
     if (status == MT_OK)
         status = check_finite(tr, step, loss_sum, local_squares, &record->loss);
@@ -181,7 +197,9 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
                                     "update (lower lr or raise warmup)", step, norm);
     mt_adamw_hyper hyper =
         mt_adamw_settings(cfg, step, record->lr, mt_clip_coefficient(cfg->clip, norm));
-    if ((status = mt_dp_model_update(tr->model, &hyper)))
+    status = mt_dp_model_update(tr->model, &hyper);
+    mt_trace_span(tr->trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
+    if (status)
         return status;
     if (fault_now(tr, FAULT_SKEW, step) && tr->gpt.unit_param[0])
         tr->gpt.unit_param[0][0] += 1e-3f;

@@ -65,21 +65,28 @@ static mt_status open_outputs(trainer *tr)
     return MT_OK;
 }
 
-/* The mesh of the world (data and tensor parallelism in this build) and this rank's place in
- * it; the global batch must split evenly into data-parallel ranks and micro-batches. */
+/* The mesh of the world and this rank's place in it, with the pipeline's schedule and stage
+ * layers; the global batch must split evenly into data-parallel ranks and micro-batches. */
 static mt_status place_rank(trainer *tr)
 {
     const mt_config *cfg = tr->cfg;
-    tr->dp_size = tr->tp_size = 1;
+    tr->dp_size = tr->tp_size = tr->pp_size = 1;
+    if (!tr->world && (cfg->pp > 1 || cfg->tp > 1 || cfg->dp > 1))
+        return mt_fail(MT_EINVAL, "config keys 'dp', 'pp' and 'tp': dp %d x pp %d x tp %d needs "
+                                  "that many ranks, and this is one process (use --nproc)",
+                       cfg->dp > 0 ? cfg->dp : 1, cfg->pp, cfg->tp);
     if (tr->world) {
         mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
         mt_status status = mt_mesh_shape_resolve(&shape, mt_comm_size(tr->world), cfg->layers,
                                                  cfg->heads);
-        if (status == MT_OK && shape.pp > 1)
-            status = mt_fail(MT_EINVAL, "config key 'pp': this build has no pipeline "
-                                        "parallelism yet (pp %d must be 1)", shape.pp);
+        int *stage_layers = status ? NULL : calloc((size_t)shape.pp, sizeof *stage_layers);
+        if (status == MT_OK && !stage_layers)
+            status = mt_fail(MT_ENOMEM, "planning the mesh: out of memory");
         if (status == MT_OK)
-            status = mt_mesh_create(tr->world, &shape, cfg->layers, NULL, &tr->mesh);
+            status = trainer_plan_pipeline(tr, &shape, stage_layers);
+        if (status == MT_OK)
+            status = mt_mesh_create(tr->world, &shape, cfg->layers, stage_layers, &tr->mesh);
+        free(stage_layers);
         if (status)
             return status;
         tr->rank = mt_comm_rank(tr->world);
@@ -104,9 +111,22 @@ static mt_status place_rank(trainer *tr)
     return MT_OK;
 }
 
+/* This rank's trace, labelled with its place on the mesh. */
+static mt_status open_trace(trainer *tr)
+{
+    if (!tr->cfg->trace[0])
+        return MT_OK;
+    char path[MT_PATH_MAX + 32], label[96];
+    mt_trace_rank_path(tr->cfg->trace, tr->rank, path, sizeof path);
+    mt_mesh_coord at = tr->mesh ? tr->mesh->coord : (mt_mesh_coord){0};
+    snprintf(label, sizeof label, "rank %d (dp %d, pp %d, tp %d)", tr->rank, at.dp, at.pp, at.tp);
+    return mt_trace_open(path, tr->rank, label, &tr->trace);
+}
+
 static mt_status setup(trainer *tr)
 {
     const mt_config *cfg = tr->cfg;
+    mt_kernels_set_threads(mt_train_threads(cfg)); /* before a cost-balanced split times layers */
     mt_status status = place_rank(tr);
     if (status == MT_OK)
         status = trainer_read_fault(tr);
@@ -114,15 +134,25 @@ static mt_status setup(trainer *tr)
         status = open_corpus(tr);
     if (status)
         return status;
-    mt_kernels_set_threads(mt_train_threads(cfg));
     int sequences = cfg->batch / cfg->microbatches / tr->dp_size;
     mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
     mt_gpt_tensor_parallel split = mt_tensor_parallel_over(tr->tp, cfg->sp);
-    if ((status = mt_gpt_create_stateless(&tr->gpt, &shape, &split, sequences, &tr->ledger)))
+    mt_gpt_stage stage;
+    int pipelined = tr->pp_size > 1;
+    if (pipelined && (status = trainer_stage_shape(tr, &stage)))
+        return status;
+    if ((status = mt_gpt_create_stage(&tr->gpt, &shape, &split, pipelined ? &stage : NULL,
+                                      sequences, &tr->ledger)))
         return status;
     mt_dp_options options = {.zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * (1 << 20)),
-                             .seed = cfg->seed, .ledger = &tr->ledger, .tensor_group = tr->tp};
+                             .seed = cfg->seed, .ledger = &tr->ledger, .tensor_group = tr->tp,
+                             .pipeline_group = pipelined ? tr->mesh->pp_group : NULL,
+                             .embedding_group = pipelined ? tr->mesh->embedding_group : NULL};
     if ((status = mt_dp_model_create(&tr->gpt, tr->dp, &options, &tr->model)))
+        return status;
+    if (pipelined && (status = trainer_start_pipeline(tr)))
+        return status;
+    if ((status = open_trace(tr)))
         return status;
     size_t tokens = (size_t)sequences * cfg->context;
     tr->inputs = malloc(tokens * sizeof *tr->inputs);
@@ -135,6 +165,7 @@ static mt_status setup(trainer *tr)
 
 static void teardown(trainer *tr)
 {
+    trainer_stop_pipeline(tr);
     mt_dp_model_destroy(tr->model);
     mt_gpt_destroy(&tr->gpt);
     mt_mesh_destroy(tr->mesh);
@@ -144,6 +175,8 @@ static void teardown(trainer *tr)
     free(tr->inputs);
     free(tr->targets);
     free(tr->step_seconds);
+    free(tr->bubble);
+    free(tr->stage_slots);
     if (tr->metrics)
         fclose(tr->metrics);
 }
@@ -160,6 +193,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         mt_status status = trainer_step(tr, step, &record);
         if (status)
             return status;
+        mt_trace_span(tr->trace, MT_TRACE_STEP, step_start, mt_clock_seconds(), step, -1);
         double seconds = mt_clock_seconds() - step_start;
         tr->step_seconds[step - 1] = seconds;
         if (step > 2 || cfg->steps <= 2) { /* the first steps warm up, as for the median */
@@ -168,7 +202,8 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
             tr->timed_seconds += seconds;
         }
         record.tokens_per_s = (double)cfg->batch * cfg->context / seconds;
-        if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
+        if (cfg->eval_every > 0 && !tr->runner &&
+            (step % cfg->eval_every == 0 || step == cfg->steps)) {
             status = mt_evaluate(&tr->gpt, &tr->val, cfg, tr->dp, tr->inputs, tr->targets,
                                  &record.val_loss);
             if (status)
@@ -184,6 +219,29 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     }
     summary->seconds = mt_clock_seconds() - start;
     return MT_OK;
+}
+
+/* The schedule and each stage's layers, chunk by chunk. Validation and sampling run one
+ * whole model, which no stage holds. */
+static void print_pipeline(const trainer *tr, FILE *out)
+{
+    const mt_config *cfg = tr->cfg;
+    int p = tr->pp_size, v = cfg->chunks;
+    fprintf(out, "pipeline: pp %d, schedule %s, %d micro-batches, %d chunk%s per stage, layers "
+                 "%s; stage layers:", p, cfg->schedule, cfg->microbatches, v, v > 1 ? "s" : "",
+            strcmp(cfg->balance, "cost") == 0 ? "balanced by measured cost" : "split evenly");
+    for (int s = 0; s < p; s++) {
+        fprintf(out, " %d [", s);
+        for (int c = 0, first = 0; c < v * p; first += tr->virtual_layers[c], c++)
+            if (c % p == s)
+                fprintf(out, "%s%d-%d", c >= p ? " " : "", first,
+                        first + tr->virtual_layers[c] - 1);
+        fputc(']', out);
+    }
+    fputc('\n', out);
+    if (cfg->eval_every > 0 || cfg->sample_tokens > 0)
+        fprintf(out, "note: validation and the final sample are skipped under pp > 1 (they need "
+                     "the whole model on one rank)\n");
 }
 
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
@@ -206,21 +264,28 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                 mt_gpt_global_numel(&tr.gpt), cfg->layers, cfg->heads, cfg->width,
                 cfg->context, cfg->vocab, mt_train_threads(cfg), tr.dp_size, cfg->zero,
                 tr.tp_size, trainer_sequence_parallel(&tr) ? "on" : "off");
+    if (status == MT_OK && out && tr.runner)
+        print_pipeline(&tr, out);
     if (status == MT_OK)
         status = run_steps(&tr, summary);
+    if (status == MT_OK && tr.runner)
+        status = trainer_report_pipeline(&tr, out);
     if (status == MT_OK)
         status = trainer_gather_memory(&tr, out);
     if (status == MT_OK && tr.writes)
         status = trainer_write_summary(&tr, summary);
     if (status == MT_OK && cfg->save_model)
         status = trainer_save_model(&tr);
-    if (status == MT_OK && cfg->sample_tokens > 0) {
+    if (status == MT_OK && cfg->sample_tokens > 0 && !tr.runner) {
         FILE *sample = tr.writes ? sample_out : NULL;
         if (sample)
             fprintf(sample, "--- sample (%d tokens, temperature %g, top-k %d) ---\n",
                     cfg->sample_tokens, cfg->temperature, cfg->top_k);
         status = mt_sample_text(&tr.gpt, cfg, sample);
     }
+    mt_status traced = mt_trace_close(tr.trace);
+    tr.trace = NULL;
+    status = status ? status : traced;
     teardown(&tr);
     return status;
 }

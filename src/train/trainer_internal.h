@@ -6,7 +6,9 @@
 #include "meshtrain/data_parallel.h"
 #include "meshtrain/memory.h"
 #include "meshtrain/mesh.h"
+#include "meshtrain/pipeline_stage.h"
 #include "meshtrain/tensor_parallel.h"
+#include "meshtrain/trace.h"
 #include "meshtrain/train.h"
 #include "progress.h"
 
@@ -28,7 +30,7 @@ typedef struct trainer {
     mt_mesh *mesh;    /* with a world */
     mt_comm *dp;      /* the data-parallel group, NULL for one replica */
     mt_comm *tp;      /* the tensor-parallel group, NULL when the model is whole */
-    int rank, dp_rank, dp_size, tp_size;
+    int rank, dp_rank, dp_size, tp_size, pp_size;
     int writes;       /* world rank 0: files, progress, sample */
     mt_memory_ledger ledger;
     mt_gpt gpt;
@@ -47,6 +49,18 @@ typedef struct trainer {
     /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank (rank 0). */
     long long *memory;
     int memory_ranks;
+    mt_trace *trace;  /* cfg->trace: this rank's timeline, or NULL */
+    /* Pipeline parallelism (pp > 1): the schedule, the layers of each virtual stage (chunk c
+     * of stage s is virtual stage c pp + s), the stage's executor and the communicator its
+     * gradients travel on; and, over the timed steps, its busy and pipeline seconds. */
+    mt_pp_schedule schedule;
+    int *virtual_layers;
+    mt_pp_runner *runner;
+    mt_comm *pp_gradients;
+    int pp_step, pp_peak_slots;
+    double pp_busy, pp_span;
+    double *bubble, bubble_expected; /* per stage, after the run (trainer_report_pipeline) */
+    int *stage_slots;                /* per stage: the most activations held at once */
 } trainer;
 
 /* Per rank: the ledger's bytes of each kind, its total at peak, resident now and at peak. */
@@ -58,7 +72,28 @@ static inline int trainer_sequence_parallel(const trainer *tr)
     return tr->gpt.tp.size > 1 && tr->gpt.tp.sequence_parallel;
 }
 
+/* trainer_pipeline.c */
+/* This rank's stage, and the stage that holds (and saves) a unit. */
+int trainer_stage(const trainer *tr);
+int trainer_stage_of_unit(const trainer *tr, int unit);
+/* Before the mesh exists: the schedule (made and checked), each virtual stage's layers (even,
+ * or balanced by measured cost, which is collective over the world) and each stage's total
+ * into stage_layers[pp]. Errors name the keys at fault. */
+mt_status trainer_plan_pipeline(trainer *tr, const mt_mesh_shape *shape, int *stage_layers);
+/* This rank's chunks and slots, for mt_gpt_create_stage. */
+mt_status trainer_stage_shape(const trainer *tr, mt_gpt_stage *stage);
+/* After the model: the gradient communicator and the executor. */
+mt_status trainer_start_pipeline(trainer *tr);
+void trainer_stop_pipeline(trainer *tr);
+/* The stage's part of one step's schedule, each token's loss gradient scaled by loss_scale;
+ * *loss_sum as for trainer_step's micro-batches. */
+mt_status trainer_pipeline_step(trainer *tr, int step, float loss_scale, double *loss_sum);
+/* Every stage's bubble and activation peak (collective); world rank 0 prints them. */
+mt_status trainer_report_pipeline(trainer *tr, FILE *out);
+
 /* train_step.c */
+/* This rank's sequences of micro-batch `micro` of step `step`, into tr->inputs and targets. */
+void trainer_draw_microbatch(trainer *tr, int step, int micro);
 /* Reads MT_INJECT_FAULT; a malformed value is an error naming it. */
 mt_status trainer_read_fault(trainer *tr);
 /* One optimizer step over the global batch: this rank's share of every micro-batch, the

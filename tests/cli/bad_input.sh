@@ -189,6 +189,18 @@ if [[ ${MT_TEST_MPI:-none} == run ]]; then
         mpirun -n 2 "$MT" bench comm --backend mpi --op reducescatter --inplace --max 64K
 fi
 
+# meshtrain trace merge: usage errors exit 2, bad inputs 1 naming the file and line.
+run_case "trace without an action" 2 "usage: meshtrain trace merge" -- "$MT" trace
+run_case "trace merge without --out" 2 "needs --out" -- "$MT" trace merge "$WORK/x.json"
+run_case "trace merge of a missing file" 1 "/nonexistent.json" -- \
+    "$MT" trace merge --out "$WORK/trace_out.json" /nonexistent.json
+printf '{"traceEvents":[\n{"ph":"M","pid":0}\n' >"$WORK/cut.rank0.json"
+run_case "trace merge of a cut file" 1 "cut.rank0.json" "closing line" -- \
+    "$MT" trace merge --out "$WORK/trace_out.json" "$WORK/cut.rank0.json"
+printf '],"displayTimeUnit":"ms","meshtrain":{"rank":0,"version":1}}\n' >>"$WORK/cut.rank0.json"
+run_case "trace merge of one rank" 0 "wrote" -- \
+    "$MT" trace merge --out "$WORK/trace_out.json" "$WORK/cut.rank0.json"
+
 [[ -e $WORK/unused ]] && { echo "FAIL a rejected data command created its output folder"; failed=$((failed + 1)); }
 
 echo "bad_input: $passed passed, $failed failed"

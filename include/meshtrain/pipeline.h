@@ -1,0 +1,110 @@
+/* Pipeline schedules as data: each stage's list of actions (receive, forward, send, backward)
+ * for GPipe, 1F1B and interleaved 1F1B, a checker that proves a schedule complete and
+ * deadlock-free before it runs, and a replay that times a schedule from action durations. */
+#ifndef MESHTRAIN_PIPELINE_H
+#define MESHTRAIN_PIPELINE_H
+
+#include <stddef.h>
+
+#include "meshtrain/status.h"
+
+typedef enum mt_pp_schedule_kind {
+    MT_PP_GPIPE,       /* every forward, then every backward */
+    MT_PP_1F1B,        /* warm-up forwards, then one forward one backward, then cool-down */
+    MT_PP_INTERLEAVED, /* 1F1B over v model chunks per stage (Megatron-LM's interleaving) */
+} mt_pp_schedule_kind;
+
+/* A stage holds `chunks` model chunks: chunk c of stage s is virtual stage c * stages + s, and
+ * the layers are cut into stages * chunks virtual stages in that order. Virtual stage k sends
+ * its activations to k + 1 and its input gradients to k - 1 (from the last stage on to stage
+ * 0 of the next chunk, and back). Messages travel on two kinds of channel, activations and
+ * gradients, each an ordered stream per (sender, receiver) pair: a receive takes the next
+ * message of its channel, which must be the one it names. A message is named by its kind, its
+ * micro-batch and the virtual stage that receives it: stage s's (micro, chunk) receive names
+ * the message for virtual stage chunk * stages + s, and its (micro, chunk) send the one for the
+ * virtual stage after (activation) or before (gradient). With one stage and several chunks a
+ * stage's channels lead to itself. */
+typedef enum mt_pp_op {
+    MT_PP_RECV_ACTIVATION, /* post the receive of (micro, chunk)'s input activation */
+    MT_PP_FORWARD,         /* waits for that receive (when not virtual stage 0) */
+    MT_PP_SEND_ACTIVATION, /* start sending (micro, chunk)'s output; never blocks */
+    MT_PP_RECV_GRADIENT,   /* post the receive of the gradient of (micro, chunk)'s output */
+    MT_PP_BACKWARD,        /* waits for that receive (when not the last virtual stage) */
+    MT_PP_SEND_GRADIENT,   /* start sending the gradient of (micro, chunk)'s input */
+} mt_pp_op;
+
+typedef struct mt_pp_action {
+    mt_pp_op op;
+    int micro, chunk;
+} mt_pp_action;
+
+typedef struct mt_pp_schedule {
+    mt_pp_schedule_kind kind;
+    int stages, micros, chunks; /* p, m, v (v is 1 unless interleaved) */
+    int *counts;                /* [stages]: actions of each stage */
+    mt_pp_action **actions;     /* [stages][counts[s]] */
+} mt_pp_schedule;
+
+/* Names for messages and the CLI: "gpipe", "1f1b", "interleaved"; "recv-activation", "forward",
+ * "send-activation", "recv-gradient", "backward", "send-gradient" ("unknown" out of range). */
+const char *mt_pp_schedule_name(mt_pp_schedule_kind kind);
+const char *mt_pp_op_name(mt_pp_op op);
+/* Parses a schedule name; an unknown name is MT_EINVAL naming it and the choices. */
+mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind);
+
+/* The constraints a schedule's sizes must meet, as errors naming the config keys: stages >= 1,
+ * micro-batches >= stages ('microbatches' against 'pp'; a multiple of pp for interleaved),
+ * chunks 1 unless interleaved and then >= 1 ('chunks'), and layers >= stages * chunks
+ * ('layers'). Pass layers 0 to skip the layer check. */
+mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int micros,
+                                     int chunks, int layers);
+
+/* Generates the schedule (after mt_pp_schedule_check_sizes). Each compute action is next to
+ * its messages: a receive right before the forward or backward that reads it, a send right
+ * after the pass that produced it. The first virtual stage receives no activations, the last
+ * no gradients; and they send none. Stage s runs w warm-up forwards, then (forward, backward)
+ * pairs, then the remaining backwards, with w = m v (GPipe), min(p - s - 1, m) (1F1B) or
+ * min(2 (p - s - 1) + (v - 1) p, m v) (interleaved). Its k-th forward is micro-batch
+ * k / (p v) * p + k % p of chunk k % (p v) / p, its k-th backward the same micro-batch of chunk
+ * v - 1 - k % (p v) / p (Megatron-LM's order; micro-batch k when v = 1), so each chunk's
+ * backwards run in micro-batch order. On failure *out is left empty (destroy is harmless). */
+mt_status mt_pp_schedule_create(mt_pp_schedule_kind kind, int stages, int micros, int chunks,
+                                mt_pp_schedule *out);
+void mt_pp_schedule_destroy(mt_pp_schedule *schedule);
+
+/* Proves a schedule runnable: every (micro, chunk) forward and backward exactly once per
+ * stage; a backward after its forward; each pass after the receive it reads; each send after
+ * the pass that produces it; exactly the messages the virtual stages need, no more; and, run
+ * with non-blocking sends and passes that block until their message was sent, every stage
+ * finishes and every channel's receives name its messages in the order they are sent. A
+ * failure is MT_EINVAL naming the stage, action index and what is wrong (a deadlock names
+ * where each unfinished stage waits). Any schedule is checked, generated or not: the kind is
+ * not consulted, the sizes need only be >= 1. */
+mt_status mt_pp_schedule_check(const mt_pp_schedule *schedule);
+
+/* Activation memory: the most (micro, chunk) pairs stage `stage` holds at once, counted from
+ * the receive (or the forward, on virtual stage 0) to the end of the backward, per chunk
+ * (per_chunk[chunks], may be NULL) and in total. For a checked schedule; -1 for a stage out of
+ * range. Generated: m (GPipe), min(p - s, m) (1F1B), min(w + 1, m v) interleaved with w its
+ * warm-up above, so v p + p - 1 chunk slots on stage 0 once m >= 2p. */
+int mt_pp_schedule_peak_in_flight(const mt_pp_schedule *schedule, int stage, int *per_chunk);
+
+/* Replays a schedule with durations: forward[s] and backward[s] seconds of one chunk's pass on
+ * stage s, and `transfer` seconds from a send to the arrival of its message. Each stage runs
+ * its actions in order; a pass starts when the stage is free and its message has arrived.
+ * Writes each stage's busy seconds (passes) and the makespan (first start to last end over
+ * every stage); the idle share of stage s is 1 - busy[s] / makespan. A send leaves when the
+ * stage reaches it (right after its pass, as generated); a message between two chunks of the
+ * same stage is there at once (no link). Sends and receives take no time. A schedule that
+ * mt_pp_schedule_check refuses is refused with its message, as are negative or non-finite
+ * durations. */
+mt_status mt_pp_schedule_replay(const mt_pp_schedule *schedule, const double *forward,
+                                const double *backward, double transfer, double *busy,
+                                double *makespan);
+
+/* The textbook bubble: (p - 1) / (m + p - 1), and (p - 1) / (v m + p - 1) interleaved. With
+ * equal forward and backward times on every stage and no transfer time the replay gives exactly
+ * this idle share on every stage, for all three kinds. */
+double mt_pp_bubble_expected(mt_pp_schedule_kind kind, int stages, int micros, int chunks);
+
+#endif

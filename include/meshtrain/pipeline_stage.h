@@ -1,0 +1,61 @@
+/* One pipeline stage at work: which layers each of its model chunks runs, and the executor that
+ * runs the stage's list of a schedule on the model, moving activations and gradients. */
+#ifndef MESHTRAIN_PIPELINE_STAGE_H
+#define MESHTRAIN_PIPELINE_STAGE_H
+
+#include <stdint.h>
+
+#include "meshtrain/comm.h"
+#include "meshtrain/data_parallel.h"
+#include "meshtrain/model.h"
+#include "meshtrain/pipeline.h"
+#include "meshtrain/trace.h"
+
+/* Cuts `layers` layers into `parts` runs, writing counts[parts]. layer_cost NULL: evenly, the
+ * first layers % parts runs taking one more. Otherwise the split that minimises the costliest
+ * run (each run at least one layer; ties go to the split with later, shorter runs). */
+void mt_pp_split_layers(int layers, int parts, const double *layer_cost, int *counts);
+
+/* Stage `stage`'s chunks under `schedule`: chunk c is virtual stage c * stages + stage, whose
+ * layer count is virtual_layers[c * stages + stage]; its slots are the schedule's peak number
+ * of micro-batches in flight on it. */
+mt_status mt_pp_stage_of(const mt_pp_schedule *schedule, int stage, const int *virtual_layers,
+                         mt_gpt_stage *out);
+
+/* Where a stage's micro-batches come from: points *tokens and *targets at micro-batch `micro`'s
+ * (this rank's sequences, valid until the next call). */
+typedef struct mt_pp_batch {
+    void *context;
+    mt_status (*load)(void *context, int micro, const int32_t **tokens, const int32_t **targets);
+} mt_pp_batch;
+
+/* What one step of the schedule did on this stage. */
+typedef struct mt_pp_step_report {
+    double loss_sum; /* the micro-batches' mean losses, summed (last stage; 0 elsewhere) */
+    double busy;     /* seconds in forward and backward passes */
+    double span;     /* seconds from the first action's start to the last one's end */
+    int peak_slots;  /* the most (micro-batch, chunk) activations held at once */
+} mt_pp_step_report;
+
+typedef struct mt_pp_runner mt_pp_runner;
+
+/* An executor for stage `stage` of a checked schedule, over a model made with
+ * mt_gpt_create_stage(mt_pp_stage_of(...)) and its data-parallel state. Activations travel on
+ * `activations`, gradients on `gradients`: two communicators over the same pipeline group
+ * (group rank = stage), so that each kind keeps its own order between two stages. */
+mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
+                              mt_dp_model *model, mt_comm *activations, mt_comm *gradients,
+                              mt_pp_runner **out);
+
+/* Runs the stage's actions for one optimizer step of `sequences` x `context` token micro-
+ * batches (gradients cleared first, the data-parallel sync started by each chunk's last
+ * backward); returns when every pass ran and every transfer completed. Spans go to `trace`
+ * (may be NULL). A failed peer or a mismatched message is an error naming the action. */
+mt_status mt_pp_runner_step(mt_pp_runner *runner, const mt_pp_batch *batch, int sequences,
+                            int context, float loss_scale, mt_trace *trace,
+                            mt_pp_step_report *report);
+
+/* Waits for transfers still in flight (after a failed step) and frees the runner. */
+void mt_pp_runner_destroy(mt_pp_runner *runner);
+
+#endif

@@ -1,0 +1,294 @@
+/* The pipeline executor: runs one stage's actions of a checked schedule in order, each
+ * micro-batch's chunk in an activation slot from its receive to its backward, sends never
+ * waited for until their buffer is needed again, receives waited for by the pass that reads. */
+#include <stdlib.h>
+
+#include "meshtrain/clock.h"
+#include "meshtrain/pipeline_stage.h"
+
+/* A slot's state: the micro-batch it holds and the transfers in flight out of or into it. */
+typedef struct slot_state {
+    int micro;         /* -1: free */
+    mt_work *send;     /* the activation, then the gradient, going out */
+    mt_work *recv;     /* the activation, then the gradient, coming in */
+} slot_state;
+
+struct mt_pp_runner {
+    const mt_pp_schedule *schedule;
+    int stage;
+    mt_gpt *gpt;
+    mt_dp_model *model;
+    mt_comm *activations, *gradients;
+    int prev, next;       /* group ranks of the neighbouring stages (wrapping, for chunks) */
+    slot_state *slots;    /* every chunk's slots, chunk by chunk */
+    int first_slot[MT_GPT_MAX_CHUNKS];
+    int *slot_of;         /* [micro * chunks + chunk]: the slot's index in `slots`, or -1 */
+    int *last_backward;   /* [chunks]: the index of each chunk's last backward in the list */
+    mt_trace *trace;
+    int live, peak;
+};
+
+mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
+                              mt_dp_model *model, mt_comm *activations, mt_comm *gradients,
+                              mt_pp_runner **out)
+{
+    *out = NULL;
+    int p = schedule->stages, v = schedule->chunks;
+    if (gpt->stage.chunks != v || stage < 0 || stage >= p)
+        return mt_fail(MT_EINVAL, "pipeline stage %d: the model holds %d chunks, the schedule "
+                                  "%d stages of %d chunks", stage, gpt->stage.chunks, p, v);
+    if (mt_comm_size(activations) != p || mt_comm_size(gradients) != p ||
+        mt_comm_rank(activations) != stage || mt_comm_rank(gradients) != stage)
+        return mt_fail(MT_EINVAL, "pipeline stage %d: its communicators must span the %d stages "
+                                  "in order", stage, p);
+    int total = 0;
+    for (int c = 0; c < v; c++)
+        total += gpt->stage.slots[c];
+    mt_pp_runner *r = calloc(1, sizeof *r);
+    if (r) {
+        *r = (mt_pp_runner){.schedule = schedule, .stage = stage, .gpt = gpt, .model = model,
+                            .activations = activations, .gradients = gradients,
+                            .prev = (stage + p - 1) % p, .next = (stage + 1) % p};
+        r->slots = calloc((size_t)total, sizeof *r->slots);
+        r->slot_of = malloc((size_t)schedule->micros * (size_t)v * sizeof *r->slot_of);
+        r->last_backward = malloc((size_t)v * sizeof *r->last_backward);
+    }
+    if (!r || !r->slots || !r->slot_of || !r->last_backward) {
+        mt_pp_runner_destroy(r);
+        return mt_fail(MT_ENOMEM, "pipeline stage %d: out of memory", stage);
+    }
+    for (int c = 0, at = 0; c < v; at += gpt->stage.slots[c], c++)
+        r->first_slot[c] = at;
+    for (int i = 0; i < total; i++)
+        r->slots[i].micro = -1;
+    for (int c = 0; c < v; c++)
+        r->last_backward[c] = -1;
+    for (int i = 0; i < schedule->counts[stage]; i++)
+        if (schedule->actions[stage][i].op == MT_PP_BACKWARD)
+            r->last_backward[schedule->actions[stage][i].chunk] = i;
+    *out = r;
+    return MT_OK;
+}
+
+static int virtual_stage(const mt_pp_runner *r, int chunk)
+{
+    return chunk * r->schedule->stages + r->stage;
+}
+
+static int last_virtual_stage(const mt_pp_runner *r)
+{
+    return r->schedule->stages * r->schedule->chunks - 1;
+}
+
+/* A message's tag: the micro-batch and the virtual stage that receives it, so a receive that
+ * meets another message fails on both sides instead of reading the wrong tensor. */
+static int tag_of(const mt_pp_runner *r, int micro, int receiver)
+{
+    return micro * (last_virtual_stage(r) + 1) + receiver;
+}
+
+/* Waits for a transfer, as a span of `kind` in the trace. */
+static mt_status wait_work(mt_pp_runner *r, mt_work **work, mt_trace_kind kind, int micro,
+                           int chunk)
+{
+    if (!*work)
+        return MT_OK;
+    double start = mt_clock_seconds();
+    mt_status status = mt_work_wait(*work);
+    *work = NULL;
+    mt_trace_span(r->trace, kind, start, mt_clock_seconds(), micro, chunk);
+    return status;
+}
+
+static int trace_chunk(const mt_pp_runner *r, int chunk)
+{
+    return r->schedule->chunks > 1 ? chunk : -1;
+}
+
+/* Gives (micro, chunk) a free slot of its chunk, once the slot's last send has left. */
+static mt_status take_slot(mt_pp_runner *r, int micro, int chunk, slot_state **out)
+{
+    slot_state *s = NULL;
+    int first = r->first_slot[chunk], at = -1;
+    for (int i = first; i < first + r->gpt->stage.slots[chunk] && !s; i++)
+        if (r->slots[i].micro < 0)
+            s = &r->slots[at = i];
+    if (!s)
+        return mt_fail(MT_EINVAL, "pipeline stage %d: no free activation slot for micro-batch "
+                                  "%d of chunk %d", r->stage, micro, chunk);
+    mt_status status = wait_work(r, &s->send, MT_TRACE_SEND, micro, trace_chunk(r, chunk));
+    if (status)
+        return status;
+    s->micro = micro;
+    r->slot_of[micro * r->schedule->chunks + chunk] = at;
+    if (++r->live > r->peak)
+        r->peak = r->live;
+    *out = s;
+    return mt_gpt_use_slot(r->gpt, chunk, at - first);
+}
+
+/* Selects the slot that holds (micro, chunk). */
+static mt_status find_slot(mt_pp_runner *r, int micro, int chunk, slot_state **out)
+{
+    int at = r->slot_of[micro * r->schedule->chunks + chunk];
+    if (at < 0)
+        return mt_fail(MT_EINVAL, "pipeline stage %d: micro-batch %d of chunk %d holds no slot",
+                       r->stage, micro, chunk);
+    *out = &r->slots[at];
+    return mt_gpt_use_slot(r->gpt, chunk, at - r->first_slot[chunk]);
+}
+
+static void free_slot(mt_pp_runner *r, int micro, int chunk)
+{
+    int *at = &r->slot_of[micro * r->schedule->chunks + chunk];
+    r->slots[*at].micro = -1;
+    *at = -1;
+    r->live--;
+}
+
+/* A new micro-batch in a fresh slot: its tokens where the chunk embeds, its targets where it
+ * computes the loss. */
+static mt_status start_micro(mt_pp_runner *r, const mt_pp_batch *batch, int micro, int chunk,
+                             int sequences, int context, slot_state **slot)
+{
+    mt_status status = take_slot(r, micro, chunk, slot);
+    const int32_t *tokens = NULL, *targets = NULL;
+    if (status == MT_OK && (mt_gpt_chunk_is_first(r->gpt) || mt_gpt_chunk_is_last(r->gpt)))
+        status = batch->load(batch->context, micro, &tokens, &targets);
+    if (status == MT_OK)
+        status = mt_gpt_begin_micro(r->gpt, tokens, mt_gpt_chunk_is_last(r->gpt) ? targets : NULL,
+                                    sequences, context);
+    return status;
+}
+
+typedef struct step_state {
+    const mt_pp_batch *batch;
+    int sequences, context;
+    float loss_scale;
+    mt_pp_step_report *report;
+} step_state;
+
+static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_action *a, int index)
+{
+    int vs = virtual_stage(r, a->chunk), chunk = trace_chunk(r, a->chunk);
+    slot_state *slot;
+    mt_status status = a->op == MT_PP_FORWARD && vs == 0
+                           ? start_micro(r, st->batch, a->micro, a->chunk, st->sequences,
+                                         st->context, &slot)
+                           : find_slot(r, a->micro, a->chunk, &slot);
+    if (status == MT_OK) /* the message this pass reads; waiting for it is the bubble */
+        status = wait_work(r, &slot->recv, MT_TRACE_IDLE, a->micro, chunk);
+    if (status)
+        return status;
+    double start = mt_clock_seconds();
+    if (a->op == MT_PP_FORWARD) {
+        float loss = 0;
+        status = mt_gpt_chunk_forward(r->gpt, &loss);
+        if (mt_gpt_chunk_is_last(r->gpt))
+            st->report->loss_sum += loss;
+    } else {
+        mt_dp_model_set_last_backward(r->model, index == r->last_backward[a->chunk]);
+        status = mt_gpt_chunk_backward(r->gpt, st->loss_scale);
+        if (vs == 0)
+            free_slot(r, a->micro, a->chunk);
+    }
+    double end = mt_clock_seconds();
+    st->report->busy += end - start;
+    mt_trace_span(r->trace, a->op == MT_PP_FORWARD ? MT_TRACE_FORWARD : MT_TRACE_BACKWARD, start,
+                  end, a->micro, chunk);
+    return status;
+}
+
+/* Posts a receive or a send; neither waits. */
+static mt_status run_transfer(mt_pp_runner *r, const step_state *st, const mt_pp_action *a)
+{
+    int vs = virtual_stage(r, a->chunk);
+    slot_state *slot;
+    double start = mt_clock_seconds();
+    mt_status status = a->op == MT_PP_RECV_ACTIVATION
+                           ? start_micro(r, st->batch, a->micro, a->chunk, st->sequences,
+                                         st->context, &slot)
+                           : find_slot(r, a->micro, a->chunk, &slot);
+    if (status)
+        return status;
+    size_t count = mt_gpt_chunk_values(r->gpt);
+    mt_trace_kind kind = MT_TRACE_SEND;
+    switch (a->op) {
+    case MT_PP_RECV_ACTIVATION:
+        kind = MT_TRACE_RECV;
+        status = mt_comm_recv_async(r->activations, mt_gpt_chunk_input(r->gpt), count, MT_F32,
+                                    r->prev, tag_of(r, a->micro, vs), &slot->recv);
+        break;
+    case MT_PP_SEND_ACTIVATION:
+        status = mt_comm_send_async(r->activations, mt_gpt_chunk_output(r->gpt), count, MT_F32,
+                                    r->next, tag_of(r, a->micro, vs + 1), &slot->send);
+        break;
+    case MT_PP_RECV_GRADIENT:
+        kind = MT_TRACE_RECV;
+        status = mt_comm_recv_async(r->gradients, mt_gpt_chunk_grad(r->gpt), count, MT_F32,
+                                    r->next, tag_of(r, a->micro, vs), &slot->recv);
+        break;
+    default: /* MT_PP_SEND_GRADIENT: the slot's last use; its send is waited for on reuse */
+        status = wait_work(r, &slot->send, MT_TRACE_SEND, a->micro, trace_chunk(r, a->chunk));
+        if (status == MT_OK)
+            status = mt_comm_send_async(r->gradients, mt_gpt_chunk_grad(r->gpt), count, MT_F32,
+                                        r->prev, tag_of(r, a->micro, vs - 1), &slot->send);
+        free_slot(r, a->micro, a->chunk);
+        break;
+    }
+    mt_trace_span(r->trace, kind, start, mt_clock_seconds(), a->micro, trace_chunk(r, a->chunk));
+    return status;
+}
+
+static mt_status drain(mt_pp_runner *r)
+{
+    mt_status first = MT_OK;
+    int total = r->first_slot[r->schedule->chunks - 1] +
+                r->gpt->stage.slots[r->schedule->chunks - 1];
+    for (int i = 0; i < total; i++) {
+        mt_status a = wait_work(r, &r->slots[i].send, MT_TRACE_SEND, -1, -1);
+        mt_status b = wait_work(r, &r->slots[i].recv, MT_TRACE_RECV, -1, -1);
+        first = first ? first : a ? a : b;
+    }
+    return first;
+}
+
+mt_status mt_pp_runner_step(mt_pp_runner *r, const mt_pp_batch *batch, int sequences,
+                            int context, float loss_scale, mt_trace *trace,
+                            mt_pp_step_report *report)
+{
+    const mt_pp_schedule *s = r->schedule;
+    *report = (mt_pp_step_report){0};
+    step_state st = {batch, sequences, context, loss_scale, report};
+    r->trace = trace;
+    r->live = r->peak = 0;
+    for (int i = 0; i < s->micros * s->chunks; i++)
+        r->slot_of[i] = -1;
+    double start = mt_clock_seconds();
+    mt_dp_model_begin_micro(r->model, 0, s->micros);
+    mt_status status = MT_OK;
+    for (int i = 0; i < s->counts[r->stage] && status == MT_OK; i++) {
+        const mt_pp_action *a = &s->actions[r->stage][i];
+        status = a->op == MT_PP_FORWARD || a->op == MT_PP_BACKWARD ? run_pass(r, &st, a, i)
+                                                                   : run_transfer(r, &st, a);
+        if (status)
+            status = mt_fail_context(status, "pipeline stage %d, %s of micro-batch %d, chunk %d",
+                                     r->stage, mt_pp_op_name(a->op), a->micro, a->chunk);
+    }
+    mt_status drained = drain(r);
+    report->span = mt_clock_seconds() - start;
+    report->peak_slots = r->peak;
+    return status ? status : drained;
+}
+
+void mt_pp_runner_destroy(mt_pp_runner *r)
+{
+    if (!r)
+        return;
+    if (r->slots && r->schedule)
+        drain(r);
+    free(r->slots);
+    free(r->slot_of);
+    free(r->last_backward);
+    free(r);
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Pipeline parallelism trains the same model as one process: for each stage count and schedule
+# (GPipe, 1F1B, interleaved), dp x pp with ZeRO 1, an uneven and a cost-balanced split, a
+# 20-step run's per-step losses and final parameters (per tensor, by norm) equal the
+# single-process run of the same job within 1e-5 relative.
+# usage: pp_equivalence.sh MESHTRAIN
+set -euo pipefail
+meshtrain=$1
+here=$(cd "$(dirname "$0")" && pwd)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+bible -f gen1:1-gen11:32 > "$scratch/genesis.txt"
+"$meshtrain" data text "$scratch/genesis.txt" --out "$scratch/data" > /dev/null
+
+# The GPT of tp_equivalence.sh (width 64, 4 heads, lr 1e-3), deep enough for pp 4 x 2 chunks.
+job=(--data "$scratch/data" --context 16 --batch 24 --steps 20 --warmup 2 --lr 1e-3
+     --vocab 256 --heads 4 --width 64 --eval_every 0 --sample_tokens 0 --threads 1
+     --check_every 5 ${MT_TEST_EXTRA:-})
+failed=0
+# layout NAME LAYERS REFERENCE_MICROBATCHES -- ARGS: the reference is one process over the
+# same global batch in micro-batches of the size each rank's are.
+layout() {
+  local name=$1 layers=$2 reference_micro=$3
+  shift 4
+  local reference="ref_l${layers}_m$reference_micro" run="$scratch/$name"
+  if [ ! -d "$scratch/$reference" ]; then
+    "$meshtrain" train "${job[@]}" --layers "$layers" --microbatches "$reference_micro" \
+      --out "$scratch/$reference" > "$scratch/$reference.log" 2>&1 ||
+      { cat "$scratch/$reference.log"; exit 1; }
+  fi
+  if ! timeout 240 "$meshtrain" train "${job[@]}" --layers "$layers" "$@" --out "$run" \
+      > "$run.log" 2>&1; then
+    echo "FAIL $name: the run failed"; cat "$run.log"; failed=1; return
+  fi
+  (cd "$scratch" && python3 "$here/compare_runs.py" "$reference" "$name" 1e-5) || failed=1
+}
+
+for schedule in gpipe 1f1b; do
+  layout "pp2_$schedule" 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule "$schedule"
+  layout "pp3_$schedule" 6 6 -- --nproc 3 --pp 3 --microbatches 6 --schedule "$schedule"
+  layout "pp4_$schedule" 8 4 -- --nproc 4 --pp 4 --microbatches 4 --schedule "$schedule"
+done
+layout pp2_interleaved_v2 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule interleaved --chunks 2
+layout pp2_interleaved_v4 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule interleaved --chunks 4
+layout pp3_interleaved_v2 6 6 -- --nproc 3 --pp 3 --microbatches 6 --schedule interleaved --chunks 2
+layout pp4_interleaved_v2 8 4 -- --nproc 4 --pp 4 --microbatches 4 --schedule interleaved --chunks 2
+# Two replicas of two stages: each rank's micro-batch is 3 sequences, as in 8 micro-batches.
+layout dp2_pp2_zero1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --zero 1
+layout dp2_pp2_zero0_gpipe 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule gpipe
+# 5 layers on 2 stages (3 + 2), and the split balanced by measured cost.
+layout pp2_uneven 5 4 -- --nproc 2 --pp 2 --microbatches 4
+layout pp2_balance_cost 5 4 -- --nproc 2 --pp 2 --microbatches 4 --balance cost
+exit $failed
