@@ -9,6 +9,7 @@ int cli_train(int argc, char **argv);
 int cli_data(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_bench_comm(int argc, char **argv);
+int cli_bench_schedule(int argc, char **argv);
 int cli_launch(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_trace(int argc, char **argv);

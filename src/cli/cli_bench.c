@@ -81,6 +81,8 @@ int cli_bench(int argc, char **argv)
     if (argc < 1 || cli_is_help(argv[0])) {
         printf("usage: meshtrain bench gemm [--config FILE] [--key value ...]\n"
                "       meshtrain bench comm [--nproc N] [--op OP] ... (meshtrain bench comm --help)\n"
+               "       meshtrain bench schedule --pp P --microbatches M ... (meshtrain bench "
+               "schedule --help)\n"
                "\n"
                "gemm: times the sgemm products of one training step at the model's shapes\n"
                "(forward, input gradient and weight gradient of every linear layer, and the\n"
@@ -91,7 +93,10 @@ int cli_bench(int argc, char **argv)
         return bench_gemm(argc - 1, argv + 1);
     if (strcmp(argv[0], "comm") == 0)
         return cli_bench_comm(argc - 1, argv + 1);
-    fprintf(stderr, "meshtrain bench: error: unknown benchmark '%s' (expected gemm or comm)\n",
+    if (strcmp(argv[0], "schedule") == 0)
+        return cli_bench_schedule(argc - 1, argv + 1);
+    fprintf(stderr, "meshtrain bench: error: unknown benchmark '%s' (expected gemm, comm or "
+                    "schedule)\n",
             argv[0]);
     return 2;
 }

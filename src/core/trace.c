@@ -16,10 +16,11 @@
  *   {"traceEvents":[
  *   {"name":"process_name","ph":"M","pid":R,"tid":0,"args":{"name":"LABEL"}},
  *   ...
- *   {"name":"F3.1","cat":"forward","ph":"X","ts":1712345678901234.567,"dur":12.345,"pid":R,"tid":0,"args":{"micro":3,"chunk":1}}
+ *   {"name":"F3.1","cat":"forward","ph":"X","ts":T,"dur":D,"pid":R,"tid":0,"args":{...}}
  *   ],"displayTimeUnit":"ms","meshtrain":{"rank":R,"version":1}}
- * A merged file ends with {"ranks":N,"version":1} instead. Times are integral nanoseconds
- * printed as microseconds with 3 decimals, so merging shifts them exactly. */
+ * A merged file ends with {"ranks":N,"version":1} instead. T and D are whole nanoseconds
+ * printed as microseconds with 3 decimals ("1712345678901234.567"), so merging shifts them
+ * exactly. */
 enum { TRACE_VERSION = 1, FIRST_CAPACITY = 1024, MAX_DEPTH = 32, PATH_CAPACITY = 4096 };
 static const char HEADER_LINE[] = "{\"traceEvents\":[";
 static const char TRAILER_START[] = "],\"displayTimeUnit\":\"ms\",\"meshtrain\":{";

@@ -1,0 +1,155 @@
+/* `meshtrain bench schedule`: a pipeline schedule as data (its actions per stage), checked,
+ * and replayed with given pass and transfer times: each stage's idle share against the textbook. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshtrain/pipeline.h"
+
+static const char USAGE[] =
+    "usage: meshtrain bench schedule --pp P --microbatches M [--schedule gpipe|1f1b|interleaved]\n"
+    "                                [--chunks V] [--forward SEC] [--backward SEC]\n"
+    "                                [--transfer SEC] [--show]\n"
+    "\n"
+    "Generates the schedule, checks it (each pass once, dependencies, every receive matching\n"
+    "its send, no deadlock), and replays it with every stage's chunk forward taking --forward\n"
+    "seconds (default 1), backward --backward (default 2) and each message --transfer (default\n"
+    "0): prints each stage's idle share (the bubble), the activations it holds at once, and the\n"
+    "textbook bubble. --show prints every stage's passes in order (F3.1: forward of\n"
+    "micro-batch 3 on chunk 1).\n";
+
+typedef struct options {
+    int pp, micros, chunks, show;
+    double forward, backward, transfer;
+    mt_pp_schedule_kind kind;
+} options;
+
+static int parse_seconds(const char *flag, const char *text, double *out)
+{
+    char *end;
+    *out = strtod(text, &end);
+    if (!*text || *end || !(*out >= 0) || *out > 1e6) {
+        fprintf(stderr, "meshtrain bench schedule: error: %s '%s' is not a number of seconds\n",
+                flag, text);
+        return 0;
+    }
+    return 1;
+}
+
+/* Returns 0 on success, else the exit code. */
+static int parse(int argc, char **argv, options *o)
+{
+    *o = (options){.chunks = 1, .forward = 1, .backward = 2, .kind = MT_PP_1F1B};
+    for (int i = 0; i < argc; i++) {
+        const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(flag, "--show") == 0) {
+            o->show = 1;
+            continue;
+        }
+        if (!value) {
+            fprintf(stderr, "meshtrain bench schedule: error: %s needs a value\n%s", flag, USAGE);
+            return 2;
+        }
+        int ok = 1;
+        i++;
+        if (strcmp(flag, "--pp") == 0)
+            ok = cli_parse_int("bench schedule", flag, value, 1, 1024, &o->pp);
+        else if (strcmp(flag, "--microbatches") == 0)
+            ok = cli_parse_int("bench schedule", flag, value, 1, 1 << 16, &o->micros);
+        else if (strcmp(flag, "--chunks") == 0)
+            ok = cli_parse_int("bench schedule", flag, value, 1, 64, &o->chunks);
+        else if (strcmp(flag, "--forward") == 0)
+            ok = parse_seconds(flag, value, &o->forward);
+        else if (strcmp(flag, "--backward") == 0)
+            ok = parse_seconds(flag, value, &o->backward);
+        else if (strcmp(flag, "--transfer") == 0)
+            ok = parse_seconds(flag, value, &o->transfer);
+        else if (strcmp(flag, "--schedule") == 0) {
+            if (mt_pp_schedule_parse(value, &o->kind))
+                return cli_report_error("bench schedule");
+        } else {
+            fprintf(stderr, "meshtrain bench schedule: error: unknown flag '%s'\n%s", flag, USAGE);
+            return 2;
+        }
+        if (!ok)
+            return 2;
+    }
+    if (!o->pp || !o->micros) {
+        fprintf(stderr, "meshtrain bench schedule: error: --pp and --microbatches are needed\n%s",
+                USAGE);
+        return 2;
+    }
+    return 0;
+}
+
+static void show(const mt_pp_schedule *s)
+{
+    for (int st = 0; st < s->stages; st++) {
+        printf("stage %d:", st);
+        for (int i = 0; i < s->counts[st]; i++) {
+            const mt_pp_action *a = &s->actions[st][i];
+            if (a->op != MT_PP_FORWARD && a->op != MT_PP_BACKWARD)
+                continue; /* each pass's messages sit right next to it */
+            printf(" %c%d", a->op == MT_PP_FORWARD ? 'F' : 'B', a->micro);
+            if (s->chunks > 1) /* as the trace names them: F3.1 is micro-batch 3 on chunk 1 */
+                printf(".%d", a->chunk);
+        }
+        putchar('\n');
+    }
+}
+
+static int report(const mt_pp_schedule *s, const options *o)
+{
+    int p = s->stages;
+    double *forward = malloc((size_t)p * sizeof *forward), *backward = malloc((size_t)p * sizeof *backward);
+    double *busy = malloc((size_t)p * sizeof *busy), makespan = 0;
+    if (!forward || !backward || !busy) {
+        free(forward), free(backward), free(busy);
+        fprintf(stderr, "meshtrain bench schedule: error: out of memory\n");
+        return 1;
+    }
+    for (int st = 0; st < p; st++)
+        forward[st] = o->forward, backward[st] = o->backward;
+    int code = 0;
+    if (mt_pp_schedule_replay(s, forward, backward, o->transfer, busy, &makespan)) {
+        code = cli_report_error("bench schedule");
+    } else {
+        printf("%s, pp %d, %d micro-batches, %d chunk%s: makespan %.6g s\n",
+               mt_pp_schedule_name(s->kind), p, s->micros, s->chunks, s->chunks > 1 ? "s" : "",
+               makespan);
+        printf("stage  idle    activations held (micro-batch chunks)\n");
+        for (int st = 0; st < p; st++)
+            printf("%5d  %5.1f%%  %d\n", st, makespan > 0 ? 100 * (1 - busy[st] / makespan) : 0,
+                   mt_pp_schedule_peak_in_flight(s, st, NULL));
+        printf("textbook bubble: %.1f%%\n",
+               100 * mt_pp_bubble_expected(s->kind, p, s->micros, s->chunks));
+    }
+    free(forward), free(backward), free(busy);
+    return code;
+}
+
+int cli_bench_schedule(int argc, char **argv)
+{
+    if (argc > 0 && cli_is_help(argv[0])) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    options o;
+    int code = parse(argc, argv, &o);
+    if (code)
+        return code;
+    mt_pp_schedule s;
+    if (mt_pp_schedule_check_sizes(o.kind, o.pp, o.micros, o.chunks, 0) ||
+        mt_pp_schedule_create(o.kind, o.pp, o.micros, o.chunks, &s))
+        return cli_report_error("bench schedule");
+    if (mt_pp_schedule_check(&s)) {
+        mt_pp_schedule_destroy(&s);
+        return cli_report_error("bench schedule");
+    }
+    if (o.show)
+        show(&s);
+    code = report(&s, &o);
+    mt_pp_schedule_destroy(&s);
+    return code;
+}
