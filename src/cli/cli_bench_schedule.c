@@ -15,13 +15,23 @@ static const char USAGE[] =
     "Generates the schedule, checks it (each pass once, dependencies, every receive matching\n"
     "its send, no deadlock), and replays it with every stage's chunk forward taking --forward\n"
     "seconds (default 1), backward --backward (default 2) and each message --transfer (default\n"
-    "0): prints each stage's idle share (the bubble), the activations it holds at once, and the\n"
-    "textbook bubble. --show prints every stage's passes in order (F3.1: forward of\n"
-    "micro-batch 3 on chunk 1).\n";
+    "0); --forward and --backward may list one time per stage (0.03,0.032). It prints each\n"
+    "stage's idle share (the bubble), the activations it holds at once, and the textbook\n"
+    "bubble. --show prints every stage's passes in order (F3.1: forward of micro-batch 3 on\n"
+    "chunk 1).\n";
+
+enum { MAX_LISTED = 64 };
+
+/* Pass times: one for every stage, or one per stage (stage s takes listed[s % count]). */
+typedef struct durations {
+    double listed[MAX_LISTED];
+    int count;
+} durations;
 
 typedef struct options {
     int pp, micros, chunks, show;
-    double forward, backward, transfer;
+    durations forward, backward;
+    double transfer;
     mt_pp_schedule_kind kind;
 } options;
 
@@ -29,7 +39,7 @@ static int parse_seconds(const char *flag, const char *text, double *out)
 {
     char *end;
     *out = strtod(text, &end);
-    if (!*text || *end || !(*out >= 0) || *out > 1e6) {
+    if (!*text || (*end && *end != ',') || !(*out >= 0) || *out > 1e6) {
         fprintf(stderr, "meshtrain bench schedule: error: %s '%s' is not a number of seconds\n",
                 flag, text);
         return 0;
@@ -37,10 +47,24 @@ static int parse_seconds(const char *flag, const char *text, double *out)
     return 1;
 }
 
+static int parse_durations(const char *flag, const char *text, durations *out)
+{
+    out->count = 0;
+    for (const char *at = text; out->count < MAX_LISTED; at++) {
+        if (!parse_seconds(flag, at, &out->listed[out->count++]))
+            return 0;
+        if (!(at = strchr(at, ',')))
+            return 1;
+    }
+    fprintf(stderr, "meshtrain bench schedule: error: %s lists more than %d stages\n", flag,
+            MAX_LISTED);
+    return 0;
+}
+
 /* Returns 0 on success, else the exit code. */
 static int parse(int argc, char **argv, options *o)
 {
-    *o = (options){.chunks = 1, .forward = 1, .backward = 2, .kind = MT_PP_1F1B};
+    *o = (options){.chunks = 1, .forward = {{1}, 1}, .backward = {{2}, 1}, .kind = MT_PP_1F1B};
     for (int i = 0; i < argc; i++) {
         const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(flag, "--show") == 0) {
@@ -60,9 +84,9 @@ static int parse(int argc, char **argv, options *o)
         else if (strcmp(flag, "--chunks") == 0)
             ok = cli_parse_int("bench schedule", flag, value, 1, 64, &o->chunks);
         else if (strcmp(flag, "--forward") == 0)
-            ok = parse_seconds(flag, value, &o->forward);
+            ok = parse_durations(flag, value, &o->forward);
         else if (strcmp(flag, "--backward") == 0)
-            ok = parse_seconds(flag, value, &o->backward);
+            ok = parse_durations(flag, value, &o->backward);
         else if (strcmp(flag, "--transfer") == 0)
             ok = parse_seconds(flag, value, &o->transfer);
         else if (strcmp(flag, "--schedule") == 0) {
@@ -109,8 +133,10 @@ static int report(const mt_pp_schedule *s, const options *o)
         fprintf(stderr, "meshtrain bench schedule: error: out of memory\n");
         return 1;
     }
-    for (int st = 0; st < p; st++)
-        forward[st] = o->forward, backward[st] = o->backward;
+    for (int st = 0; st < p; st++) {
+        forward[st] = o->forward.listed[st % o->forward.count];
+        backward[st] = o->backward.listed[st % o->backward.count];
+    }
     int code = 0;
     if (mt_pp_schedule_replay(s, forward, backward, o->transfer, busy, &makespan)) {
         code = cli_report_error("bench schedule");

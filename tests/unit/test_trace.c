@@ -11,6 +11,9 @@
 #include "meshtrain/status.h"
 #include "meshtrain/trace.h"
 
+/* The start of every file's last line. */
+#define CLOSING "],\"displayTimeUnit\":\"ms\",\"meshtrain\":"
+
 static char tmp_dir[64];
 
 static const char *tmp_path(char *out, size_t capacity, const char *name)
@@ -128,8 +131,9 @@ static void write_rank(const char *path, int rank, const char *label, double bas
 static void check_merged(const char *text)
 {
     CHECK(strncmp(text, "{\"traceEvents\":[\n", 17) == 0);
-    CHECK(contains(text, "\n],\"displayTimeUnit\":\"ms\",\"meshtrain\":{\"ranks\":2,\"version\":1}}\n"));
-    CHECK(contains(text, "\"args\":{\"name\":\"rank 0 \\\"a\\\\b\\\"\\u000a\\u0001 \xc3\xa9\\ufffd\"}"));
+    CHECK(contains(text, "\n" CLOSING "{\"ranks\":2,\"version\":1}}\n"));
+    CHECK(contains(text,
+                   "\"args\":{\"name\":\"rank 0 \\\"a\\\\b\\\"\\u000a\\u0001 \xc3\xa9\\ufffd\"}"));
     CHECK(contains(text, "\"args\":{\"name\":\"rank 1\"}"));
     int seen[SPAN_COUNT] = {0}, zero_ts = 0;
     double previous_ts[2] = {-1, -1};
@@ -155,7 +159,8 @@ static void check_merged(const char *text)
             CHECK_MSG(fabs(dur - 1e6 * (SPANS[i].end - SPANS[i].start)) <= 1, "%s", line);
             CHECK_MSG(fabs(ts - 1e6 * SPANS[i].start) <= 50, "start %s", line); /* same host */
             char category[48];
-            snprintf(category, sizeof category, "\"cat\":\"%s\"", mt_trace_kind_name(SPANS[i].kind));
+            snprintf(category, sizeof category, "\"cat\":\"%s\"",
+                     mt_trace_kind_name(SPANS[i].kind));
             CHECK_MSG(contains(line, category), "%s", line);
             CHECK((int)field(line, "tid") == (SPANS[i].kind == MT_TRACE_STEP));
         }
@@ -181,7 +186,7 @@ static void test_write_and_merge(void)
 
     char *text = read_text(r1);
     CHECK(text && strncmp(text, "{\"traceEvents\":[\n", 17) == 0);
-    CHECK(contains(text, "\n],\"displayTimeUnit\":\"ms\",\"meshtrain\":{\"rank\":1,\"version\":1}}\n"));
+    CHECK(contains(text, "\n" CLOSING "{\"rank\":1,\"version\":1}}\n"));
     CHECK(!contains(text, "\"steps\"")); /* no step spans: no steps row */
     free(text);
 
@@ -219,7 +224,7 @@ static mt_status merge_text(const char *events, const char *trailer)
     tmp_path(path, sizeof path, "case.json");
     tmp_path(out, sizeof out, "case_out.json");
     snprintf(text, sizeof text, "{\"traceEvents\":[\n%s%s\n", events,
-             trailer ? trailer : "],\"displayTimeUnit\":\"ms\",\"meshtrain\":{\"rank\":0,\"version\":1}}");
+             trailer ? trailer : CLOSING "{\"rank\":0,\"version\":1}}");
     write_text(path, text);
     mt_status status = mt_trace_merge((const char *[]){path}, 1, out);
     unlink(out);
@@ -232,7 +237,8 @@ static void test_validator(void)
         "",
         "{\"ph\":\"M\",\"pid\":0}\n",
         "{\"ph\":\"X\",\"pid\":0,\"ts\":0.000,\"dur\":1.5e-3}\n",
-        ("{\"ph\":\"X\",\"ts\":12.345,\"pid\":0,\"args\":{\"a\":[1,-2.5E+3,0,true,false,null,[],{}],"
+        ("{\"ph\":\"X\",\"ts\":12.345,\"pid\":0,"
+         "\"args\":{\"a\":[1,-2.5E+3,0,true,false,null,[],{}],"
          "\"s\":\"\\u00e9\\n\\\"\\\\\\/ \xe2\x82\xac\"}},\n{\"ph\":\"M\",\"pid\":0}\n"),
         "{ \"ph\" : \"M\" , \"pid\" : 0 }\n",
     };
@@ -255,8 +261,8 @@ static void test_validator(void)
         {"{\"ph\":\"M\",\"pid\":0}}\n", "malformed"},
         {"{\"ph\":\"M\",\"pid\":0\n", "malformed"},
         {"[1]\n", "malformed"},
-        {"{\"ph\":\"M\",\"pid\":0,\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n",
-         "malformed"},
+        {("{\"ph\":\"M\",\"pid\":0,\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+          "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n"), "malformed"},
         {"{\"ph\":\"M\"}\n", "no rank"},
         {"{\"ph\":\"M\",\"pid\":1}\n", "pid 1 in the trace of rank 0"},
         {"{\"pid\":0}\n", "no phase"},
@@ -276,9 +282,9 @@ static void test_validator(void)
     }
 
     static const struct { const char *trailer, *phrase; } bad_trailers[] = {
-        {"],\"displayTimeUnit\":\"ms\",\"meshtrain\":{\"rank\":0,\"version\":2}}", "version 2"},
-        {"],\"displayTimeUnit\":\"ms\",\"meshtrain\":{\"rank\":0}}", "line 3: not the closing"},
-        {"],\"displayTimeUnit\":\"ms\",\"meshtrain\":{\"rank\":0,\"version\":1}}\n\n", "line 4: text after"},
+        {CLOSING "{\"rank\":0,\"version\":2}}", "version 2"},
+        {CLOSING "{\"rank\":0}}", "line 3: not the closing"},
+        {CLOSING "{\"rank\":0,\"version\":1}}\n\n", "line 4: text after"},
         {"]}", "line 3: not the closing"},
     };
     for (size_t i = 0; i < sizeof bad_trailers / sizeof bad_trailers[0]; i++) {
@@ -342,8 +348,8 @@ static void test_failures(void)
     write_text(bad, text);
     free(text);
     status = mt_trace_merge((const char *[]){r0, r1, bad}, 3, out);
-    CHECK_MSG(status == MT_EINVAL && contains(mt_last_error(), r0) && contains(mt_last_error(), bad),
-              "%s", mt_last_error());
+    CHECK_MSG(status == MT_EINVAL && contains(mt_last_error(), r0) &&
+                  contains(mt_last_error(), bad), "%s", mt_last_error());
 
     status = mt_trace_merge((const char *[]){r0, r1}, 2, unwritable);
     CHECK_MSG(status == MT_EIO && contains(mt_last_error(), unwritable), "%s", mt_last_error());
@@ -377,7 +383,8 @@ static void test_growth(void)
     for (const char *p = text; p && *p; p++) /* not strstr: ASan's scans the rest each call */
         events += *p == '"' && strncmp(p, "\"ph\":\"X\"", 8) == 0;
     CHECK_MSG(events == N, "%d events", events);
-    CHECK(contains(text, "\"name\":\"F0\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":0.000,\"dur\":500.000"));
+    CHECK(contains(text, "\"name\":\"F0\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":0.000,"
+                         "\"dur\":500.000"));
     free(text);
     unlink(path);
     unlink(out);
