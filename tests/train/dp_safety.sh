@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Data- and tensor-parallel runs fail loudly: a NaN loss or gradient on one rank stops every
-# rank naming the step and the rank; a replica whose parameters drift is named by the checksum;
-# layouts the batch, the model or the build cannot take are refused before training.
+# Data-, tensor- and pipeline-parallel runs fail loudly: a NaN loss or gradient on one rank
+# stops every rank naming the step and the rank; a replica (or a tied-embedding copy) whose
+# parameters drift is named by the checksum; layouts the batch, the model or the build cannot
+# take are refused before training.
 # usage: dp_safety.sh MESHTRAIN
 set -uo pipefail
 meshtrain=$1
@@ -76,8 +77,22 @@ expect "tp that does not divide the heads" "" "tp 3 does not divide the 2 attent
 expect "sequence parallelism with a context tp does not divide" "" \
   "sequence parallelism splits the sequence into tp 2 parts, which context 15 does not divide" "0 1" \
   -- --nproc 2 --tp 2 --sp on --context 15
-expect "pipeline parallelism not in this build" "" "no pipeline parallelism yet" "0 1" \
+# Pipelines: a NaN loss scale on the last stage reaches stage 0 through the gradients it sends;
+# a drifted copy of the tied embeddings is caught; layouts a pipeline cannot take are refused.
+expect "NaN gradient on the last of 2 pipeline stages" nan_grad@1:3 \
+  "step 3: the gradient is NaN on ranks 0 (data-parallel 0, stage 0, tensor-parallel 0), 1 (data-parallel 0, stage 1, tensor-parallel 0)" \
+  "0 1" -- --nproc 2 --pp 2 --microbatches 2
+expect "drifted tied-embedding copy on the last stage" skew@1:4 \
+  "step 4: the last pipeline stage's copy of the tied embeddings differs from the first stage's" \
+  "0 1" -- --nproc 2 --pp 2 --microbatches 2 --check_every 2
+expect "fewer micro-batches than stages" "" "1 micro-batches cannot fill 2 pipeline stages" "0 1" \
   -- --nproc 2 --pp 2
+expect "ZeRO 2 under a pipeline" "" "ZeRO 2 cannot run under pipeline parallelism" "0 1" \
+  -- --nproc 2 --pp 2 --microbatches 2 --zero 2
+expect "more model chunks than layers" "" "2 layers cannot be cut into pp 2 x chunks 2" "0 1" \
+  -- --nproc 2 --pp 2 --microbatches 2 --schedule interleaved --chunks 2
+expect "chunks without the interleaved schedule" "" "need the interleaved schedule, not 1f1b" \
+  "0 1" -- --nproc 2 --pp 2 --microbatches 2 --chunks 2
 expect "a malformed fault request" "nan@x" "MT_INJECT_FAULT 'nan@x'" "0 1" -- --nproc 2
 
 # One process: the key is checked before anything runs, and a skewed replica cannot exist.
