@@ -5,14 +5,9 @@
 # usage: dp_equivalence.sh MESHTRAIN [SCRATCH]
 set -euo pipefail
 meshtrain=$1
-here=$(cd "$(dirname "$0")" && pwd)
-scratch=${2:-$(mktemp -d)}
-trap 'rm -rf "$scratch"' EXIT
+scratch=${2:-}
+source "$(dirname "$0")/genesis_setup.sh"
 python=python3
-
-# A fixed corpus (Genesis 1-11 of bible-kjv, a base dependency), so the figures never drift.
-bible -f gen1:1-gen11:32 > "$scratch/genesis.txt"
-"$meshtrain" data text "$scratch/genesis.txt" --out "$scratch/data" > /dev/null
 
 # A small GPT (about 117k parameters): 24 sequences split into 2, 3 or 4 ranks x 1 or 2
 # micro-batches. Tensors of a few dozen elements would let one element whose gradient is near

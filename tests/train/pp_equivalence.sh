@@ -6,12 +6,7 @@
 # usage: pp_equivalence.sh MESHTRAIN
 set -euo pipefail
 meshtrain=$1
-here=$(cd "$(dirname "$0")" && pwd)
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-
-bible -f gen1:1-gen11:32 > "$scratch/genesis.txt"
-"$meshtrain" data text "$scratch/genesis.txt" --out "$scratch/data" > /dev/null
+source "$(dirname "$0")/genesis_setup.sh"
 
 # The GPT of tp_equivalence.sh (width 64, 4 heads, lr 1e-3), deep enough for pp 4 x 2 chunks.
 job=(--data "$scratch/data" --context 16 --batch 24 --steps 20 --warmup 2 --lr 1e-3

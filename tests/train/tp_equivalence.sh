@@ -5,12 +5,7 @@
 # usage: tp_equivalence.sh MESHTRAIN
 set -euo pipefail
 meshtrain=$1
-here=$(cd "$(dirname "$0")" && pwd)
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-
-bible -f gen1:1-gen11:32 > "$scratch/genesis.txt"
-"$meshtrain" data text "$scratch/genesis.txt" --out "$scratch/data" > /dev/null
+source "$(dirname "$0")/genesis_setup.sh"
 
 # The GPT of dp_equivalence.sh, at lr 1e-3: at 3e-3 some seeds meet a gradient spike (norm 1.5
 # to 5.7 at step 12) that magnifies any rounding difference, so that even one process on 2

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 static int check_failures, check_count;
 
@@ -33,6 +34,23 @@ static int check_failures, check_count;
     CHECK_MSG(fabs((double)(got) - (double)(want)) <=                                           \
                   (tol) * (fabs((double)(want)) > 1 ? fabs((double)(want)) : 1.0),              \
               "got %.9g, want %.9g (tol %g)", (double)(got), (double)(want), (double)(tol))
+
+/* Whether `haystack` (NULL: never) holds `needle`: for checking messages. */
+static inline int check_contains(const char *haystack, const char *needle)
+{
+    return haystack && strstr(haystack, needle) != NULL;
+}
+
+/* Writes `text` to a new file at `path` (a failure is a failed check). */
+static inline void check_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f != NULL, "cannot create %s", path);
+    if (!f)
+        return;
+    fputs(text, f);
+    fclose(f);
+}
 
 /* Call at the end of main: prints a summary and returns the exit status. */
 static inline int check_summary(const char *program)

@@ -22,11 +22,6 @@
 #include "meshtrain/status.h"
 #include "meshtrain/store.h"
 
-static int contains(const char *haystack, const char *needle)
-{
-    return strstr(haystack, needle) != NULL;
-}
-
 static void sleep_seconds(double seconds)
 {
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
@@ -115,7 +110,7 @@ static void test_round_trip(void)
      * connection usable. */
     mt_status st = mt_store_get(store, "shm/world", buf, 2, &got);
     CHECK(st == MT_EINVAL && got == 3);
-    CHECK_MSG(contains(mt_last_error(), "shm/world"), "%s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "shm/world"), "%s", mt_last_error());
     CHECK(mt_store_get(store, "bin", buf, sizeof buf, &got) == MT_OK && got == sizeof binary);
 
     /* ADD: a missing key counts as 0; the key then reads back as 8 bytes. */
@@ -125,7 +120,7 @@ static void test_round_trip(void)
     CHECK(mt_store_get(store, "counter", buf, sizeof buf, &got) == MT_OK && got == 8);
     st = mt_store_add(store, "shm/world", 1, &value);
     CHECK(st == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "shm/world") && contains(mt_last_error(), "integer"),
+    CHECK_MSG(check_contains(mt_last_error(), "shm/world") && check_contains(mt_last_error(), "integer"),
               "%s", mt_last_error());
     CHECK(mt_store_add(store, "counter", 2, &value) == MT_OK && value == 0);
 
@@ -279,7 +274,7 @@ static void test_value_limits(void)
 
     mt_status st = mt_store_set(store, "too/big", big, MT_STORE_MAX_VALUE + 1);
     CHECK(st == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "too/big") && contains(mt_last_error(), "limit"), "%s",
+    CHECK_MSG(check_contains(mt_last_error(), "too/big") && check_contains(mt_last_error(), "limit"), "%s",
               mt_last_error());
     /* Refused on the client side: the connection stays in step. */
     CHECK(mt_store_get(store, "big", back, MT_STORE_MAX_VALUE, &got) == MT_OK);
@@ -308,8 +303,8 @@ static void test_get_timeout(void)
         char address[64];
         snprintf(address, sizeof address, "127.0.0.1:%d", port);
         const char *msg = mt_last_error();
-        CHECK_MSG(contains(msg, "'never/set'") && contains(msg, "timed out") &&
-                      contains(msg, address),
+        CHECK_MSG(check_contains(msg, "'never/set'") && check_contains(msg, "timed out") &&
+                      check_contains(msg, address),
                   "%s", msg);
         CHECK_MSG(elapsed >= 0.25 && elapsed < 2.0, "timed out after %.3f s", elapsed);
         /* The stream is out of step now, so further calls are refused, not garbled. */
@@ -361,7 +356,7 @@ static void test_connect_retry(void)
     mt_status st = tool_connect("127.0.0.1", port, 0.2, &none);
     double elapsed = mt_clock_seconds() - t0;
     CHECK(st == MT_EPEER && none == NULL);
-    CHECK_MSG(contains(mt_last_error(), "timed out"), "%s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "timed out"), "%s", mt_last_error());
     CHECK_MSG(elapsed >= 0.15 && elapsed < 2.0, "gave up after %.3f s", elapsed);
 
     early_client e = {.port = port, .status = MT_EIO};
@@ -505,7 +500,7 @@ static void check_refused(int port, int join, const void *bytes, size_t count, c
     char message[512];
     CHECK_MSG(server_hung_up(fd, message, sizeof message), "server kept the connection after %s",
               what);
-    CHECK_MSG(!reason || contains(message, reason), "%s: refusal '%s' does not say '%s'", what,
+    CHECK_MSG(!reason || check_contains(message, reason), "%s: refusal '%s' does not say '%s'", what,
               message, reason);
     close(fd);
 }
@@ -634,14 +629,14 @@ static void test_who_may_join(void)
 
     /* The wrong secret: refused, the secret never sent, and the store serves on. */
     CHECK(join_as(port, OTHER_SECRET, MT_STORE_RANK, 2, 4, &bad) != MT_OK && !bad);
-    CHECK_MSG(contains(mt_last_error(), "authentication failed") &&
-                  contains(mt_last_error(), "secret"), "%s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "authentication failed") &&
+                  check_contains(mt_last_error(), "secret"), "%s", mt_last_error());
     /* A second rank 1, and a rank of a world of another size. */
     CHECK(join_as(port, SECRET, MT_STORE_RANK, 1, 4, &bad) != MT_OK && !bad);
-    CHECK_MSG(contains(mt_last_error(), "rank 1 has already joined"), "%s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "rank 1 has already joined"), "%s", mt_last_error());
     CHECK(join_as(port, SECRET, MT_STORE_RANK, 2, 8, &bad) != MT_OK && !bad);
-    CHECK_MSG(contains(mt_last_error(), "this job has 4 ranks") &&
-                  contains(mt_last_error(), "WORLD_SIZE"), "%s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "this job has 4 ranks") &&
+                  check_contains(mt_last_error(), "WORLD_SIZE"), "%s", mt_last_error());
     CHECK(rank1 && mt_store_set(rank1, "still", "here", 4) == MT_OK);
     /* Once rank 1 left, a new rank 1 (a restarted worker) may join. */
     mt_store_close(rank1);
@@ -656,12 +651,12 @@ static void test_who_may_join(void)
     CHECK(mt_store_server_start(&oc, &other) == MT_OK);
     if (other) {
         CHECK(join_as(mt_store_server_port(other), SECRET, MT_STORE_TOOL, 0, 0, &bad) != MT_OK);
-        CHECK_MSG(contains(mt_last_error(), "secret"), "%s", mt_last_error());
+        CHECK_MSG(check_contains(mt_last_error(), "secret"), "%s", mt_last_error());
         /* A second job on the same port cannot start. */
         mt_store_server *twin = NULL;
         oc.port = mt_store_server_port(other);
         CHECK(mt_store_server_start(&oc, &twin) != MT_OK && !twin);
-        CHECK_MSG(contains(mt_last_error(), "in use"), "%s", mt_last_error());
+        CHECK_MSG(check_contains(mt_last_error(), "in use"), "%s", mt_last_error());
         mt_store_server_stop(other);
     }
     /* Secrets that protect nothing are refused. */
@@ -719,7 +714,7 @@ static void test_other_commands(void)
     pthread_join(thread, NULL);
     const char *never[] = {"k1", "never"};
     CHECK(mt_store_wait(a, never, 2, 0.3) == MT_EPEER);
-    CHECK_MSG(contains(mt_last_error(), "timed out"), "%s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "timed out"), "%s", mt_last_error());
     mt_store_close(a);
     /* A prefix is a namespace: its keys are the plain client's prefixed ones. */
     CHECK(mt_store_set(prefixed, "shm/world", "p", 1) == MT_OK);
@@ -769,7 +764,7 @@ static void test_stop_with_waiter(void)
     pthread_join(thread, NULL);
     double elapsed = mt_clock_seconds() - t0;
     CHECK(b.status == MT_EPEER);
-    CHECK_MSG(contains(b.error, "closed") && contains(b.error, "'stop/key'"), "%s", b.error);
+    CHECK_MSG(check_contains(b.error, "closed") && check_contains(b.error, "'stop/key'"), "%s", b.error);
     CHECK_MSG(elapsed < 2.0, "stop took %.3f s to release the waiter", elapsed);
     mt_store_close(b.store);
 }
@@ -800,8 +795,8 @@ static void test_spawn_exit_code(void)
     mt_status st = spawn_sh("if [ \"$RANK\" = 1 ]; then exit 3; fi", 3, 0.5, &r);
     CHECK(st == MT_EPEER);
     CHECK(r.failed_rank == 1 && r.exit_code == 3 && r.signal == 0);
-    CHECK_MSG(contains(mt_last_error(), "rank 1 (pid ") &&
-                  contains(mt_last_error(), "exited with code 3"),
+    CHECK_MSG(check_contains(mt_last_error(), "rank 1 (pid ") &&
+                  check_contains(mt_last_error(), "exited with code 3"),
               "%s", mt_last_error());
 }
 
@@ -811,8 +806,8 @@ static void test_spawn_signal(void)
     mt_status st = spawn_sh("if [ \"$RANK\" = 0 ]; then kill -9 $$; fi", 3, 0.5, &r);
     CHECK(st == MT_EPEER);
     CHECK(r.failed_rank == 0 && r.exit_code == -1 && r.signal == 9);
-    CHECK_MSG(contains(mt_last_error(), "rank 0 (pid ") &&
-                  contains(mt_last_error(), "killed by signal 9 (Killed)"),
+    CHECK_MSG(check_contains(mt_last_error(), "rank 0 (pid ") &&
+                  check_contains(mt_last_error(), "killed by signal 9 (Killed)"),
               "%s", mt_last_error());
 }
 
@@ -850,7 +845,7 @@ static void test_spawn_missing_program(void)
         mt_status st = mt_launch(&options, argv, &r);
         CHECK(st == MT_EPEER);
         CHECK(r.failed_rank >= 0 && r.exit_code == 127 && r.signal == 0);
-        CHECK_MSG(contains(mt_last_error(), names[i]) && contains(mt_last_error(), "127"), "%s",
+        CHECK_MSG(check_contains(mt_last_error(), names[i]) && check_contains(mt_last_error(), "127"), "%s",
                   mt_last_error());
     }
     mt_launch_options bad = {.nproc = 0, .grace_seconds = 1};
@@ -960,7 +955,7 @@ static void test_spawn_forwards_sigint(void)
     pthread_join(thread, NULL);
     CHECK(st == MT_EPEER);
     CHECK(r.failed_rank >= 0 && r.signal == SIGINT);
-    CHECK_MSG(contains(mt_last_error(), "interrupted by signal 2"), "%s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "interrupted by signal 2"), "%s", mt_last_error());
     CHECK_MSG(elapsed < 2.0, "took %.3f s", elapsed);
 }
 

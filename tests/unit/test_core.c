@@ -28,21 +28,6 @@ static const char *tmp_path(const char *name)
     return path;
 }
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    CHECK_MSG(f != NULL, "cannot create %s", path);
-    if (!f)
-        return;
-    fputs(text, f);
-    fclose(f);
-}
-
-static int contains(const char *haystack, const char *needle)
-{
-    return strstr(haystack, needle) != NULL;
-}
-
 /* ---- 1. Philox4x32-10 known answers (Random123 kat_vectors) ---- */
 
 static void check_words(uint64_t seed, uint64_t stream, uint64_t index, const uint32_t want[4])
@@ -298,8 +283,8 @@ static void test_config_defaults(void)
         char *text = calloc(1, (size_t)size + 1);
         CHECK(text && fread(text, 1, (size_t)size, f) == (size_t)size);
         if (text) {
-            CHECK(contains(text, "--eval_every") && contains(text, "--microbatches") &&
-                  contains(text, "--prompt"));
+            CHECK(check_contains(text, "--eval_every") && check_contains(text, "--microbatches") &&
+                  check_contains(text, "--prompt"));
             free(text);
         }
         fclose(f);
@@ -312,9 +297,9 @@ static void check_set_fails(const char *key, const char *value, const char *name
     mt_config_defaults(&c);
     mt_status status = mt_config_set(&c, key, value, "the test");
     CHECK_MSG(status == MT_EINVAL, "%s = '%s' gave status %d", key, value, (int)status);
-    CHECK_MSG(contains(mt_last_error(), named), "%s = '%s': message '%s' does not name '%s'", key,
+    CHECK_MSG(check_contains(mt_last_error(), named), "%s = '%s': message '%s' does not name '%s'", key,
               value, mt_last_error(), named);
-    CHECK_MSG(contains(mt_last_error(), "the test"), "message '%s' lacks the source",
+    CHECK_MSG(check_contains(mt_last_error(), "the test"), "message '%s' lacks the source",
               mt_last_error());
 }
 
@@ -366,7 +351,7 @@ static void test_config_set(void)
 static void test_config_args(void)
 {
     const char *ini = tmp_path("run.ini");
-    write_text(ini, "# a run config\n"
+    check_write_text(ini, "# a run config\n"
                     "\n"
                     "   lr = 0.25   # peak\n"
                     "layers=3\n"
@@ -397,40 +382,40 @@ static void test_config_args(void)
     char *unknown[] = {"--bogus_key", "3"};
     mt_config_defaults(&c);
     CHECK(mt_config_parse_args(&c, 2, unknown) == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "bogus_key"), "message: %s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "bogus_key"), "message: %s", mt_last_error());
     char *no_value[] = {"--lr"};
     CHECK(mt_config_parse_args(&c, 1, no_value) == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "lr"), "message: %s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "lr"), "message: %s", mt_last_error());
     char *bare[] = {"lr", "3"};
     CHECK(mt_config_parse_args(&c, 2, bare) == MT_EINVAL);
     char *dashes[] = {"--"};
     CHECK(mt_config_parse_args(&c, 1, dashes) == MT_EINVAL);
     char *bad_value[] = {"--lr", "abc"};
     CHECK(mt_config_parse_args(&c, 2, bad_value) == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "lr") && contains(mt_last_error(), "command line"),
+    CHECK_MSG(check_contains(mt_last_error(), "lr") && check_contains(mt_last_error(), "command line"),
               "message: %s", mt_last_error());
 
     /* A missing config file names the file. */
     const char *missing = tmp_path("missing.ini");
     char *missing_args[] = {"--config", (char *)missing};
     CHECK(mt_config_parse_args(&c, 2, missing_args) == MT_EIO);
-    CHECK_MSG(contains(mt_last_error(), missing), "message: %s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), missing), "message: %s", mt_last_error());
 
     /* A line without '=' names the file and the line. */
     const char *broken = tmp_path("broken.ini");
-    write_text(broken, "# comment\nlr = 0.1\n\nthis line has no equals sign\n");
+    check_write_text(broken, "# comment\nlr = 0.1\n\nthis line has no equals sign\n");
     mt_config_defaults(&c);
     CHECK(mt_config_load_file(&c, broken) == MT_EINVAL);
     char want[200];
     snprintf(want, sizeof want, "%s line 4", broken);
-    CHECK_MSG(contains(mt_last_error(), want), "message '%s' lacks '%s'", mt_last_error(), want);
+    CHECK_MSG(check_contains(mt_last_error(), want), "message '%s' lacks '%s'", mt_last_error(), want);
 
     /* A bad value in a file names the key, the file and the line. */
     const char *bad = tmp_path("bad.ini");
-    write_text(bad, "lr = 0.1\nlayers = 1.5\n");
+    check_write_text(bad, "lr = 0.1\nlayers = 1.5\n");
     CHECK(mt_config_load_file(&c, bad) == MT_EINVAL);
     snprintf(want, sizeof want, "%s line 2", bad);
-    CHECK_MSG(contains(mt_last_error(), want) && contains(mt_last_error(), "layers"),
+    CHECK_MSG(check_contains(mt_last_error(), want) && check_contains(mt_last_error(), "layers"),
               "message: %s", mt_last_error());
 }
 
@@ -441,14 +426,14 @@ static void test_config_validate(void)
     c.heads = 3;
     c.width = 64;
     CHECK(mt_config_validate(&c) == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "heads") && contains(mt_last_error(), "width"),
+    CHECK_MSG(check_contains(mt_last_error(), "heads") && check_contains(mt_last_error(), "width"),
               "message: %s", mt_last_error());
 
     mt_config_defaults(&c);
     c.batch = 10;
     c.microbatches = 3;
     CHECK(mt_config_validate(&c) == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "microbatches"), "message: %s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "microbatches"), "message: %s", mt_last_error());
 
     mt_config_defaults(&c);
     c.batch = 12;
@@ -458,7 +443,7 @@ static void test_config_validate(void)
     mt_config_defaults(&c);
     c.min_lr = 2 * c.lr;
     CHECK(mt_config_validate(&c) == MT_EINVAL);
-    CHECK_MSG(contains(mt_last_error(), "min_lr"), "message: %s", mt_last_error());
+    CHECK_MSG(check_contains(mt_last_error(), "min_lr"), "message: %s", mt_last_error());
 }
 
 static void test_config_round_trip(void)

@@ -41,21 +41,6 @@ static char *read_text(const char *path)
     return text;
 }
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    CHECK_MSG(f != NULL, "cannot create %s", path);
-    if (!f)
-        return;
-    fputs(text, f);
-    fclose(f);
-}
-
-static int contains(const char *haystack, const char *needle)
-{
-    return haystack && strstr(haystack, needle) != NULL;
-}
-
 /* A number after `"key":` in one event line (NAN if absent). */
 static double field(const char *line, const char *key)
 {
@@ -131,15 +116,15 @@ static void write_rank(const char *path, int rank, const char *label, double bas
 static void check_merged(const char *text)
 {
     CHECK(strncmp(text, "{\"traceEvents\":[\n", 17) == 0);
-    CHECK(contains(text, "\n" CLOSING "{\"ranks\":2,\"version\":1}}\n"));
-    CHECK(contains(text,
+    CHECK(check_contains(text, "\n" CLOSING "{\"ranks\":2,\"version\":1}}\n"));
+    CHECK(check_contains(text,
                    "\"args\":{\"name\":\"rank 0 \\\"a\\\\b\\\"\\u000a\\u0001 \xc3\xa9\\ufffd\"}"));
-    CHECK(contains(text, "\"args\":{\"name\":\"rank 1\"}"));
+    CHECK(check_contains(text, "\"args\":{\"name\":\"rank 1\"}"));
     int seen[SPAN_COUNT] = {0}, zero_ts = 0;
     double previous_ts[2] = {-1, -1};
     char *copy = strdup(text);
     for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
-        if (!contains(line, "\"ph\":\"X\""))
+        if (!check_contains(line, "\"ph\":\"X\""))
             continue;
         double ts = field(line, "ts"), dur = field(line, "dur");
         int pid = (int)field(line, "pid"), found = 0;
@@ -152,7 +137,7 @@ static void check_merged(const char *text)
         for (int i = 0; i < SPAN_COUNT; i++) {
             char name[48];
             snprintf(name, sizeof name, "\"name\":\"%s\"", SPANS[i].name);
-            if (SPANS[i].rank != pid || !contains(line, name))
+            if (SPANS[i].rank != pid || !check_contains(line, name))
                 continue;
             found = 1;
             seen[i]++;
@@ -161,7 +146,7 @@ static void check_merged(const char *text)
             char category[48];
             snprintf(category, sizeof category, "\"cat\":\"%s\"",
                      mt_trace_kind_name(SPANS[i].kind));
-            CHECK_MSG(contains(line, category), "%s", line);
+            CHECK_MSG(check_contains(line, category), "%s", line);
             CHECK((int)field(line, "tid") == (SPANS[i].kind == MT_TRACE_STEP));
         }
         CHECK_MSG(found, "unexpected event %s", line);
@@ -170,8 +155,8 @@ static void check_merged(const char *text)
     for (int i = 0; i < SPAN_COUNT; i++)
         CHECK_MSG(seen[i] == 1, "span %s seen %d times", SPANS[i].name, seen[i]);
     CHECK_MSG(zero_ts == 1, "%d events at ts 0", zero_ts);
-    CHECK(contains(text, "\"args\":{\"step\":7}"));
-    CHECK(contains(text, "\"args\":{\"micro\":0,\"chunk\":1}"));
+    CHECK(check_contains(text, "\"args\":{\"step\":7}"));
+    CHECK(check_contains(text, "\"args\":{\"micro\":0,\"chunk\":1}"));
 }
 
 static void test_write_and_merge(void)
@@ -186,8 +171,8 @@ static void test_write_and_merge(void)
 
     char *text = read_text(r1);
     CHECK(text && strncmp(text, "{\"traceEvents\":[\n", 17) == 0);
-    CHECK(contains(text, "\n" CLOSING "{\"rank\":1,\"version\":1}}\n"));
-    CHECK(!contains(text, "\"steps\"")); /* no step spans: no steps row */
+    CHECK(check_contains(text, "\n" CLOSING "{\"rank\":1,\"version\":1}}\n"));
+    CHECK(!check_contains(text, "\"steps\"")); /* no step spans: no steps row */
     free(text);
 
     /* Inputs in any order; the output may be one of them. */
@@ -202,10 +187,10 @@ static void test_write_and_merge(void)
     }
     /* A merged file is no input, and merging into an input (a copy of rank 0's) works. */
     CHECK(mt_trace_merge((const char *[]){merged}, 1, merged) == MT_EFORMAT);
-    CHECK(contains(mt_last_error(), "already merged") && contains(mt_last_error(), merged));
+    CHECK(check_contains(mt_last_error(), "already merged") && check_contains(mt_last_error(), merged));
     char *rank0 = read_text(r0);
     tmp_path(copy, sizeof copy, "copy.json");
-    write_text(copy, rank0 ? rank0 : "");
+    check_write_text(copy, rank0 ? rank0 : "");
     CHECK(mt_trace_merge((const char *[]){copy, r1}, 2, copy) == MT_OK);
     char *in_place = read_text(copy);
     CHECK(text && in_place && strcmp(text, in_place) == 0);
@@ -225,7 +210,7 @@ static mt_status merge_text(const char *events, const char *trailer)
     tmp_path(out, sizeof out, "case_out.json");
     snprintf(text, sizeof text, "{\"traceEvents\":[\n%s%s\n", events,
              trailer ? trailer : CLOSING "{\"rank\":0,\"version\":1}}");
-    write_text(path, text);
+    check_write_text(path, text);
     mt_status status = mt_trace_merge((const char *[]){path}, 1, out);
     unlink(out);
     return status;
@@ -276,8 +261,8 @@ static void test_validator(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mt_status status = merge_text(bad[i].events, NULL);
-        CHECK_MSG(status == MT_EFORMAT && contains(mt_last_error(), bad[i].phrase) &&
-                      contains(mt_last_error(), "case.json"),
+        CHECK_MSG(status == MT_EFORMAT && check_contains(mt_last_error(), bad[i].phrase) &&
+                      check_contains(mt_last_error(), "case.json"),
                   "case %zu: %s: %s", i, mt_status_name(status), mt_last_error());
     }
 
@@ -289,7 +274,7 @@ static void test_validator(void)
     };
     for (size_t i = 0; i < sizeof bad_trailers / sizeof bad_trailers[0]; i++) {
         mt_status status = merge_text("{\"ph\":\"M\",\"pid\":0}\n", bad_trailers[i].trailer);
-        CHECK_MSG(status == MT_EFORMAT && contains(mt_last_error(), bad_trailers[i].phrase),
+        CHECK_MSG(status == MT_EFORMAT && check_contains(mt_last_error(), bad_trailers[i].phrase),
                   "trailer %zu: %s: %s", i, mt_status_name(status), mt_last_error());
     }
     char path[128];
@@ -311,48 +296,48 @@ static void test_failures(void)
         return;
 
     mt_status status = mt_trace_merge((const char *[]){r0, missing}, 2, out);
-    CHECK_MSG(status == MT_EIO && contains(mt_last_error(), missing), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EIO && check_contains(mt_last_error(), missing), "%s", mt_last_error());
 
     /* Cut in the middle of an event line, and after a whole line. */
     size_t length = strlen(text);
     text[length / 2] = '\0';
-    write_text(bad, text);
+    check_write_text(bad, text);
     status = mt_trace_merge((const char *[]){r0, bad}, 2, out);
-    CHECK_MSG(status == MT_EFORMAT && contains(mt_last_error(), bad), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EFORMAT && check_contains(mt_last_error(), bad), "%s", mt_last_error());
     *strrchr(text, '\n') = '\0';
-    write_text(bad, text);
+    check_write_text(bad, text);
     status = mt_trace_merge((const char *[]){bad}, 1, out);
-    CHECK_MSG(status == MT_EFORMAT && contains(mt_last_error(), bad) &&
-                  contains(mt_last_error(), "closing line"), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EFORMAT && check_contains(mt_last_error(), bad) &&
+                  check_contains(mt_last_error(), "closing line"), "%s", mt_last_error());
     free(text);
 
     /* A stray quote in line 3. */
     text = read_text(r0);
     char *line3 = strchr(strchr(text, '\n') + 1, '\n') + 1;
     line3[5] = '"';
-    write_text(bad, text);
+    check_write_text(bad, text);
     status = mt_trace_merge((const char *[]){bad}, 1, out);
-    CHECK_MSG(status == MT_EFORMAT && contains(mt_last_error(), bad) &&
-                  contains(mt_last_error(), "line 3"), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EFORMAT && check_contains(mt_last_error(), bad) &&
+                  check_contains(mt_last_error(), "line 3"), "%s", mt_last_error());
     free(text);
 
-    write_text(bad, "");
+    check_write_text(bad, "");
     status = mt_trace_merge((const char *[]){bad}, 1, out);
-    CHECK_MSG(status == MT_EFORMAT && contains(mt_last_error(), "empty"), "%s", mt_last_error());
-    write_text(bad, "{\"traceEvents\":[{\"ph\":\"M\"}],\"meshtrain\":{}}\n");
+    CHECK_MSG(status == MT_EFORMAT && check_contains(mt_last_error(), "empty"), "%s", mt_last_error());
+    check_write_text(bad, "{\"traceEvents\":[{\"ph\":\"M\"}],\"meshtrain\":{}}\n");
     status = mt_trace_merge((const char *[]){bad}, 1, out);
-    CHECK_MSG(status == MT_EFORMAT && contains(mt_last_error(), "line 1"), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EFORMAT && check_contains(mt_last_error(), "line 1"), "%s", mt_last_error());
 
     /* Two files of rank 0, named both. */
     text = read_text(r0);
-    write_text(bad, text);
+    check_write_text(bad, text);
     free(text);
     status = mt_trace_merge((const char *[]){r0, r1, bad}, 3, out);
-    CHECK_MSG(status == MT_EINVAL && contains(mt_last_error(), r0) &&
-                  contains(mt_last_error(), bad), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EINVAL && check_contains(mt_last_error(), r0) &&
+                  check_contains(mt_last_error(), bad), "%s", mt_last_error());
 
     status = mt_trace_merge((const char *[]){r0, r1}, 2, unwritable);
-    CHECK_MSG(status == MT_EIO && contains(mt_last_error(), unwritable), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EIO && check_contains(mt_last_error(), unwritable), "%s", mt_last_error());
     CHECK(mt_trace_merge((const char *[]){r0}, 0, out) == MT_EINVAL);
     CHECK(access(out, F_OK) != 0); /* nothing written by any failure */
 
@@ -360,7 +345,7 @@ static void test_failures(void)
     CHECK(mt_trace_open(unwritable, 0, "x", &t) == MT_OK);
     mt_trace_span(t, MT_TRACE_FORWARD, 1, 2, 0, -1);
     status = mt_trace_close(t);
-    CHECK_MSG(status == MT_EIO && contains(mt_last_error(), unwritable), "%s", mt_last_error());
+    CHECK_MSG(status == MT_EIO && check_contains(mt_last_error(), unwritable), "%s", mt_last_error());
     unlink(bad);
 }
 
@@ -383,7 +368,7 @@ static void test_growth(void)
     for (const char *p = text; p && *p; p++) /* not strstr: ASan's scans the rest each call */
         events += *p == '"' && strncmp(p, "\"ph\":\"X\"", 8) == 0;
     CHECK_MSG(events == N, "%d events", events);
-    CHECK(contains(text, "\"name\":\"F0\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":0.000,"
+    CHECK(check_contains(text, "\"name\":\"F0\",\"cat\":\"forward\",\"ph\":\"X\",\"ts\":0.000,"
                          "\"dur\":500.000"));
     free(text);
     unlink(path);

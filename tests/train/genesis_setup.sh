@@ -1,0 +1,8 @@
+# Sourced by the equivalence tests: a scratch folder removed at exit, and in it the fixed corpus
+# every run trains on (Genesis 1-11 of bible-kjv, a base dependency), so figures never drift.
+# Expects $meshtrain; sets $here (the tests' folder) and $scratch (the corpus at $scratch/data).
+here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
+scratch=${scratch:-$(mktemp -d)}
+trap 'rm -rf "$scratch"' EXIT
+bible -f gen1:1-gen11:32 > "$scratch/genesis.txt"
+"$meshtrain" data text "$scratch/genesis.txt" --out "$scratch/data" > /dev/null
