@@ -114,7 +114,8 @@ struct mt_gpt {
                           * come first in the state (offsets below numel); the others' offsets
                           * lie beyond it and address nothing. */
     mt_unit_holding *holding; /* [unit_count] */
-    mt_gpt_stage stage;  /* the whole model: one chunk of every layer, one slot */
+    mt_gpt_stage stage;  /* this rank's chunks and slots (by default the whole model: one
+                          * chunk of every layer, one slot) */
     int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
      * units[u].offset), its gradient likewise in unit_grad[u]. mt_gpt_create points them

@@ -122,7 +122,10 @@ static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
             const mt_unit *lo = &gpt->units[u];
             m->buckets[m->bucket_count++] = (dp_bucket){
                 u, last, lo->offset, gpt->units[last].offset + gpt->units[last].numel - lo->offset};
-            last = u - 1;
+            /* the next bucket ends at the next held unit below: a stage of several chunks
+             * holds runs of units with other stages' between them */
+            for (last = u - 1; last >= lowest && !held(gpt, last); last--)
+                ;
         }
     }
     return MT_OK;

@@ -46,7 +46,9 @@ mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares
 {
     mt_status status = dp_drain_pending(m);
     *local_sum_squares = m->local_sum_squares;
-    return status ? status : sum_tied_embeddings(m);
+    /* even after a failed sync, so that the other stage is not left waiting in the sum */
+    mt_status tied = sum_tied_embeddings(m);
+    return status ? status : tied;
 }
 
 static mt_status sum_across(mt_dp_model *m, mt_comm *group, double *sum, const char *what)

@@ -278,6 +278,7 @@ mt_status mt_pp_runner_step(mt_pp_runner *r, const mt_pp_batch *batch, int seque
     mt_status drained = drain(r);
     report->span = mt_clock_seconds() - start;
     report->peak_slots = r->peak;
+    r->trace = NULL; /* the caller's: it may be closed before the runner is destroyed */
     return status ? status : drained;
 }
 

@@ -97,7 +97,8 @@ mt_status trainer_plan_pipeline(trainer *tr, const mt_mesh_shape *shape, int *st
 {
     const mt_config *cfg = tr->cfg;
     tr->pp_size = shape->pp;
-    int chunks = cfg->chunks, parts = shape->pp * chunks;
+    /* one stage runs the whole model: chunks and a cost balance would change nothing */
+    int chunks = shape->pp > 1 ? cfg->chunks : 1, parts = shape->pp * chunks;
     mt_pp_schedule_kind kind;
     mt_status status = mt_pp_schedule_parse(cfg->schedule, &kind);
     if (status == MT_OK && shape->pp > 1)

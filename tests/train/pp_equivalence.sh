@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism trains the same model as one process: for each stage count and schedule
-# (GPipe, 1F1B, interleaved), dp x pp with ZeRO 1, an uneven and a cost-balanced split, a
-# 20-step run's per-step losses and final parameters (per tensor, by norm) equal the
-# single-process run of the same job within 1e-5 relative.
+# (GPipe, 1F1B, interleaved), dp x pp with ZeRO 0 and 1, tp x pp, an uneven and a
+# cost-balanced split, a 20-step run's per-step losses and final parameters (per tensor, by
+# norm) equal the single-process run of the same job within 1e-5 relative.
 # usage: pp_equivalence.sh MESHTRAIN
 set -euo pipefail
 meshtrain=$1
@@ -43,6 +43,13 @@ layout pp4_interleaved_v2 8 4 -- --nproc 4 --pp 4 --microbatches 4 --schedule in
 # Two replicas of two stages: each rank's micro-batch is 3 sequences, as in 8 micro-batches.
 layout dp2_pp2_zero1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --zero 1
 layout dp2_pp2_zero0_gpipe 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule gpipe
+# Interleaved stages hold runs of units with the other stage's between them: DDP buckets small
+# enough that every unit is one must still cover exactly the stage's own units.
+layout dp2_pp2_interleaved_buckets 8 8 -- --nproc 4 --pp 2 --microbatches 4 \
+  --schedule interleaved --chunks 2 --bucket_mb 0.01
+# Tensor and sequence parallelism inside each stage.
+layout tp2_pp2_sp_interleaved 8 4 -- --nproc 4 --pp 2 --tp 2 --sp on --microbatches 4 \
+  --schedule interleaved --chunks 2
 # 5 layers on 2 stages (3 + 2), and the split balanced by measured cost.
 layout pp2_uneven 5 4 -- --nproc 2 --pp 2 --microbatches 4
 layout pp2_balance_cost 5 4 -- --nproc 2 --pp 2 --microbatches 4 --balance cost
