@@ -3,9 +3,11 @@
 # (GPipe, 1F1B, interleaved), dp x pp with ZeRO 0 and 1, tp x pp, an uneven and a
 # cost-balanced split, a 20-step run's per-step losses and final parameters (per tensor, by
 # norm) equal the single-process run of the same job within 1e-5 relative.
-# usage: pp_equivalence.sh MESHTRAIN
+# usage: pp_equivalence.sh MESHTRAIN [quick]   (quick: one layout of each kind, for the
+# sanitizer build, where every rank runs several times slower)
 set -euo pipefail
 meshtrain=$1
+quick=${2:-}
 source "$(dirname "$0")/genesis_setup.sh"
 
 # The GPT of tp_equivalence.sh (width 64, 4 heads, lr 1e-3), deep enough for pp 4 x 2 chunks.
@@ -31,6 +33,15 @@ layout() {
   (cd "$scratch" && python3 "$here/compare_runs.py" "$reference" "$name" 1e-5) || failed=1
 }
 
+if [ "$quick" = quick ]; then
+  layout pp4_gpipe 8 4 -- --nproc 4 --pp 4 --microbatches 4 --schedule gpipe
+  layout pp3_interleaved_v2 6 6 -- --nproc 3 --pp 3 --microbatches 6 --schedule interleaved --chunks 2
+  layout dp2_pp2_interleaved_buckets 8 8 -- --nproc 4 --pp 2 --microbatches 4 \
+    --schedule interleaved --chunks 2 --bucket_mb 0.01
+  layout tp2_pp2_sp_1f1b 8 4 -- --nproc 4 --pp 2 --tp 2 --sp on --microbatches 4
+  layout pp2_uneven_zero1 5 4 -- --nproc 2 --pp 2 --microbatches 4 --zero 1
+  exit $failed
+fi
 for schedule in gpipe 1f1b; do
   layout "pp2_$schedule" 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule "$schedule"
   layout "pp3_$schedule" 6 6 -- --nproc 3 --pp 3 --microbatches 6 --schedule "$schedule"
