@@ -259,7 +259,7 @@ mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
         return MT_OK;
     if (m->zero >= 2)
         return scatter_unit_gradient(m, unit);
-    if (m->micro != m->micro_count - 1)
+    if (!m->last_backward)
         return MT_OK;
     mt_status status = sync_unit_gradient(m, unit);
     /* The last stage's copy of the tied embeddings has no pass of its own: the head's

@@ -66,7 +66,9 @@ struct mt_dp_model {
     mt_work **pending;
     int pending_count, pending_capacity;
 
-    int micro, micro_count;
+    int micro;          /* zero 2 and 3: a later micro-batch adds to the slice */
+    int last_backward;  /* zero 0 and 1: this backward is its units' last of the step, so
+                         * their sync starts as each finishes */
     double local_sum_squares;
     double wait_seconds; /* blocked on the group's communication, since creation */
 };

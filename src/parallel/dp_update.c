@@ -12,7 +12,7 @@
 void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
 {
     m->micro = micro;
-    m->micro_count = micro_count;
+    m->last_backward = micro == micro_count - 1;
     if (micro != 0)
         return;
     m->local_sum_squares = 0;
@@ -22,7 +22,7 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
 
 void mt_dp_model_set_last_backward(mt_dp_model *m, int last)
 {
-    m->micro = last ? m->micro_count - 1 : 0;
+    m->last_backward = last;
 }
 
 /* The tied embeddings: the first stage's gradient (from the lookup) plus the last stage's

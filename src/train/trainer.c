@@ -65,13 +65,6 @@ static mt_status open_outputs(trainer *tr)
     return MT_OK;
 }
 
-static mt_status batch_split_error(const mt_config *cfg, int dp)
-{
-    return mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'dp': a global batch of %d "
-                              "sequences does not split into %d data-parallel ranks x %d "
-                              "micro-batches", cfg->batch, dp, cfg->microbatches);
-}
-
 /* The mesh of the world and this rank's place in it, with the pipeline's schedule and stage
  * layers; the global batch must split evenly into data-parallel ranks and micro-batches. */
 static mt_status place_rank(trainer *tr)
@@ -86,8 +79,13 @@ static mt_status place_rank(trainer *tr)
         mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
         mt_status status = mt_mesh_shape_resolve(&shape, mt_comm_size(tr->world), cfg->layers,
                                                  cfg->heads);
-        if (status == MT_OK && cfg->batch % (shape.dp * cfg->microbatches)) /* before timing */
-            status = batch_split_error(cfg, shape.dp);
+        /* before a cost-balanced split times micro-batches of that size (one process's split
+         * into micro-batches is mt_config_validate's) */
+        if (status == MT_OK && cfg->batch % (shape.dp * cfg->microbatches))
+            status = mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'dp': a global "
+                                        "batch of %d sequences does not split into %d "
+                                        "data-parallel ranks x %d micro-batches", cfg->batch,
+                             shape.dp, cfg->microbatches);
         int *stage_layers = status ? NULL : calloc((size_t)shape.pp, sizeof *stage_layers);
         if (status == MT_OK && !stage_layers)
             status = mt_fail(MT_ENOMEM, "planning the mesh: out of memory");
@@ -112,8 +110,6 @@ static mt_status place_rank(trainer *tr)
                                     mt_comm_buffer_bytes(tr->mesh->embedding_group)));
     }
     tr->writes = tr->rank == 0;
-    if (cfg->batch % (tr->dp_size * cfg->microbatches))
-        return batch_split_error(cfg, tr->dp_size);
     return MT_OK;
 }
 

@@ -49,20 +49,21 @@ static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
     for (int round = 0; round < 3 && status == MT_OK; round++) {
         double t[7];
         float loss;
+        /* the six passes in order, a time stamp after each (a failure skips the rest) */
         status = mt_gpt_begin_micro(&gpt, tokens, tokens, sequences, cfg->context);
         t[0] = mt_clock_seconds();
-        if (status == MT_OK && !(status = mt_gpt_embed_forward(&gpt)))
-            t[1] = mt_clock_seconds();
-        if (status == MT_OK && !(status = mt_gpt_block_forward(&gpt, 0)))
-            t[2] = mt_clock_seconds();
-        if (status == MT_OK && !(status = mt_gpt_head_forward(&gpt, &loss)))
-            t[3] = mt_clock_seconds();
-        if (status == MT_OK && !(status = mt_gpt_head_backward(&gpt, 1.0f / (float)n)))
-            t[4] = mt_clock_seconds();
-        if (status == MT_OK && !(status = mt_gpt_block_backward(&gpt, 0)))
-            t[5] = mt_clock_seconds();
-        if (status == MT_OK && !(status = mt_gpt_embed_backward(&gpt)))
-            t[6] = mt_clock_seconds();
+        status = status ? status : mt_gpt_embed_forward(&gpt);
+        t[1] = mt_clock_seconds();
+        status = status ? status : mt_gpt_block_forward(&gpt, 0);
+        t[2] = mt_clock_seconds();
+        status = status ? status : mt_gpt_head_forward(&gpt, &loss);
+        t[3] = mt_clock_seconds();
+        status = status ? status : mt_gpt_head_backward(&gpt, 1.0f / (float)n);
+        t[4] = mt_clock_seconds();
+        status = status ? status : mt_gpt_block_backward(&gpt, 0);
+        t[5] = mt_clock_seconds();
+        status = status ? status : mt_gpt_embed_backward(&gpt);
+        t[6] = mt_clock_seconds();
         if (status)
             break;
         double measured[3] = {t[1] - t[0] + t[6] - t[5], t[2] - t[1] + t[5] - t[4],
