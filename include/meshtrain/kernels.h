@@ -28,7 +28,9 @@ void mt_gelu_forward(float *y, const float *x, long n);
 void mt_gelu_backward(float *dx, const float *dy, const float *x, long n);
 
 /* Causal multi-head attention. qkv is [b, t, 3c] as [q | k | v]; y is [b, t, c]; probs
- * [b, heads, t, t] keeps the softmax for backward (entries above the diagonal are unused). */
+ * [b, heads, t, t] keeps the softmax for backward (entries above the diagonal are unused).
+ * y NULL: the probabilities only, bitwise those a full forward makes (selective
+ * recomputation remakes them for the backward). */
 void mt_attention_forward(float *y, float *probs, const float *qkv, int b, int t, int c,
                           int heads);
 /* dqkv is overwritten; dprobs is scratch of the same size as probs. */

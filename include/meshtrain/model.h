@@ -63,6 +63,21 @@ typedef struct mt_gpt_stage {
     int slots[MT_GPT_MAX_CHUNKS];
 } mt_gpt_stage;
 
+/* Activation recomputation: what a block's forward keeps for its backward. Selective drops
+ * the attention probabilities ([b, heads, t, t], the largest activations at long contexts)
+ * and recomputes them from the kept q and k; full keeps only each block's input and runs the
+ * block's forward again, tensor-parallel collectives included, just before its backward.
+ * Recomputed activations are bitwise the ones the forward made, so training is unchanged. */
+typedef enum mt_gpt_recompute {
+    MT_RECOMPUTE_NONE,
+    MT_RECOMPUTE_SELECTIVE,
+    MT_RECOMPUTE_FULL,
+} mt_gpt_recompute;
+
+/* "none", "selective" or "full"; anything else is an error naming the config key. */
+mt_status mt_gpt_recompute_parse(const char *text, mt_gpt_recompute *out);
+const char *mt_gpt_recompute_name(mt_gpt_recompute recompute);
+
 /* Whether this rank holds a unit's state. The last pipeline stage holds a copy of the
  * embeddings for the tied LM head: its gradients are summed with the first stage's, and it is
  * counted once (on the first stage) in the gradient norm and in what is saved. */
@@ -116,6 +131,7 @@ struct mt_gpt {
     mt_unit_holding *holding; /* [unit_count] */
     mt_gpt_stage stage;  /* this rank's chunks and slots (by default the whole model: one
                           * chunk of every layer, one slot) */
+    mt_gpt_recompute recompute;
     int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
      * units[u].offset), its gradient likewise in unit_grad[u]. mt_gpt_create points them
@@ -159,10 +175,12 @@ void mt_gpt_destroy(mt_gpt *gpt);
 
 /* The same for one pipeline stage (`stage` NULL: the whole model): the table still names every
  * tensor of the model, but only the units the stage runs are held, and the activation arena
- * holds each chunk's slots. Errors name what is wrong with the stage. */
+ * holds each chunk's slots, each keeping what `recompute` leaves of its blocks' activations.
+ * Errors name what is wrong with the stage. */
 mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
-                              int max_sequences, mt_memory_ledger *ledger);
+                              mt_gpt_recompute recompute, int max_sequences,
+                              mt_memory_ledger *ledger);
 
 /* Sets every held parameter from (seed, parameter name, element index): layout-invariant. */
 void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed);

@@ -55,6 +55,15 @@ mt_status mt_pp_runner_step(mt_pp_runner *runner, const mt_pp_batch *batch, int 
                             int context, float loss_scale, mt_trace *trace,
                             mt_pp_step_report *report);
 
+/* A forward of b sequences of t tokens through every stage, between steps (validation,
+ * sampling), on every rank of the pipeline group at once: tokens where the model embeds,
+ * targets (or NULL) where it ends. With targets, every stage gets the mean loss in *loss; with
+ * `logits` (vocab floats, or NULL), every stage gets the logits of the batch's last row (b * t
+ * - 1). Runs in each chunk's first slot: never during a step. */
+mt_status mt_pp_forward(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
+                        mt_comm *activations, const int32_t *tokens, const int32_t *targets,
+                        int b, int t, float *loss, float *logits);
+
 /* Waits for transfers still in flight (after a failed step) and frees the runner. */
 void mt_pp_runner_destroy(mt_pp_runner *runner);
 

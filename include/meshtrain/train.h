@@ -10,6 +10,7 @@
 #include "meshtrain/data.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/model.h"
+#include "meshtrain/pipeline.h"
 
 /* Learning rate of optimizer step `step` (counted from 1): linear warm-up to lr over
  * `warmup` steps, then cosine decay to min_lr at the last step. */
@@ -34,15 +35,32 @@ mt_adamw_hyper mt_adamw_settings(const mt_config *cfg, int step, double lr, doub
 mt_status mt_optimizer_step(mt_gpt *gpt, const mt_config *cfg, int step, double lr,
                             mt_optimizer_report *report);
 
+/* The whole model's forward, wherever its layers are: this rank's model when it is whole (its
+ * tensor-parallel group taking part), else a pipeline of stages (schedule non-NULL; this rank
+ * is `stage`, activations travel on `activations`). Every rank of the model calls it alike. */
+typedef struct mt_forward {
+    mt_gpt *gpt;
+    const mt_pp_schedule *schedule;
+    int stage;
+    mt_comm *activations;
+} mt_forward;
+
+/* The mean loss of b sequences of t tokens against their targets, on every rank. */
+mt_status mt_forward_loss(const mt_forward *f, const int32_t *tokens, const int32_t *targets,
+                          int b, int t, float *loss);
+/* The logits (vocab floats) of the last of t tokens of one sequence, on every rank. */
+mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int t,
+                                 float *logits);
+
 /* Mean validation cross-entropy over cfg->eval_seqs windows spread evenly over the file. With
- * a data-parallel group (else NULL) each rank evaluates its share of the windows, every rank
+ * a data-parallel group (else NULL) each replica evaluates its share of the windows, every rank
  * the same number of forwards (ZeRO-3 gathers are collective), and the sum is all-reduced. */
-mt_status mt_evaluate(mt_gpt *gpt, const mt_sampler *val, const mt_config *cfg, mt_comm *group,
-                      int32_t *inputs, int32_t *targets, double *loss);
+mt_status mt_evaluate(const mt_forward *f, const mt_sampler *val, const mt_config *cfg,
+                      mt_comm *group, int32_t *inputs, int32_t *targets, double *loss);
 
 /* Continues cfg->prompt by cfg->sample_tokens byte tokens (temperature, top-k) into out
  * (NULL: the same forwards, nothing printed, for ranks that must take part). */
-mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out);
+mt_status mt_sample_text(const mt_forward *f, const mt_config *cfg, FILE *out);
 
 typedef struct mt_train_summary {
     int steps;

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meshtrain/model.h"
+
 typedef enum { KEY_INT, KEY_SWITCH, KEY_U64, KEY_REAL, KEY_TEXT, KEY_PATH } key_type;
 
 typedef struct config_key {
@@ -55,6 +57,9 @@ static const config_key KEYS[] = {
      "layers per pipeline stage: even, or cost (balanced by each layer's measured time)"},
     {"trace", KEY_PATH, FIELD(trace), "", 0, 0,
      "write each rank's Chrome trace to FILE with .rank<R> before .json (empty: none)"},
+    {"recompute", KEY_TEXT, FIELD(recompute), "none", 0, 0,
+     "activation recomputation: none, selective (attention scores and softmax), full (each "
+     "block's input only)"},
     {"sp", KEY_SWITCH, FIELD(sp), "off", 0, 1,
      "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,
@@ -328,6 +333,9 @@ mt_status mt_config_validate(const mt_config *c)
     if (c->chunks > 1 && strcmp(c->schedule, "interleaved"))
         return mt_fail(MT_EINVAL, "config keys 'chunks' and 'schedule': %d model chunks per stage "
                                   "need the interleaved schedule, not %s", c->chunks, c->schedule);
+    mt_gpt_recompute recompute;
+    if ((status = mt_gpt_recompute_parse(c->recompute, &recompute)))
+        return status;
     if (strcmp(c->balance, "even") && strcmp(c->balance, "cost"))
         return mt_fail(MT_EINVAL, "config key 'balance': '%s' is neither even nor cost",
                        c->balance);

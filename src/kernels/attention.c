@@ -42,14 +42,15 @@ void mt_attention_forward(float *y, float *probs, const float *qkv, int b, int t
         int seq = pair / heads, head = pair % heads;
         const float *q = qkv + (long)seq * t * ld + head * hs, *k = q + c, *v = q + 2 * c;
         float *p = probs + (long)pair * t * t;
-        float *out = y + (long)seq * t * c + head * hs;
+        float *out = y ? y + (long)seq * t * c + head * hs : NULL;
         for (int r0 = 0; r0 < t; r0 += ATTENTION_BLOCK) {
             int r1 = r0 + ATTENTION_BLOCK < t ? r0 + ATTENTION_BLOCK : t, m = r1 - r0;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale, q + (long)r0 * ld,
                         ld, k, ld, 0.0f, p + (long)r0 * t, t);
             causal_softmax_rows(p, r0, r1, r1, t);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, p + (long)r0 * t,
-                        t, v, ld, 0.0f, out + (long)r0 * c, c);
+            if (out)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f,
+                            p + (long)r0 * t, t, v, ld, 0.0f, out + (long)r0 * c, c);
         }
     }
 }

@@ -95,11 +95,33 @@ static void hold_units(mt_gpt *gpt)
     }
 }
 
+mt_status mt_gpt_recompute_parse(const char *text, mt_gpt_recompute *out)
+{
+    for (mt_gpt_recompute r = MT_RECOMPUTE_NONE; r <= MT_RECOMPUTE_FULL; r++)
+        if (strcmp(text, mt_gpt_recompute_name(r)) == 0) {
+            *out = r;
+            return MT_OK;
+        }
+    return mt_fail(MT_EINVAL, "config key 'recompute': '%s' is not none, selective or full", text);
+}
+
+const char *mt_gpt_recompute_name(mt_gpt_recompute recompute)
+{
+    switch (recompute) {
+    case MT_RECOMPUTE_NONE: return "none";
+    case MT_RECOMPUTE_SELECTIVE: return "selective";
+    case MT_RECOMPUTE_FULL: return "full";
+    }
+    return "unknown";
+}
+
 mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
-                              int max_sequences, mt_memory_ledger *ledger)
+                              mt_gpt_recompute recompute, int max_sequences,
+                              mt_memory_ledger *ledger)
 {
     memset(gpt, 0, sizeof *gpt);
+    gpt->recompute = recompute;
     mt_status status = mt_gpt_shape_check(shape);
     gpt->tp = tp ? *tp : (mt_gpt_tensor_parallel){.size = 1};
     gpt->stage = stage ? *stage
@@ -108,6 +130,9 @@ mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
         status = tp_check(shape, &gpt->tp);
     if (status == MT_OK)
         status = stage_check(shape, &gpt->stage);
+    if (status == MT_OK && strcmp(mt_gpt_recompute_name(recompute), "unknown") == 0)
+        status = mt_fail(MT_EINVAL, "activation recomputation mode %d is not none, selective or "
+                                    "full", (int)recompute);
     if (status)
         return status;
     if (max_sequences < 1)
@@ -137,7 +162,7 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
                                   const mt_gpt_tensor_parallel *tp, int max_sequences,
                                   mt_memory_ledger *ledger)
 {
-    return mt_gpt_create_stage(gpt, shape, tp, NULL, max_sequences, ledger);
+    return mt_gpt_create_stage(gpt, shape, tp, NULL, MT_RECOMPUTE_NONE, max_sequences, ledger);
 }
 
 mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
@@ -228,19 +253,18 @@ static const float *block_input(const mt_gpt *gpt, int layer)
                                                          : gpt->acts->blocks[layer - 1].res3;
 }
 
-/* Under tensor parallelism, the norms and residuals run on this rank's rows (all of them
- * without sequence parallelism); between them, each rank runs its heads and its slice of the
- * MLP on every row: column-parallel in, row-parallel out. */
-mt_status mt_gpt_block_forward(mt_gpt *gpt, int layer)
+/* Block `layer`'s forward into the buffers `a`. Under tensor parallelism, the norms and
+ * residuals run on this rank's rows (all of them without sequence parallelism); between them,
+ * each rank runs its heads and its slice of the MLP on every row: column-parallel in,
+ * row-parallel out. `to_output` 0 stops before the MLP's down-projection: a recomputation for
+ * the backward needs everything but the block's output, which the slot kept. */
+static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a, int to_output)
 {
-    mt_status status = enter(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
-    if (status)
-        return status;
     int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
     int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
-    gpt_block_acts *a = &gpt->acts->blocks[layer];
     const float *x = block_input(gpt, layer), *ln;
+    mt_status status;
 
     mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, local, c);
     if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
@@ -255,9 +279,37 @@ mt_status mt_gpt_block_forward(mt_gpt *gpt, int layer)
         return status;
     mt_linear_forward(a->fch, ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0);
     mt_gelu_forward(a->fch_gelu, a->fch, (long)n * 4 * c_tp);
-    status = gpt_tp_row_parallel_forward(gpt, a->res3, a->res2, a->fch_gelu, w.fcproj_w,
-                                         w.fcproj_b, 4 * c_tp);
-    return status ? status : leave(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
+    if (!to_output)
+        return MT_OK;
+    return gpt_tp_row_parallel_forward(gpt, a->res3, a->res2, a->fch_gelu, w.fcproj_w, w.fcproj_b,
+                                       4 * c_tp);
+}
+
+/* Where the forward of block `layer` writes: the slot's buffers, except what recomputation
+ * does not keep, which goes to the shared scratch (the probabilities under selective; all but
+ * the output under full). */
+static gpt_block_acts forward_buffers(const mt_gpt *gpt, int layer)
+{
+    gpt_block_acts a = gpt->acts->blocks[layer];
+    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE)
+        a.probs = gpt->acts->probs;
+    if (gpt->recompute == MT_RECOMPUTE_FULL) {
+        float *kept = a.res3;
+        a = gpt->acts->work;
+        a.res3 = kept;
+    }
+    return a;
+}
+
+mt_status mt_gpt_block_forward(mt_gpt *gpt, int layer)
+{
+    mt_status status = enter(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
+    if (status)
+        return status;
+    gpt_block_acts a = forward_buffers(gpt, layer);
+    if ((status = block_forward_into(gpt, layer, &a, 1)))
+        return status;
+    return leave(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
 }
 
 /* The final norm, then, with targets, the tied LM head (logits = lnf wte^T, this rank's
@@ -446,6 +498,24 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
     return status ? status : leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
+/* What block `layer`'s backward reads: the slot's activations, with what recomputation
+ * dropped made again from what it kept, bitwise as the forward made it (the same kernels on
+ * the same inputs, and the tensor-parallel group runs the same collectives). */
+static mt_status backward_buffers(mt_gpt *gpt, int layer, gpt_block_acts *a)
+{
+    *a = gpt->acts->blocks[layer];
+    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE) {
+        a->probs = gpt->acts->probs;
+        mt_attention_forward(NULL, a->probs, a->qkv, gpt->b, gpt->t,
+                             gpt->shape.width / gpt->tp.size, gpt->shape.heads / gpt->tp.size);
+    }
+    if (gpt->recompute == MT_RECOMPUTE_FULL) {
+        *a = gpt->acts->work;
+        return block_forward_into(gpt, layer, a, 0);
+    }
+    return MT_OK;
+}
+
 /* Takes dresidual as the gradient of the block's output and leaves there the gradient of
  * its input: each branch's input gradient is added to the residual stream in place. Under
  * tensor parallelism the row-parallel layers read every row of the residual gradient (their
@@ -460,7 +530,9 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
     int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
     gpt_block_view g = gpt_block_view_at(gpt, gpt->unit_grad, layer);
-    gpt_block_acts *a = &gpt->acts->blocks[layer];
+    gpt_block_acts recomputed, *a = &recomputed;
+    if ((status = backward_buffers(gpt, layer, a)))
+        return status;
     mt_gpt_activations *s = gpt->acts;
     float *norm[4] = {g.ln2_w, g.ln2_b, g.ln1_w, g.ln1_b}, *pass[4];
     gpt_tp_norm_grads_begin(gpt, norm, pass, 4);

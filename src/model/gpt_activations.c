@@ -39,12 +39,19 @@ static geometry geometry_of(const mt_gpt *gpt)
     return g;
 }
 
-static void plan_block(planner *p, gpt_block_acts *b, const geometry *g)
+/* A block's buffers: all of them, or (under recomputation) what a slot keeps of them. */
+static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_recompute keep)
 {
     size_t n = g->n, local = g->local, c = g->c, c_tp = g->c_tp;
+    if (keep == MT_RECOMPUTE_FULL) { /* the next block's input: this block is remade from its own */
+        plan(p, &b->res3, local * c);
+        return;
+    }
     plan(p, &b->ln1, local * c), plan(p, &b->ln1_mean, local), plan(p, &b->ln1_rstd, local);
     plan(p, &b->qkv, 3 * n * c_tp), plan(p, &b->atty, n * c_tp);
-    plan(p, &b->probs, g->attention), plan(p, &b->res2, local * c);
+    if (keep == MT_RECOMPUTE_NONE)
+        plan(p, &b->probs, g->attention);
+    plan(p, &b->res2, local * c);
     plan(p, &b->ln2, local * c), plan(p, &b->ln2_mean, local), plan(p, &b->ln2_rstd, local);
     plan(p, &b->fch, 4 * n * c_tp), plan(p, &b->fch_gelu, 4 * n * c_tp);
     plan(p, &b->res3, local * c);
@@ -62,7 +69,7 @@ static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, 
         plan(p, (float **)&slot->tokens, n);
     plan(p, &slot->input, local * c);
     for (int l = 0; l < st->layer_count[chunk]; l++)
-        plan_block(p, &slot->blocks[l], g);
+        plan_block(p, &slot->blocks[l], g, gpt->recompute);
     if (last) {
         plan(p, (float **)&slot->targets, n);
         plan(p, &slot->lnf, local * c), plan(p, &slot->lnf_mean, local);
@@ -82,6 +89,10 @@ static void plan_scratch(planner *p, const mt_gpt *gpt, const geometry *g)
     plan(p, &a->dln, n * c), plan(p, &a->datty, n * c_tp);
     plan(p, &a->dqkv, 3 * n * c_tp), plan(p, &a->dfch, 4 * n * c_tp);
     plan(p, &a->dprobs, g->attention);
+    if (gpt->recompute == MT_RECOMPUTE_FULL)
+        plan_block(p, &a->work, g, MT_RECOMPUTE_NONE);
+    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE)
+        plan(p, &a->probs, g->attention);
     if (g->sp) {
         plan(p, &a->gathered, n * c);
         plan(p, &a->partial, n * c), plan(p, &a->dnorm, 4 * c);
@@ -113,7 +124,7 @@ static mt_status make_tables(mt_gpt *gpt, int *buffers)
     a->blocks = calloc((size_t)gpt->shape.layers, sizeof *a->blocks);
     if (!a->slots || !a->first_slot || !a->blocks)
         return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
-    *buffers = 16;
+    *buffers = 16 + 14; /* the scratch, with a recomputed block */
     for (int c = 0, at = 0; c < st->chunks; c++) {
         a->first_slot[c] = at;
         for (int k = 0; k < st->slots[c]; k++, at++) {

@@ -11,8 +11,10 @@ typedef struct gpt_block_view {
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 } gpt_block_view;
 
-/* What one block's forward keeps for its backward: n = sequences x tokens rows, of which this
- * rank holds `local` (n / tp under sequence parallelism, else n); c_tp = width / tp. */
+/* What one block's forward makes and its backward reads: n = sequences x tokens rows, of which
+ * this rank holds `local` (n / tp under sequence parallelism, else n); c_tp = width / tp. A slot
+ * keeps all of it without recomputation, all but probs under selective recomputation, and only
+ * res3 (the next block's input) under full recomputation. */
 typedef struct gpt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [local, c], [local], [local] */
     float *qkv;                       /* [n, 3 c_tp]: this rank's heads of q, k and v */
@@ -55,6 +57,9 @@ struct mt_gpt_activations {
     float *dqkv;                      /* [n, 3 c_tp] */
     float *dfch;                      /* [n, 4 c_tp] */
     float *dprobs;                    /* [b, heads / tp, t, t] */
+    /* recomputation scratch: the one block whose activations are being remade */
+    gpt_block_acts work;              /* full: every buffer of a block (NULL otherwise) */
+    float *probs;                     /* selective: [b, heads / tp, t, t] (NULL otherwise) */
     /* tensor-parallel scratch (NULL when unused) */
     float *gathered;                  /* sp: [n, c], every rank's rows of a norm or gradient */
     float *partial;                   /* sp: [n, c], this rank's addend of a row-parallel output

@@ -2,14 +2,15 @@
  * at every evaluation and under every layout, so the curve compares like with like. */
 #include "meshtrain/train.h"
 
-mt_status mt_evaluate(mt_gpt *gpt, const mt_sampler *val, const mt_config *cfg, mt_comm *group,
-                      int32_t *inputs, int32_t *targets, double *loss)
+mt_status mt_evaluate(const mt_forward *f, const mt_sampler *val, const mt_config *cfg,
+                      mt_comm *group, int32_t *inputs, int32_t *targets, double *loss)
 {
     int t = cfg->context, rank = group ? mt_comm_rank(group) : 0;
     int ranks = group ? mt_comm_size(group) : 1;
     uint64_t count = (uint64_t)cfg->eval_seqs < val->windows ? (uint64_t)cfg->eval_seqs
                                                              : val->windows;
-    uint64_t share = (count + (uint64_t)ranks - 1) / (uint64_t)ranks, batch = gpt->max_sequences;
+    uint64_t share = (count + (uint64_t)ranks - 1) / (uint64_t)ranks;
+    uint64_t batch = (uint64_t)f->gpt->max_sequences;
     uint64_t first = share * (uint64_t)rank, end = first + share < count ? first + share : count;
     double total = 0;
     /* Every rank runs ceil(share / batch) forwards; one past its windows runs a forward on
@@ -21,7 +22,7 @@ mt_status mt_evaluate(mt_gpt *gpt, const mt_sampler *val, const mt_config *cfg, 
             mt_sampler_window(val, real ? (at + i) * val->windows / count : 0,
                               inputs + (size_t)i * t, targets + (size_t)i * t);
         float batch_loss;
-        mt_status status = mt_gpt_forward(gpt, inputs, targets, b, t, &batch_loss);
+        mt_status status = mt_forward_loss(f, inputs, targets, b, t, &batch_loss);
         if (status)
             return mt_fail_context(status, "validation");
         total += (double)batch_loss * (double)real;

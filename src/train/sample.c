@@ -64,9 +64,9 @@ static int draw_token(float *logits, int v, const mt_config *cfg, double uniform
     return last;
 }
 
-mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out)
+mt_status mt_sample_text(const mt_forward *f, const mt_config *cfg, FILE *out)
 {
-    int context = gpt->shape.context, v = gpt->shape.vocab;
+    int context = f->gpt->shape.context, v = f->gpt->shape.vocab;
     size_t prompt_length = strlen(cfg->prompt);
     size_t capacity = prompt_length + (size_t)cfg->sample_tokens + 1;
     int32_t *tokens = malloc(capacity * sizeof *tokens);
@@ -87,11 +87,7 @@ mt_status mt_sample_text(mt_gpt *gpt, const mt_config *cfg, FILE *out)
     mt_status status = MT_OK;
     for (int produced = 0; produced < cfg->sample_tokens; produced++) {
         size_t window = length < (size_t)context ? length : (size_t)context;
-        float unused;
-        status = mt_gpt_forward(gpt, tokens + length - window, NULL, 1, (int)window, &unused);
-        if (status)
-            break;
-        if ((status = mt_gpt_logits(gpt, (int)window - 1, 1, logits)))
+        if ((status = mt_forward_next_logits(f, tokens + length - window, (int)window, logits)))
             break;
         int token = draw_token(logits, v, cfg, mt_rng_uniform(rng, (uint64_t)produced), logits + v);
         tokens[length++] = token;

@@ -143,8 +143,11 @@ static mt_status setup(trainer *tr)
     int pipelined = tr->pp_size > 1;
     if (pipelined && (status = trainer_stage_shape(tr, &stage)))
         return status;
+    mt_gpt_recompute recompute;
+    if ((status = mt_gpt_recompute_parse(cfg->recompute, &recompute)))
+        return status;
     if ((status = mt_gpt_create_stage(&tr->gpt, &shape, &split, pipelined ? &stage : NULL,
-                                      sequences, &tr->ledger)))
+                                      recompute, sequences, &tr->ledger)))
         return status;
     mt_dp_options options = {.zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * (1 << 20)),
                              .seed = cfg->seed, .ledger = &tr->ledger, .tensor_group = tr->tp,
@@ -204,9 +207,9 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
             tr->timed_seconds += seconds;
         }
         record.tokens_per_s = (double)cfg->batch * cfg->context / seconds;
-        if (cfg->eval_every > 0 && !tr->runner &&
-            (step % cfg->eval_every == 0 || step == cfg->steps)) {
-            status = mt_evaluate(&tr->gpt, &tr->val, cfg, tr->dp, tr->inputs, tr->targets,
+        if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
+            mt_forward whole = trainer_forward(tr);
+            status = mt_evaluate(&whole, &tr->val, cfg, tr->dp, tr->inputs, tr->targets,
                                  &record.val_loss);
             if (status)
                 return status;
@@ -223,8 +226,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     return MT_OK;
 }
 
-/* The schedule and each stage's layers, chunk by chunk. Validation and sampling run one
- * whole model, which no stage holds. */
+/* The schedule and each stage's layers, chunk by chunk. */
 static void print_pipeline(const trainer *tr, FILE *out)
 {
     const mt_config *cfg = tr->cfg;
@@ -241,9 +243,6 @@ static void print_pipeline(const trainer *tr, FILE *out)
         fputc(']', out);
     }
     fputc('\n', out);
-    if (cfg->eval_every > 0 || cfg->sample_tokens > 0)
-        fprintf(out, "note: validation and the final sample are skipped under pp > 1 (they need "
-                     "the whole model on one rank)\n");
 }
 
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
@@ -262,10 +261,10 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     summary->zero = cfg->zero;
     if (status == MT_OK && out)
         fprintf(out, "model: %zu parameters, %d layers x %d heads x %d width, context %d, "
-                     "vocab %d; %d threads; dp %d, zero %d, tp %d, sp %s\n",
+                     "vocab %d; %d threads; dp %d, zero %d, tp %d, sp %s, recompute %s\n",
                 mt_gpt_global_numel(&tr.gpt), cfg->layers, cfg->heads, cfg->width,
                 cfg->context, cfg->vocab, mt_train_threads(cfg), tr.dp_size, cfg->zero,
-                tr.tp_size, trainer_sequence_parallel(&tr) ? "on" : "off");
+                tr.tp_size, trainer_sequence_parallel(&tr) ? "on" : "off", cfg->recompute);
     if (status == MT_OK && out && tr.runner)
         print_pipeline(&tr, out);
     if (status == MT_OK)
@@ -278,12 +277,13 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
         status = trainer_write_summary(&tr, summary);
     if (status == MT_OK && cfg->save_model)
         status = trainer_save_model(&tr);
-    if (status == MT_OK && cfg->sample_tokens > 0 && !tr.runner) {
+    if (status == MT_OK && cfg->sample_tokens > 0) {
         FILE *sample = tr.writes ? sample_out : NULL;
         if (sample)
             fprintf(sample, "--- sample (%d tokens, temperature %g, top-k %d) ---\n",
                     cfg->sample_tokens, cfg->temperature, cfg->top_k);
-        status = mt_sample_text(&tr.gpt, cfg, sample);
+        mt_forward whole = trainer_forward(&tr);
+        status = mt_sample_text(&whole, cfg, sample);
     }
     mt_status traced = mt_trace_close(tr.trace);
     tr.trace = NULL;

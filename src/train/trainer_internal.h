@@ -88,6 +88,8 @@ void trainer_stop_pipeline(trainer *tr);
 /* The stage's part of one step's schedule, each token's loss gradient scaled by loss_scale;
  * *loss_sum as for trainer_step's micro-batches. */
 mt_status trainer_pipeline_step(trainer *tr, int step, float loss_scale, double *loss_sum);
+/* The whole model's forward for validation and sampling: this rank's model, or the pipeline. */
+mt_forward trainer_forward(trainer *tr);
 /* Every stage's bubble and activation peak (collective); world rank 0 prints them. */
 mt_status trainer_report_pipeline(trainer *tr, FILE *out);
 

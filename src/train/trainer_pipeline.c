@@ -190,6 +190,14 @@ mt_status trainer_pipeline_step(trainer *tr, int step, float loss_scale, double 
     return status;
 }
 
+mt_forward trainer_forward(trainer *tr)
+{
+    if (!tr->runner)
+        return (mt_forward){.gpt = &tr->gpt};
+    return (mt_forward){.gpt = &tr->gpt, .schedule = &tr->schedule, .stage = trainer_stage(tr),
+                        .activations = tr->mesh->pp_group};
+}
+
 mt_status trainer_report_pipeline(trainer *tr, FILE *out)
 {
     int n = mt_comm_size(tr->world), p = tr->pp_size;

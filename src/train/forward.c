@@ -1,0 +1,24 @@
+/* The whole model's forward for validation and sampling, on one rank's whole model or through
+ * the stages of a pipeline, so that both work on every layout. */
+#include "meshtrain/pipeline_stage.h"
+#include "meshtrain/train.h"
+
+mt_status mt_forward_loss(const mt_forward *f, const int32_t *tokens, const int32_t *targets,
+                          int b, int t, float *loss)
+{
+    if (f->schedule)
+        return mt_pp_forward(f->schedule, f->stage, f->gpt, f->activations, tokens, targets, b, t,
+                             loss, NULL);
+    return mt_gpt_forward(f->gpt, tokens, targets, b, t, loss);
+}
+
+mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int t,
+                                 float *logits)
+{
+    float unused;
+    if (f->schedule)
+        return mt_pp_forward(f->schedule, f->stage, f->gpt, f->activations, tokens, NULL, 1, t,
+                             &unused, logits);
+    mt_status status = mt_gpt_forward(f->gpt, tokens, NULL, 1, t, &unused);
+    return status ? status : mt_gpt_logits(f->gpt, t - 1, 1, logits);
+}
