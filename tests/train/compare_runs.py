@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Compares a training run with a reference run of the same job: per-step losses (relative)
-and every tensor of OUT/model.safetensors by norm, |p - p_ref| / |p_ref|. Standard library only.
+"""Compares a training run with a reference run of the same job: per-step losses, gradient norms
+and validation losses (relative), and every tensor of OUT/model.safetensors by norm,
+|p - p_ref| / |p_ref|. Standard library only.
 
 usage: compare_runs.py REFERENCE_OUT RUN_OUT [TOLERANCE]    (exit 1 past the tolerance)
 """
@@ -11,9 +12,17 @@ import struct
 import sys
 
 
-def losses(out):
+def metrics(out):
     with open(f"{out}/metrics.jsonl") as f:
-        return [json.loads(line)["loss"] for line in f]
+        return [json.loads(line) for line in f]
+
+
+def worst_relative(reference, run, key):
+    """The largest relative difference of `key` over the steps that log it in both runs."""
+    pairs = [(a.get(key), b.get(key)) for a, b in zip(reference, run) if key in a or key in b]
+    if any(None in pair for pair in pairs):
+        sys.exit(f"'{key}' is logged at different steps in the two runs")
+    return max((abs(a - b) / abs(a) for a, b in pairs), default=0.0)
 
 
 def tensors(out):
@@ -35,10 +44,11 @@ def tensors(out):
 def main():
     reference, run = sys.argv[1], sys.argv[2]
     tolerance = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
-    ref_losses, run_losses = losses(reference), losses(run)
-    if len(ref_losses) != len(run_losses):
-        sys.exit(f"{run}: {len(run_losses)} steps, the reference has {len(ref_losses)}")
-    worst_loss = max(abs(a - b) / abs(a) for a, b in zip(ref_losses, run_losses))
+    ref_steps, run_steps = metrics(reference), metrics(run)
+    if len(ref_steps) != len(run_steps):
+        sys.exit(f"{run}: {len(run_steps)} steps, the reference has {len(ref_steps)}")
+    worst_loss = max(worst_relative(ref_steps, run_steps, key)
+                     for key in ("loss", "grad_norm", "val_loss"))
     ref_tensors, run_tensors = tensors(reference), tensors(run)
     if ref_tensors.keys() != run_tensors.keys():
         sys.exit(f"{run}: the model's tensors differ from the reference's")
@@ -50,7 +60,7 @@ def main():
         if diff / norm >= worst_param:
             worst_param, worst_name = diff / norm, name
     ok = worst_loss <= tolerance and worst_param <= tolerance
-    print(f"{'ok  ' if ok else 'FAIL'} {run}: losses within {worst_loss:.2e} relative, "
+    print(f"{'ok  ' if ok else 'FAIL'} {run}: losses and norms within {worst_loss:.2e} relative, "
           f"parameters within {worst_param:.2e} ({worst_name})")
     sys.exit(0 if ok else 1)
 
