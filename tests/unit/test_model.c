@@ -155,6 +155,61 @@ static void test_accumulation(void)
     mt_gpt_destroy(&gpt);
 }
 
+/* Recomputation remakes exactly what the forward would have kept: losses and gradients over
+ * two accumulated micro-batches are bitwise those of a model that keeps everything, and the
+ * activations held shrink by exactly what each mode drops. */
+static void test_recompute(void)
+{
+    const mt_gpt_shape shape = {.vocab = 13, .context = 9, .layers = 3, .heads = 2, .width = 8};
+    enum { B = 2 };
+    mt_gpt reference;
+    CHECK(mt_gpt_create(&reference, &shape, B) == MT_OK);
+    scramble_params(&reference);
+    int n = B * shape.context;
+    int32_t tokens[2 * B * 9], targets[2 * B * 9];
+    fill_tokens(tokens, 2 * n, shape.vocab, "rc.tokens"), fill_tokens(targets, 2 * n, shape.vocab, "rc.t");
+    float *grad = malloc(reference.numel * sizeof(float));
+    float want[2], got[2];
+    size_t bytes[3] = {0};
+    for (mt_gpt_recompute mode = MT_RECOMPUTE_NONE; mode <= MT_RECOMPUTE_FULL; mode++) {
+        mt_gpt gpt;
+        CHECK(mt_gpt_create_stage(&gpt, &shape, NULL, NULL, mode, B, NULL) == MT_OK);
+        for (int u = 0; u < gpt.unit_count; u++) { /* the reference's parameters, own gradients */
+            gpt.unit_param[u] = reference.param + gpt.units[u].offset;
+            gpt.unit_grad[u] = grad + gpt.units[u].offset;
+        }
+        memset(grad, 0, reference.numel * sizeof(float));
+        for (int micro = 0; micro < 2; micro++) {
+            CHECK(mt_gpt_forward(&gpt, tokens + micro * n, targets + micro * n, B, shape.context,
+                                 &got[micro]) == MT_OK);
+            CHECK(mt_gpt_backward(&gpt, 1.0f / (float)(2 * n)) == MT_OK);
+        }
+        if (mode == MT_RECOMPUTE_NONE) {
+            memcpy(reference.grad, grad, reference.numel * sizeof(float));
+            memcpy(want, got, sizeof want);
+        }
+        CHECK_MSG(memcmp(got, want, sizeof want) == 0 &&
+                      memcmp(grad, reference.grad, reference.numel * sizeof(float)) == 0,
+                  "recompute %s changes the losses or gradients", mt_gpt_recompute_name(mode));
+        bytes[mode] = gpt.activation_arena.used;
+        mt_gpt_destroy(&gpt);
+    }
+    /* selective drops each block's probabilities, [B, heads, t, t], for one shared copy; full
+     * keeps only each block's output, for one block's worth of scratch */
+    size_t probs = (size_t)B * shape.heads * shape.context * shape.context * sizeof(float);
+    CHECK_MSG(bytes[MT_RECOMPUTE_NONE] - bytes[MT_RECOMPUTE_SELECTIVE] >=
+                  (size_t)(shape.layers - 1) * probs,
+              "selective recomputation keeps %zu of %zu bytes", bytes[1], bytes[0]);
+    CHECK_MSG(bytes[MT_RECOMPUTE_FULL] < bytes[MT_RECOMPUTE_SELECTIVE],
+              "full recomputation keeps %zu bytes, selective %zu", bytes[2], bytes[1]);
+    mt_gpt_recompute parsed;
+    CHECK(mt_gpt_recompute_parse("full", &parsed) == MT_OK && parsed == MT_RECOMPUTE_FULL);
+    CHECK(mt_gpt_recompute_parse("some", &parsed) == MT_EINVAL);
+    CHECK(check_contains(mt_last_error(), "config key 'recompute': 'some'"));
+    free(grad);
+    mt_gpt_destroy(&reference);
+}
+
 /* Two identical passes give bit-identical gradients, threads and all. */
 static void test_determinism(void)
 {
@@ -225,6 +280,7 @@ int main(void)
     test_isolation();
     test_accumulation();
     test_determinism();
+    test_recompute();
     test_errors();
     test_nonfinite_gradient();
     return check_summary("test_model");
