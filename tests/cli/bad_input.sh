@@ -90,6 +90,8 @@ run_case "heads do not divide width" error "heads" "width" -- \
     "$MT" train "${TINY[@]}" --heads 3 --width 64
 run_case "lr not a number" error "lr" "abc" -- "$MT" train "${TINY[@]}" --lr abc
 run_case "zero layers" error "layers" -- "$MT" train "${TINY[@]}" --layers 0
+run_case "unknown recomputation mode" error "config key 'recompute': 'most' is not none, selective or full" -- \
+    "$MT" train "${TINY[@]}" --recompute most
 run_case "fractional layers" error "layers" -- "$MT" train "${TINY[@]}" --layers=1.5
 run_case "negative steps" error "steps" -- "$MT" train "${TINY[@]}" --steps -3
 run_case "flag without a value" error "seed" -- "$MT" train "${TINY[@]}" --seed
