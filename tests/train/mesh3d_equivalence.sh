@@ -11,12 +11,12 @@ meshtrain=$1
 quick=${2:-}
 source "$(dirname "$0")/genesis_setup.sh"
 
-# A small GPT; validation runs twice, through the stages. The learning rate is 5e-4: AdamW moves
+# A small GPT; validation runs twice and the final sample once, through the stages. The learning rate is 5e-4: AdamW moves
 # an element whose gradient is near zero by up to lr per step whatever its size, so rounding
 # differences of 1e-7 there become steps of a fraction of lr; at 1e-3 a single such element of
 # 37k (of h.3.mlp.proj.weight, clang's build, tp 3) carried its tensor to 1.1e-5 by norm.
 job=(--data "$scratch/data" --batch 24 --steps 20 --warmup 2 --lr 5e-4 --vocab 256
-     --eval_every 10 --eval_seqs 12 --sample_tokens 0 --threads 1 --check_every 5
+     --eval_every 10 --eval_seqs 12 --sample_tokens 24 --threads 1 --check_every 5
      ${MT_TEST_EXTRA:-})
 small=(--context 16 --layers 4 --heads 4 --width 64)
 failed=0
@@ -41,6 +41,15 @@ run() {
     echo "FAIL $name: the run failed"; tail -n 30 "$scratch/$name.log"; failed=1; return 1
   fi
   (cd "$scratch" && python3 "$here/compare_runs.py" "$reference" "$name" 1e-5) || failed=1
+  if ! grep -q -- '--- sample' "$scratch/$name.log" ||
+     ! cmp -s <(sample_of "$scratch/$reference.log") <(sample_of "$scratch/$name.log"); then
+    echo "FAIL $name: the final sample differs from one process's"; failed=1
+  fi
+}
+
+# The text between the sample's heading and the closing line, without the launcher's prefix.
+sample_of() {
+  sed -n '/--- sample/,/done:/p' "$1" | sed 's/^\[0\] //' | grep -av '^done:'
 }
 
 # same_as NAME BASE: NAME's losses, gradient norms, validation losses and parameters are
