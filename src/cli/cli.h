@@ -13,6 +13,7 @@ int cli_bench_schedule(int argc, char **argv);
 int cli_launch(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_trace(int argc, char **argv);
+int cli_verify(int argc, char **argv);
 
 /* `meshtrain WORDS... ARGS...` as local workers under the launcher (train and check with
  * --nproc, bench comm): the workers see the launcher's variables and run as ranks. `command`

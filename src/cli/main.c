@@ -17,7 +17,9 @@ static const char USAGE[] =
     "  check   check that a job's ranks and mesh groups communicate correctly\n"
     "  data    write a token corpus folder (meshtrain data --help)\n"
     "  bench   measure the machine's ceilings (meshtrain bench --help)\n"
-    "  trace   merge the ranks' timeline files into one (meshtrain trace --help)\n";
+    "  trace   merge the ranks' timeline files into one (meshtrain trace --help)\n"
+    "  verify  train a small model on a layout and on one process, and compare them\n"
+    "          (meshtrain verify --help)\n";
 
 int cli_is_help(const char *arg)
 {
@@ -74,6 +76,8 @@ int main(int argc, char **argv)
         return cli_bench(argc - 2, argv + 2);
     if (strcmp(command, "trace") == 0)
         return cli_trace(argc - 2, argv + 2);
+    if (strcmp(command, "verify") == 0)
+        return cli_verify(argc - 2, argv + 2);
     fprintf(stderr, "meshtrain: unknown command '%s'\n\n%s", command, USAGE);
     return 2;
 }

@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "meshtrain/model.h"
-
 typedef enum { KEY_INT, KEY_SWITCH, KEY_U64, KEY_REAL, KEY_TEXT, KEY_PATH } key_type;
 
 typedef struct config_key {
@@ -333,9 +331,10 @@ mt_status mt_config_validate(const mt_config *c)
     if (c->chunks > 1 && strcmp(c->schedule, "interleaved"))
         return mt_fail(MT_EINVAL, "config keys 'chunks' and 'schedule': %d model chunks per stage "
                                   "need the interleaved schedule, not %s", c->chunks, c->schedule);
-    mt_gpt_recompute recompute;
-    if ((status = mt_gpt_recompute_parse(c->recompute, &recompute)))
-        return status;
+    if (strcmp(c->recompute, "none") && strcmp(c->recompute, "selective") &&
+        strcmp(c->recompute, "full"))
+        return mt_fail(MT_EINVAL, "config key 'recompute': '%s' is not none, selective or full",
+                       c->recompute);
     if (strcmp(c->balance, "even") && strcmp(c->balance, "cost"))
         return mt_fail(MT_EINVAL, "config key 'balance': '%s' is neither even nor cost",
                        c->balance);

@@ -1,0 +1,88 @@
+/* The parts of `meshtrain verify` (cli_verify*.c), shared by those files only: what verify was
+ * asked, the two runs it plans, running them one at a time, and comparing what they wrote. */
+#ifndef MESHTRAIN_CLI_VERIFY_H
+#define MESHTRAIN_CLI_VERIFY_H
+
+#include <stddef.h>
+
+#include "meshtrain/config.h"
+#include "meshtrain/mesh.h"
+#include "meshtrain/status.h"
+
+/* What verify was asked: its own flags, and the train keys for the runs. */
+typedef struct cli_verify_options {
+    double tolerance, timeout;
+    const char *keep; /* NULL: a temporary work folder */
+    char **train;     /* the train keys and their values, in order (packed into argv) */
+    int train_count;
+} cli_verify_options;
+
+/* The two runs: both configurations as the train command will resolve them, the layout's
+ * mesh, the work folder and the corpus. */
+typedef struct cli_verify_plan {
+    mt_config layout, reference;
+    mt_mesh_shape shape;
+    char work[MT_PATH_MAX], data[MT_PATH_MAX + 16]; /* work leaves room for its run folders */
+    int temporary; /* work is verify's own, removed at the end */
+} cli_verify_plan;
+
+/* Prints "meshtrain verify: error: MESSAGE (see meshtrain verify --help)"; returns 2. */
+__attribute__((format(printf, 1, 2))) int cli_verify_usage_error(const char *fmt, ...);
+
+/* ---- cli_verify_plan.c ---- */
+
+/* Parses the train keys as the train command does, over verify's small model, fits the model
+ * to the layout where keys leave it open, and checks both runs' configurations before any run.
+ * Returns -1 to go on, else the exit status (the message printed). */
+int cli_verify_plan_runs(const cli_verify_options *o, cli_verify_plan *p);
+
+/* `key`'s value in cfg as text (as mt_config_write writes it, without quotes); 0 when this
+ * build has no such key or the value does not fit. */
+int cli_verify_config_text(const mt_config *cfg, const char *key, char *out, size_t capacity);
+
+/* The command line of one run, `SELF train ...` (NULL-terminated, NULL when out of memory);
+ * free it with cli_verify_free_args. */
+char **cli_verify_run_args(const cli_verify_plan *p, const cli_verify_options *o,
+                           const char *self, int is_layout);
+void cli_verify_free_args(char **args);
+
+/* ---- cli_verify_run.c ---- */
+
+/* Makes SIGINT, SIGTERM and SIGHUP ask a running cli_verify_run to stop its run. */
+void cli_verify_catch_signals(void);
+
+/* Runs argv (argv[0] a path; NULL-terminated) in a process group of its own with stdout and
+ * stderr going to log_path (after a first line with the command), for at most timeout
+ * seconds. Returns 0 when it exited 0. Otherwise prints why ("the NAME run failed (exit status
+ * 1)", "... did not finish within N s", both with the log's last lines) and returns 1, or
+ * 128 + the signal when a signal stopped verify (the run's group is stopped first). */
+int cli_verify_run(const char *name, char *const *argv, const char *log_path, double timeout);
+
+/* Prints the last lines of a run's log to stderr. */
+void cli_verify_print_tail(const char *log_path);
+
+/* Removes a folder and everything in it (warnings for what cannot be removed). */
+void cli_verify_remove_tree(const char *path);
+
+/* Writes verify's own corpus (train.bin and val.bin of a fixed synthetic text) into dir. */
+mt_status cli_verify_write_corpus(const char *dir);
+
+/* ---- cli_verify_compare.c ---- */
+
+/* How far a run is from its reference: losses per step relative to the reference's, parameters
+ * per tensor by norm; the largest of each and where, and how many are past the tolerance. */
+typedef struct cli_verify_diff {
+    int steps, tensors;
+    double loss_worst, param_worst; /* NaN when a value was NaN */
+    int loss_step;                  /* 1-based */
+    char param_name[256];
+    int loss_over, param_over; /* steps and tensors past the tolerance */
+} cli_verify_diff;
+
+/* Compares the run folders' metrics.jsonl and model.safetensors. The runs must have logged the
+ * same steps and saved the same tensors (names, dtypes, shapes): otherwise, and for any
+ * unreadable or malformed file, an error naming it. */
+mt_status cli_verify_compare(const char *reference, const char *layout, double tolerance,
+                             cli_verify_diff *diff);
+
+#endif

@@ -1,0 +1,207 @@
+/* `meshtrain verify`'s comparison of two run folders: per-step losses from metrics.jsonl and
+ * every tensor of model.safetensors by norm, |p - p_ref| / |p_ref|, summed in double. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_verify.h"
+#include "meshtrain/config.h"
+#include "meshtrain/safetensors.h"
+
+/* The number after `"key":` in one line of metrics.jsonl (the trainer writes `"key": value`). */
+static int number_after(const char *line, const char *key, double *value)
+{
+    char quoted[32];
+    snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    const char *at = strstr(line, quoted);
+    if (!at)
+        return 0;
+    at += strlen(quoted);
+    while (*at == ' ')
+        at++;
+    if (*at++ != ':')
+        return 0;
+    char *end;
+    *value = strtod(at, &end);
+    return end != at && (*end == ',' || *end == '}' || *end == ' ');
+}
+
+/* The losses of OUT/metrics.jsonl in step order: line n must be the object of step n. */
+static mt_status read_losses(const char *out, double **losses, int *count)
+{
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    *losses = NULL;
+    *count = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return mt_fail(MT_EIO, "cannot open '%s': %s", path, strerror(errno));
+    char *line = NULL;
+    size_t capacity = 0, room = 0;
+    mt_status status = MT_OK;
+    while (status == MT_OK && getline(&line, &capacity, f) > 0) {
+        double step, loss;
+        if (line[0] != '{' || !number_after(line, "step", &step) ||
+            !number_after(line, "loss", &loss))
+            status = mt_fail(MT_EFORMAT, "'%s' line %d: no \"step\" and \"loss\"", path,
+                             *count + 1);
+        else if (step != *count + 1)
+            status = mt_fail(MT_EFORMAT, "'%s' line %d: step %g where step %d belongs", path,
+                             *count + 1, step, *count + 1);
+        if (status == MT_OK && (size_t)*count == room) {
+            room = room ? 2 * room : 64;
+            double *grown = realloc(*losses, room * sizeof *grown);
+            if (!grown)
+                status = mt_fail(MT_ENOMEM, "reading '%s': out of memory", path);
+            else
+                *losses = grown;
+        }
+        if (status == MT_OK)
+            (*losses)[(*count)++] = loss;
+    }
+    free(line);
+    fclose(f);
+    if (status) {
+        free(*losses);
+        *losses = NULL;
+    }
+    return status;
+}
+
+/* Relative difference of a to the reference r (absolute where r is 0). */
+static double relative(double a, double r)
+{
+    return r != 0 ? fabs(a - r) / fabs(r) : fabs(a - r);
+}
+
+/* `worst` takes `value` when it is larger or NaN (the first NaN stays: nothing is worse). */
+static int is_worse(double value, double worst)
+{
+    return !isnan(worst) && (isnan(value) || value > worst);
+}
+
+static mt_status compare_losses(const char *reference, const char *layout, double tolerance,
+                                cli_verify_diff *d)
+{
+    double *ref = NULL, *run = NULL;
+    int ref_count = 0, run_count = 0;
+    mt_status status = read_losses(reference, &ref, &ref_count);
+    if (status == MT_OK)
+        status = read_losses(layout, &run, &run_count);
+    if (status == MT_OK && ref_count != run_count)
+        status = mt_fail(MT_EFORMAT, "the layout run logged %d steps and the reference %d (%s "
+                         "and %s/metrics.jsonl)", run_count, ref_count, layout, reference);
+    if (status == MT_OK && ref_count == 0)
+        status = mt_fail(MT_EFORMAT, "'%s/metrics.jsonl' holds no steps", reference);
+    d->steps = ref_count;
+    d->loss_worst = -1;
+    for (int s = 0; status == MT_OK && s < ref_count; s++) {
+        double r = relative(run[s], ref[s]);
+        d->loss_over += !(r <= tolerance);
+        if (is_worse(r, d->loss_worst)) {
+            d->loss_worst = r;
+            d->loss_step = s + 1;
+        }
+    }
+    free(ref);
+    free(run);
+    return status;
+}
+
+/* Both files hold the same tensor names, each F32 of one shape in both. */
+static mt_status match_tensors(const mt_safetensors *ref, const mt_safetensors *run)
+{
+    for (int i = 0; i < mt_safetensors_count(run); i++) {
+        const char *name = mt_safetensors_tensor_at(run, i)->name;
+        if (mt_safetensors_find(ref, name) < 0)
+            return mt_fail(MT_EFORMAT, "tensor '%s' of '%s' is not in the reference's '%s'",
+                           name, mt_safetensors_path(run), mt_safetensors_path(ref));
+    }
+    for (int i = 0; i < mt_safetensors_count(ref); i++) {
+        const mt_safetensors_tensor *a = mt_safetensors_tensor_at(ref, i);
+        int j = mt_safetensors_find(run, a->name);
+        if (j < 0)
+            return mt_fail(MT_EFORMAT, "tensor '%s' of the reference's '%s' is not in '%s'",
+                           a->name, mt_safetensors_path(ref), mt_safetensors_path(run));
+        const mt_safetensors_tensor *b = mt_safetensors_tensor_at(run, j);
+        int same = a->dtype == b->dtype && a->ndim == b->ndim;
+        for (int k = 0; same && k < a->ndim; k++)
+            same = a->shape[k] == b->shape[k];
+        if (!same)
+            return mt_fail(MT_EFORMAT, "tensor '%s' is %s of %d dimensions (%lld elements) in "
+                           "the reference and %s of %d (%lld) in '%s'", a->name,
+                           mt_safetensors_dtype_name(a->dtype), a->ndim, (long long)a->numel,
+                           mt_safetensors_dtype_name(b->dtype), b->ndim, (long long)b->numel,
+                           mt_safetensors_path(run));
+    }
+    return MT_OK;
+}
+
+/* ||run - ref|| / ||ref|| of tensor i of ref (absolute when ref is zero), in double. */
+static mt_status tensor_difference(const mt_safetensors *ref, const mt_safetensors *run, int i,
+                                   float *a, float *b, double *difference)
+{
+    const mt_safetensors_tensor *t = mt_safetensors_tensor_at(ref, i);
+    mt_status status = mt_safetensors_read_f32(ref, i, a);
+    if (status == MT_OK)
+        status = mt_safetensors_read_f32(run, mt_safetensors_find(run, t->name), b);
+    double squares = 0, ref_squares = 0;
+    for (uint64_t k = 0; status == MT_OK && k < t->numel; k++) {
+        double e = (double)b[k] - a[k];
+        squares += e * e;
+        ref_squares += (double)a[k] * a[k];
+    }
+    *difference = sqrt(ref_squares > 0 ? squares / ref_squares : squares);
+    return status;
+}
+
+static mt_status compare_parameters(const char *reference, const char *layout, double tolerance,
+                                    cli_verify_diff *d)
+{
+    char ref_path[MT_PATH_MAX + 32], run_path[MT_PATH_MAX + 32];
+    snprintf(ref_path, sizeof ref_path, "%s/model.safetensors", reference);
+    snprintf(run_path, sizeof run_path, "%s/model.safetensors", layout);
+    mt_safetensors *ref = NULL, *run = NULL;
+    mt_status status = mt_safetensors_open(ref_path, &ref);
+    if (status == MT_OK)
+        status = mt_safetensors_open(run_path, &run);
+    if (status == MT_OK)
+        status = match_tensors(ref, run);
+    uint64_t largest = 1;
+    for (int i = 0; status == MT_OK && i < mt_safetensors_count(ref); i++)
+        if (mt_safetensors_tensor_at(ref, i)->numel > largest)
+            largest = mt_safetensors_tensor_at(ref, i)->numel;
+    float *a = status ? NULL : malloc(largest * sizeof *a);
+    float *b = status ? NULL : malloc(largest * sizeof *b);
+    if (status == MT_OK && (!a || !b))
+        status = mt_fail(MT_ENOMEM, "comparing '%s': out of memory", run_path);
+    d->tensors = status ? 0 : mt_safetensors_count(ref);
+    d->param_worst = -1;
+    for (int i = 0; status == MT_OK && i < d->tensors; i++) {
+        double r;
+        status = tensor_difference(ref, run, i, a, b, &r);
+        d->param_over += status == MT_OK && !(r <= tolerance);
+        if (status == MT_OK && is_worse(r, d->param_worst)) {
+            d->param_worst = r;
+            snprintf(d->param_name, sizeof d->param_name, "%s",
+                     mt_safetensors_tensor_at(ref, i)->name);
+        }
+    }
+    if (status == MT_OK && d->tensors == 0)
+        status = mt_fail(MT_EFORMAT, "'%s' holds no tensors", ref_path);
+    free(a);
+    free(b);
+    mt_safetensors_close(ref);
+    mt_safetensors_close(run);
+    return status;
+}
+
+mt_status cli_verify_compare(const char *reference, const char *layout, double tolerance,
+                             cli_verify_diff *diff)
+{
+    *diff = (cli_verify_diff){0};
+    mt_status status = compare_losses(reference, layout, tolerance, diff);
+    return status ? status : compare_parameters(reference, layout, tolerance, diff);
+}

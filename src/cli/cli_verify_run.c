@@ -1,0 +1,264 @@
+/* `meshtrain verify`'s runs: a copy of this program started in a process group of its own, its
+ * output in a log, bounded in time and stopped whole on expiry or Ctrl-C; the work folder and
+ * the synthetic corpus the runs read when the user names none. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cli_verify.h"
+#include "meshtrain/clock.h"
+#include "meshtrain/data.h"
+#include "meshtrain/rng.h"
+
+enum { TAIL_LINES = 20, TAIL_BYTES = 64 * 1024 };
+
+/* The launcher of a --nproc run stops its workers on SIGTERM within its grace period (3 s
+ * before SIGKILL, then 2 s); this is how long the group gets before SIGKILL from here. */
+static const double STOP_SECONDS = 10.0;
+
+static volatile sig_atomic_t interrupted; /* the signal that asked verify to stop, or 0 */
+
+static void on_signal(int signal_number)
+{
+    interrupted = signal_number;
+}
+
+void cli_verify_catch_signals(void)
+{
+    struct sigaction action = {.sa_handler = on_signal};
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGTERM, &action, NULL);
+    sigaction(SIGHUP, &action, NULL);
+}
+
+static void nap(double seconds)
+{
+    struct timespec t = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+/* Waits up to `seconds` for the child; 1 when it was reaped (its status in *status). */
+static int reap_within(pid_t pid, double seconds, int *status)
+{
+    double until = mt_clock_seconds() + seconds;
+    for (;;) {
+        pid_t done = waitpid(pid, status, WNOHANG);
+        if (done == pid || (done < 0 && errno == ECHILD))
+            return 1;
+        if (mt_clock_seconds() >= until)
+            return 0;
+        nap(0.02);
+    }
+}
+
+/* SIGTERM to the run's whole process group (a launcher passes it on to its workers and
+ * removes their shared memory), SIGKILL if it is still there after STOP_SECONDS. */
+static void stop_group(pid_t pid)
+{
+    int status;
+    kill(-pid, SIGTERM);
+    if (!reap_within(pid, STOP_SECONDS, &status)) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+}
+
+/* The child's side: its own process group (so the whole run can be stopped at once), SIGTERM
+ * should verify die (its own group keeps it from the terminal's Ctrl-C, which verify passes
+ * on), output to the log, then this program as `meshtrain train`. Only async-signal-safe
+ * calls after fork. */
+static void become_run(char *const *argv, int log_fd, pid_t verify)
+{
+    setpgid(0, 0); /* verify's handlers need no reset: exec restores the default actions */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != verify) /* verify died before prctl */
+        _exit(127);
+    if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
+        _exit(127);
+    close(log_fd);
+    execv(argv[0], argv);
+    static const char message[] = "meshtrain verify: error: cannot start this program again\n";
+    (void)!write(STDERR_FILENO, message, sizeof message - 1);
+    _exit(127);
+}
+
+/* The log's first line: the command, so that a run can be repeated by hand. */
+static void write_command(FILE *log, char *const *argv)
+{
+    fputs("#", log);
+    for (int i = 0; argv[i]; i++)
+        fprintf(log, strpbrk(argv[i], " \t'\"") || !argv[i][0] ? " '%s'" : " %s", argv[i]);
+    fputs("\n", log);
+    fflush(log);
+}
+
+void cli_verify_print_tail(const char *log_path)
+{
+    FILE *f = fopen(log_path, "rb");
+    if (!f) {
+        fprintf(stderr, "  (cannot read %s: %s)\n", log_path, strerror(errno));
+        return;
+    }
+    char *text = malloc(TAIL_BYTES + 1);
+    size_t n = 0;
+    if (text && fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        fseek(f, size > TAIL_BYTES ? size - TAIL_BYTES : 0, SEEK_SET);
+        n = fread(text, 1, TAIL_BYTES, f);
+    }
+    fclose(f);
+    if (!text)
+        return;
+    while (n && text[n - 1] == '\n') /* the last line's own newline is not a line */
+        n--;
+    text[n] = '\0';
+    size_t start = n;
+    for (int lines = 0; start > 0; start--)
+        if (text[start - 1] == '\n' && ++lines == TAIL_LINES)
+            break;
+    fprintf(stderr, "the last lines of %s:\n", log_path);
+    for (char *line = text + start; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end)
+            *end++ = '\0';
+        fprintf(stderr, "  | %s\n", line);
+        line = end;
+    }
+    free(text);
+}
+
+static void describe_end(int status, char *out, size_t capacity)
+{
+    if (WIFEXITED(status))
+        snprintf(out, capacity, "failed (exit status %d)", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(out, capacity, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(out, capacity, "ended with wait status %d", status);
+}
+
+int cli_verify_run(const char *name, char *const *argv, const char *log_path, double timeout)
+{
+    FILE *log = fopen(log_path, "w");
+    if (!log) {
+        fprintf(stderr, "meshtrain verify: error: cannot write %s: %s\n", log_path,
+                strerror(errno));
+        return 1;
+    }
+    write_command(log, argv);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t verify = getpid(), pid = fork();
+    if (pid == 0)
+        become_run(argv, fileno(log), verify);
+    fclose(log);
+    if (pid < 0) {
+        fprintf(stderr, "meshtrain verify: error: cannot start the %s run: %s\n", name,
+                strerror(errno));
+        return 1;
+    }
+    setpgid(pid, pid); /* also here, so a signal sent before the child runs reaches its group */
+    fflush(stdout);     /* nothing is printed while it runs; keep stdout before stderr */
+    double deadline = mt_clock_seconds() + timeout;
+    int status = 0;
+    while (!reap_within(pid, 0.1, &status)) {
+        if (interrupted) {
+            int signal_number = interrupted;
+            fprintf(stderr, "\nmeshtrain verify: %s: stopping the %s run\n",
+                    strsignal(signal_number), name);
+            stop_group(pid);
+            return 128 + signal_number;
+        }
+        if (mt_clock_seconds() > deadline) {
+            stop_group(pid);
+            fprintf(stderr, "meshtrain verify: error: the %s run did not finish within %g s; ",
+                    name, timeout);
+            cli_verify_print_tail(log_path);
+            return 1;
+        }
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    char how[128];
+    describe_end(status, how, sizeof how);
+    fprintf(stderr, "meshtrain verify: error: the %s run %s; ", name, how);
+    cli_verify_print_tail(log_path);
+    return 1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    if (remove(path) != 0)
+        fprintf(stderr, "meshtrain verify: warning: cannot remove %s: %s\n", path,
+                strerror(errno));
+    return 0; /* go on: remove what can be removed */
+}
+
+void cli_verify_remove_tree(const char *path)
+{
+    /* depth first (contents before their folder), never following links out of the tree */
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- the corpus ---------------------------------------------------------------------------- */
+
+enum { CORPUS_BYTES = 200 * 1024 };
+
+/* A deterministic word-like text: sentences of 3 to 12 words from a fixed list (the first
+ * words likelier), drawn by Philox from a fixed seed, with commas, stops, questions and line
+ * breaks, so the model has structure to learn and verify needs no file of the user's. */
+mt_status cli_verify_write_corpus(const char *dir)
+{
+    static const char *const WORDS[] = {
+        "the",   "of",    "and",   "a",     "to",    "in",    "river", "stone", "light",
+        "over",  "under", "water", "falls", "slowly", "green", "old",  "house", "stands",
+        "near",  "field", "wind",  "carries", "seed", "far",  "hill",  "where", "birds",
+        "sing",  "each",  "morning", "spring", "shadow", "long", "evening", "comes", "home",
+    };
+    const uint64_t n_words = sizeof WORDS / sizeof WORDS[0];
+    char *text = malloc(CORPUS_BYTES + 64);
+    if (!text)
+        return mt_fail(MT_ENOMEM, "writing verify's corpus: out of memory");
+    mt_rng rng = {20240601, mt_name_hash("meshtrain verify corpus")};
+    size_t n = 0;
+    int words = 0, length = 0;
+    for (uint64_t draw = 0; n < CORPUS_BYTES; draw++) {
+        uint64_t r = mt_rng_u64(rng, draw), x = r % n_words, y = (r >> 8) % n_words;
+        const char *word = WORDS[x < y ? x : y]; /* the smaller of two draws */
+        if (words == 0)
+            length = 3 + (int)(r >> 16 & 0xff) % 10;
+        memcpy(text + n, word, strlen(word));
+        if (words == 0)
+            text[n] = (char)toupper((unsigned char)text[n]);
+        n += strlen(word);
+        if (++words == length) {
+            text[n++] = ".....?!"[(r >> 24) % 7];
+            text[n++] = (r >> 32) % 4 == 0 ? '\n' : ' ';
+            words = 0;
+        } else {
+            if ((r >> 40) % 8 == 0)
+                text[n++] = ',';
+            text[n++] = ' ';
+        }
+    }
+    mt_status status = mt_corpus_write(dir, (const uint8_t *)text, n, 0.1);
+    free(text);
+    return status;
+}
+
