@@ -10,6 +10,7 @@ fi
 MT=$1
 WORK=$(mktemp -d /tmp/mt_bad_input.XXXXXX) || exit 2
 trap 'rm -rf -- "$WORK"' EXIT
+export TMPDIR=$WORK # the flight-recorder folders that deliberately failed jobs keep
 
 passed=0
 failed=0

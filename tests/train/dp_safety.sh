@@ -8,6 +8,7 @@ set -uo pipefail
 meshtrain=$1
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
+export TMPDIR="$scratch" # the flight-recorder folders that the failed jobs keep
 bible -f gen1:1-gen3:24 > "$scratch/text.txt"
 "$meshtrain" data text "$scratch/text.txt" --out "$scratch/data" > /dev/null || exit 1
 job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 2 --width 32 --batch 12
