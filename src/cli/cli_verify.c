@@ -20,9 +20,12 @@ static const char USAGE[] =
     "                        --zero --schedule --chunks --microbatches --layers --width ...]\n"
     "\n"
     "Trains the same small GPT a few steps on the layout the keys describe and on one process,\n"
-    "then compares them: each step's loss relative to the reference's, and every parameter\n"
-    "tensor of the final model by norm, |p - p_ref| / |p_ref|. Exit status 0 when both are\n"
-    "within the tolerance, 1 when not (FAIL says what) or when a run fails, 2 for bad usage.\n"
+    "then compares them: each step's loss relative to the reference's (and the validation\n"
+    "loss of the steps that evaluate, with --eval_every N), and every parameter tensor of the\n"
+    "final model by norm, |p - p_ref| / |p_ref|. Exit status 0 when both are within the\n"
+    "tolerance, 1 when not (FAIL says what) or when a run fails, 2 for bad usage. Ctrl-C\n"
+    "(SIGINT, SIGTERM, SIGHUP, SIGQUIT) stops the run going, removes the temporary folder and\n"
+    "ends verify by that signal.\n"
     "\n"
     "  --nproc N          ranks of the layout (default dp x pp x tp)\n"
     "  --steps S          optimizer steps of both runs (default 10)\n"
@@ -217,22 +220,29 @@ static void print_plan(const cli_verify_plan *p)
     fflush(stdout);
 }
 
-/* The largest differences; FAIL lines name what is past the tolerance. Returns the status. */
+/* The largest differences; FAIL lines name what is past the tolerance. Returns the status.
+ * Three digits (%.2e): with two, a largest 1.04e-05 against the tolerance 1e-05 would read
+ * "1.0e-05" and FAIL. */
 static int report(const cli_verify_diff *d, double tolerance)
 {
-    printf("losses:     largest relative difference %.1e (step %d)\n", d->loss_worst,
-           d->loss_step);
-    printf("parameters: largest relative difference by norm %.1e (%s)\n", d->param_worst,
+    const char *kind = d->loss_is_val ? ", validation" : "";
+    printf("losses:     largest relative difference %.2e (step %d%s)", d->loss_worst,
+           d->loss_step, kind);
+    if (d->val_steps)
+        printf(" of %d training and %d validation losses", d->steps, d->val_steps);
+    printf("\nparameters: largest relative difference by norm %.2e (%s)\n", d->param_worst,
            d->param_name);
     if (!d->loss_over && !d->param_over) {
         printf("ok: both within the tolerance %g\n", tolerance);
         return 0;
     }
     if (d->loss_over)
-        printf("FAIL: losses past the tolerance %g at %d of %d steps (the largest %.1e, step "
-               "%d)\n", tolerance, d->loss_over, d->steps, d->loss_worst, d->loss_step);
+        printf("FAIL: losses past the tolerance %g at %d of %d %s (the largest %.2e, step %d%s)\n",
+               tolerance, d->loss_over, d->steps + d->val_steps,
+               d->val_steps ? "training and validation losses" : "steps", d->loss_worst,
+               d->loss_step, kind);
     if (d->param_over)
-        printf("FAIL: parameters past the tolerance %g in %d of %d tensors (the largest %.1e, "
+        printf("FAIL: parameters past the tolerance %g in %d of %d tensors (the largest %.2e, "
                "%s)\n", tolerance, d->param_over, d->tensors, d->param_worst, d->param_name);
     return 1;
 }
@@ -244,7 +254,6 @@ static int verify(const cli_verify_plan *p, const cli_verify_options *o)
     char self[PATH_MAX];
     if (!cli_self_path("verify", self, sizeof self))
         return 1;
-    cli_verify_catch_signals();
     int status = run(p, o, self, 0);
     if (status == 0)
         status = run(p, o, self, 1);
@@ -254,7 +263,14 @@ static int verify(const cli_verify_plan *p, const cli_verify_options *o)
     snprintf(reference, sizeof reference, "%s/reference", p->work);
     snprintf(layout, sizeof layout, "%s/layout", p->work);
     cli_verify_diff diff;
-    if (cli_verify_compare(reference, layout, o->tolerance, &diff))
+    mt_status compared = cli_verify_compare(reference, layout, o->tolerance, &diff);
+    int signal_number = cli_verify_stop_signal();
+    if (signal_number) { /* during the comparison: it ends verify as during a run */
+        fprintf(stderr, "\nmeshtrain verify: %s: stopping the comparison\n",
+                strsignal(signal_number));
+        return 128 + signal_number;
+    }
+    if (compared)
         return cli_report_error("verify");
     return report(&diff, o->tolerance);
 }
@@ -277,8 +293,14 @@ int cli_verify(int argc, char **argv)
         return 1;
     }
     int ran = 0;
-    if ((status = cli_verify_plan_runs(&o, p)) < 0 && (status = prepare_work(&o, p)) < 0 &&
-        (status = set_runs_tmpdir(p)) < 0) {
+    if ((status = cli_verify_plan_runs(&o, p)) >= 0) {
+        free(p);
+        return status;
+    }
+    /* From here on a signal must not leave the work folder behind: it is caught, and ends
+     * verify once the folder is removed. */
+    cli_verify_catch_signals();
+    if ((status = prepare_work(&o, p)) < 0 && (status = set_runs_tmpdir(p)) < 0) {
         print_plan(p);
         status = verify(p, &o);
         ran = 1;
@@ -291,5 +313,8 @@ int cli_verify(int argc, char **argv)
     else if (ran)
         printf("the runs are in %s\n", p->work);
     free(p);
+    int signal_number = cli_verify_stop_signal();
+    if (signal_number)
+        cli_verify_end_by_signal(signal_number);
     return status;
 }

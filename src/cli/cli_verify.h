@@ -48,14 +48,25 @@ void cli_verify_free_args(char **args);
 
 /* ---- cli_verify_run.c ---- */
 
-/* Makes SIGINT, SIGTERM and SIGHUP ask a running cli_verify_run to stop its run. */
+/* Makes SIGINT, SIGTERM, SIGHUP and SIGQUIT (those the caller does not ignore) ask verify to
+ * stop: a running cli_verify_run stops its run, a later one starts none. Also sets SIGCHLD to
+ * its default (so that the runs can be waited for) and ignores SIGPIPE (so that a closed
+ * stdout does not kill verify before its cleanup). Call it before anything is written. */
 void cli_verify_catch_signals(void);
 
-/* Runs argv (argv[0] a path; NULL-terminated) in a process group of its own with stdout and
- * stderr going to log_path (after a first line with the command), for at most timeout
- * seconds. Returns 0 when it exited 0. Otherwise prints why ("the NAME run failed (exit status
- * 1)", "... did not finish within N s", both with the log's last lines) and returns 1, or
- * 128 + the signal when a signal stopped verify (the run's group is stopped first). */
+/* The signal that asked verify to stop, or 0. */
+int cli_verify_stop_signal(void);
+
+/* Ends verify by signal_number with its default action, as if it had not been caught (after
+ * the cleanup); returns only when that action does not end the process. */
+void cli_verify_end_by_signal(int signal_number);
+
+/* Runs argv (argv[0] a path; NULL-terminated) in a process group of its own with stdin from
+ * /dev/null, stdout and stderr going to log_path (after a first line with the command, quoted
+ * for a shell), for at most timeout seconds. Returns 0 when it exited 0. Otherwise prints why
+ * ("the NAME run failed (exit status 1)", "... did not finish within N s", both with the log's
+ * last lines; "cannot wait for the NAME run") and returns 1, or 128 + the signal when a signal
+ * stopped verify (the run's group is stopped first; after a signal no run starts). */
 int cli_verify_run(const char *name, char *const *argv, const char *log_path, double timeout);
 
 /* Prints the last lines of a run's log to stderr. */
@@ -69,19 +80,21 @@ mt_status cli_verify_write_corpus(const char *dir);
 
 /* ---- cli_verify_compare.c ---- */
 
-/* How far a run is from its reference: losses per step relative to the reference's, parameters
+/* How far a run is from its reference: losses per step relative to the reference's (the
+ * training loss of every step, the validation loss of the steps that evaluated), parameters
  * per tensor by norm; the largest of each and where, and how many are past the tolerance. */
 typedef struct cli_verify_diff {
-    int steps, tensors;
+    int steps, val_steps, tensors;  /* val_steps: steps with a validation loss */
     double loss_worst, param_worst; /* NaN when a value was NaN */
     int loss_step;                  /* 1-based */
+    int loss_is_val;                /* the largest is that step's validation loss */
     char param_name[256];
-    int loss_over, param_over; /* steps and tensors past the tolerance */
+    int loss_over, param_over; /* losses (training and validation) and tensors past it */
 } cli_verify_diff;
 
 /* Compares the run folders' metrics.jsonl and model.safetensors. The runs must have logged the
- * same steps and saved the same tensors (names, dtypes, shapes): otherwise, and for any
- * unreadable or malformed file, an error naming it. */
+ * same steps, validation losses at the same steps, and saved the same tensors (names, dtypes,
+ * shapes): otherwise, and for any unreadable or malformed file, an error naming it. */
 mt_status cli_verify_compare(const char *reference, const char *layout, double tolerance,
                              cli_verify_diff *diff);
 

@@ -1,5 +1,6 @@
-/* `meshtrain verify`'s comparison of two run folders: per-step losses from metrics.jsonl and
- * every tensor of model.safetensors by norm, |p - p_ref| / |p_ref|, summed in double. */
+/* `meshtrain verify`'s comparison of two run folders: per-step training and validation losses
+ * from metrics.jsonl and every tensor of model.safetensors by norm, |p - p_ref| / |p_ref|,
+ * summed in double. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,8 +29,15 @@ static int number_after(const char *line, const char *key, double *value)
     return end != at && (*end == ',' || *end == '}' || *end == ' ');
 }
 
+/* One line of metrics.jsonl: the step's training loss and, when it evaluated (--eval_every),
+ * its validation loss. */
+typedef struct logged_step {
+    double loss, val_loss;
+    int has_val_loss;
+} logged_step;
+
 /* The losses of OUT/metrics.jsonl in step order: line n must be the object of step n. */
-static mt_status read_losses(const char *out, double **losses, int *count)
+static mt_status read_losses(const char *out, logged_step **losses, int *count)
 {
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
@@ -42,24 +50,26 @@ static mt_status read_losses(const char *out, double **losses, int *count)
     size_t capacity = 0, room = 0;
     mt_status status = MT_OK;
     while (status == MT_OK && getline(&line, &capacity, f) > 0) {
-        double step, loss;
+        logged_step logged = {.has_val_loss = strstr(line, "\"val_loss\"") != NULL};
+        double step;
         if (line[0] != '{' || !number_after(line, "step", &step) ||
-            !number_after(line, "loss", &loss))
-            status = mt_fail(MT_EFORMAT, "'%s' line %d: no \"step\" and \"loss\"", path,
-                             *count + 1);
+            !number_after(line, "loss", &logged.loss) ||
+            (logged.has_val_loss && !number_after(line, "val_loss", &logged.val_loss)))
+            status = mt_fail(MT_EFORMAT, "'%s' line %d: no \"step\" and \"loss\" (or a "
+                             "malformed \"val_loss\")", path, *count + 1);
         else if (step != *count + 1)
             status = mt_fail(MT_EFORMAT, "'%s' line %d: step %g where step %d belongs", path,
                              *count + 1, step, *count + 1);
         if (status == MT_OK && (size_t)*count == room) {
             room = room ? 2 * room : 64;
-            double *grown = realloc(*losses, room * sizeof *grown);
+            logged_step *grown = realloc(*losses, room * sizeof *grown);
             if (!grown)
                 status = mt_fail(MT_ENOMEM, "reading '%s': out of memory", path);
             else
                 *losses = grown;
         }
         if (status == MT_OK)
-            (*losses)[(*count)++] = loss;
+            (*losses)[(*count)++] = logged;
     }
     free(line);
     fclose(f);
@@ -82,32 +92,61 @@ static int is_worse(double value, double worst)
     return !isnan(worst) && (isnan(value) || value > worst);
 }
 
+/* Counts one loss's relative difference r (of step `step`, a validation loss or not). */
+static void note_loss(cli_verify_diff *d, double tolerance, double r, int step, int is_val)
+{
+    d->loss_over += !(r <= tolerance);
+    if (is_worse(r, d->loss_worst)) {
+        d->loss_worst = r;
+        d->loss_step = step;
+        d->loss_is_val = is_val;
+    }
+}
+
 static mt_status compare_losses(const char *reference, const char *layout, double tolerance,
                                 cli_verify_diff *d)
 {
-    double *ref = NULL, *run = NULL;
+    logged_step *ref = NULL, *run = NULL;
     int ref_count = 0, run_count = 0;
     mt_status status = read_losses(reference, &ref, &ref_count);
     if (status == MT_OK)
         status = read_losses(layout, &run, &run_count);
     if (status == MT_OK && ref_count != run_count)
-        status = mt_fail(MT_EFORMAT, "the layout run logged %d steps and the reference %d (%s "
-                         "and %s/metrics.jsonl)", run_count, ref_count, layout, reference);
+        status = mt_fail(MT_EFORMAT, "the layout run logged %d steps in '%s/metrics.jsonl' and "
+                         "the reference %d in '%s/metrics.jsonl'", run_count, layout, ref_count,
+                         reference);
     if (status == MT_OK && ref_count == 0)
         status = mt_fail(MT_EFORMAT, "'%s/metrics.jsonl' holds no steps", reference);
     d->steps = ref_count;
     d->loss_worst = -1;
     for (int s = 0; status == MT_OK && s < ref_count; s++) {
-        double r = relative(run[s], ref[s]);
-        d->loss_over += !(r <= tolerance);
-        if (is_worse(r, d->loss_worst)) {
-            d->loss_worst = r;
-            d->loss_step = s + 1;
+        if (ref[s].has_val_loss != run[s].has_val_loss) {
+            status = mt_fail(MT_EFORMAT, "step %d has a validation loss in '%s/metrics.jsonl' "
+                             "and none in '%s/metrics.jsonl'", s + 1,
+                             ref[s].has_val_loss ? reference : layout,
+                             ref[s].has_val_loss ? layout : reference);
+            break;
+        }
+        note_loss(d, tolerance, relative(run[s].loss, ref[s].loss), s + 1, 0);
+        if (ref[s].has_val_loss) {
+            d->val_steps++;
+            note_loss(d, tolerance, relative(run[s].val_loss, ref[s].val_loss), s + 1, 1);
         }
     }
     free(ref);
     free(run);
     return status;
+}
+
+/* A tensor's dtype and shape, "F32 [4, 8]" ("F32 []" for a scalar). */
+static void describe_tensor(const mt_safetensors_tensor *t, char *out, size_t capacity)
+{
+    size_t n = (size_t)snprintf(out, capacity, "%s [", mt_safetensors_dtype_name(t->dtype));
+    for (int k = 0; k < t->ndim && n < capacity; k++)
+        n += (size_t)snprintf(out + n, capacity - n, "%s%lld", k ? ", " : "",
+                              (long long)t->shape[k]);
+    if (n < capacity)
+        snprintf(out + n, capacity - n, "]");
 }
 
 /* Both files hold the same tensor names, each F32 of one shape in both. */
@@ -129,12 +168,14 @@ static mt_status match_tensors(const mt_safetensors *ref, const mt_safetensors *
         int same = a->dtype == b->dtype && a->ndim == b->ndim;
         for (int k = 0; same && k < a->ndim; k++)
             same = a->shape[k] == b->shape[k];
-        if (!same)
-            return mt_fail(MT_EFORMAT, "tensor '%s' is %s of %d dimensions (%lld elements) in "
-                           "the reference and %s of %d (%lld) in '%s'", a->name,
-                           mt_safetensors_dtype_name(a->dtype), a->ndim, (long long)a->numel,
-                           mt_safetensors_dtype_name(b->dtype), b->ndim, (long long)b->numel,
+        if (!same) {
+            char ref_kind[256], run_kind[256];
+            describe_tensor(a, ref_kind, sizeof ref_kind);
+            describe_tensor(b, run_kind, sizeof run_kind);
+            return mt_fail(MT_EFORMAT, "tensor '%s' is %s in the reference's '%s' against %s in "
+                           "'%s'", a->name, ref_kind, mt_safetensors_path(ref), run_kind,
                            mt_safetensors_path(run));
+        }
     }
     return MT_OK;
 }

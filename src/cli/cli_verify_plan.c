@@ -137,13 +137,14 @@ static int lcm(int a, int b)
     return a / gcd(a, b) * b;
 }
 
-/* Sets `key` to `value` when `field` is 0 (not given), through the key table, so that a fitted
- * value out of a key's range is refused naming the key, as a given one would be. */
-static mt_status fit(mt_config *c, int field, const char *key, long long value)
+/* Sets `key` to `value` unless the user gave it (`given`: the key's value after the user's
+ * keys, 0 when not given), through the key table, so that a fitted value out of a key's range
+ * is refused naming the key, as a given one would be. */
+static mt_status fit(mt_config *c, int given, const char *key, long long value)
 {
     char text[32];
     snprintf(text, sizeof text, "%lld", value);
-    return field ? MT_OK : mt_config_set(c, key, text, "fitted by verify to the layout");
+    return given ? MT_OK : mt_config_set(c, key, text, "fitted by verify to the layout");
 }
 
 /* The keys verify fits to the layout where the user gave none, except the batch, which

@@ -27,7 +27,12 @@ enum { TAIL_LINES = 20, TAIL_BYTES = 64 * 1024 };
  * before SIGKILL, then 2 s); this is how long the group gets before SIGKILL from here. */
 static const double STOP_SECONDS = 10.0;
 
+/* What stops verify: the run going is stopped, the work folder removed, then verify ends by
+ * the same signal. */
+static const int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
 static volatile sig_atomic_t interrupted; /* the signal that asked verify to stop, or 0 */
+static struct sigaction callers_sigpipe;   /* SIGPIPE as verify's caller left it, for the runs */
 
 static void on_signal(int signal_number)
 {
@@ -36,11 +41,44 @@ static void on_signal(int signal_number)
 
 void cli_verify_catch_signals(void)
 {
-    struct sigaction action = {.sa_handler = on_signal};
+    /* An inherited SIG_IGN for SIGCHLD has the kernel reap children itself: waitpid would fail
+     * with ECHILD and a failed run would pass for one that exited 0. exec keeps SIG_IGN, so
+     * the default is also what the runs' launchers need to wait for their workers. */
+    signal(SIGCHLD, SIG_DFL);
+    /* A reader that goes away (verify | head -1) must not kill verify before it stops its run
+     * and removes its work folder: writes fail with EPIPE instead. */
+    struct sigaction ignore = {.sa_handler = SIG_IGN};
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &callers_sigpipe);
+    /* SA_RESTART: a signal must not turn the report's writes or the reads into EINTR errors */
+    struct sigaction action = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
     sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, NULL);
-    sigaction(SIGTERM, &action, NULL);
-    sigaction(SIGHUP, &action, NULL);
+    for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0]; i++) {
+        struct sigaction current;
+        /* A signal the caller ignores stays ignored: under nohup a hangup must not stop verify
+         * (nor its runs, which inherit SIG_IGN through exec). */
+        if (sigaction(STOP_SIGNALS[i], NULL, &current) == 0 && current.sa_handler != SIG_IGN)
+            sigaction(STOP_SIGNALS[i], &action, NULL);
+    }
+}
+
+int cli_verify_stop_signal(void)
+{
+    return interrupted;
+}
+
+void cli_verify_end_by_signal(int signal_number)
+{
+    /* Exiting 128 + N is not the same to the caller: a shell ends a loop of verify commands on
+     * Ctrl-C only when the command died by SIGINT. */
+    fflush(stdout);
+    fflush(stderr);
+    signal(signal_number, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signal_number);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(signal_number);
 }
 
 static void nap(double seconds)
@@ -49,14 +87,17 @@ static void nap(double seconds)
     nanosleep(&t, NULL);
 }
 
-/* Waits up to `seconds` for the child; 1 when it was reaped (its status in *status). */
+/* Waits up to `seconds` for the child: 1 when it was reaped (its status in *status), 0 when it
+ * is still running, -1 when waitpid fails (errno says why). */
 static int reap_within(pid_t pid, double seconds, int *status)
 {
     double until = mt_clock_seconds() + seconds;
     for (;;) {
         pid_t done = waitpid(pid, status, WNOHANG);
-        if (done == pid || (done < 0 && errno == ECHILD))
+        if (done == pid)
             return 1;
+        if (done < 0 && errno != EINTR)
+            return -1;
         if (mt_clock_seconds() >= until)
             return 0;
         nap(0.02);
@@ -69,7 +110,7 @@ static void stop_group(pid_t pid)
 {
     int status;
     kill(-pid, SIGTERM);
-    if (!reap_within(pid, STOP_SECONDS, &status)) {
+    if (reap_within(pid, STOP_SECONDS, &status) == 0) {
         kill(-pid, SIGKILL);
         waitpid(pid, &status, 0);
     }
@@ -81,25 +122,55 @@ static void stop_group(pid_t pid)
  * calls after fork. */
 static void become_run(char *const *argv, int log_fd, pid_t verify)
 {
-    setpgid(0, 0); /* verify's handlers need no reset: exec restores the default actions */
+    setpgid(0, 0); /* exec restores the default action of verify's caught signals */
+    sigaction(SIGPIPE, &callers_sigpipe, NULL); /* the one verify ignores for itself */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != verify) /* verify died before prctl */
         _exit(127);
     if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
         _exit(127);
-    close(log_fd);
+    if (log_fd > STDERR_FILENO)
+        close(log_fd);
+    /* Not the terminal: outside the terminal's foreground group, a read of it would stop the
+     * run (SIGTTIN) until the timeout. */
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
+        _exit(127);
+    if (null_fd > STDERR_FILENO)
+        close(null_fd);
     execv(argv[0], argv);
     static const char message[] = "meshtrain verify: error: cannot start this program again\n";
     (void)!write(STDERR_FILENO, message, sizeof message - 1);
     _exit(127);
 }
 
-/* The log's first line: the command, so that a run can be repeated by hand. */
+/* One argument as a shell reads it back: as it is when made only of characters no shell
+ * treats specially, else in single quotes, a ' written '\'' (close, escaped ', reopen). */
+static void write_quoted(FILE *log, const char *arg)
+{
+    static const char PLAIN[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                "0123456789_./=:,+@%-";
+    if (*arg && arg[strspn(arg, PLAIN)] == '\0') {
+        fprintf(log, " %s", arg);
+        return;
+    }
+    fputs(" '", log);
+    for (; *arg; arg++) {
+        if (*arg == '\'')
+            fputs("'\\''", log);
+        else
+            fputc(*arg, log);
+    }
+    fputs("'", log);
+}
+
+/* The log's first line: the command, so that a run can be repeated by hand (pasted after the
+ * "# "). */
 static void write_command(FILE *log, char *const *argv)
 {
     fputs("#", log);
     for (int i = 0; argv[i]; i++)
-        fprintf(log, strpbrk(argv[i], " \t'\"") || !argv[i][0] ? " '%s'" : " %s", argv[i]);
+        write_quoted(log, argv[i]);
     fputs("\n", log);
     fflush(log);
 }
@@ -152,6 +223,12 @@ static void describe_end(int status, char *out, size_t capacity)
 
 int cli_verify_run(const char *name, char *const *argv, const char *log_path, double timeout)
 {
+    int signal_number = interrupted;
+    if (signal_number) { /* between the runs: start no other */
+        fprintf(stderr, "\nmeshtrain verify: %s: not starting the %s run\n",
+                strsignal(signal_number), name);
+        return 128 + signal_number;
+    }
     FILE *log = fopen(log_path, "w");
     if (!log) {
         fprintf(stderr, "meshtrain verify: error: cannot write %s: %s\n", log_path,
@@ -173,10 +250,9 @@ int cli_verify_run(const char *name, char *const *argv, const char *log_path, do
     setpgid(pid, pid); /* also here, so a signal sent before the child runs reaches its group */
     fflush(stdout);     /* nothing is printed while it runs; keep stdout before stderr */
     double deadline = mt_clock_seconds() + timeout;
-    int status = 0;
-    while (!reap_within(pid, 0.1, &status)) {
-        if (interrupted) {
-            int signal_number = interrupted;
+    int status = 0, reaped;
+    while ((reaped = reap_within(pid, 0.1, &status)) == 0) {
+        if ((signal_number = interrupted)) {
             fprintf(stderr, "\nmeshtrain verify: %s: stopping the %s run\n",
                     strsignal(signal_number), name);
             stop_group(pid);
@@ -189,6 +265,11 @@ int cli_verify_run(const char *name, char *const *argv, const char *log_path, do
             cli_verify_print_tail(log_path);
             return 1;
         }
+    }
+    if (reaped < 0) { /* its exit status is lost: never to be taken for a success */
+        fprintf(stderr, "meshtrain verify: error: cannot wait for the %s run: %s\n", name,
+                strerror(errno));
+        return 1;
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return 0;
