@@ -226,7 +226,8 @@ mt_status mt_gpt_logits(mt_gpt *gpt, int first_row, int rows, float *logits);
 double mt_gpt_flops_per_token(const mt_gpt_shape *shape);
 
 /* Per-unit passes, for schedules that run units on different ranks; each calls the hooks
- * around itself. The head forward is the final norm, then (after a forward with targets) the
+ * around itself. Under recomputation a block's backward first remakes what its forward did not
+ * keep (under full recomputation, with the forward's tensor-parallel collectives). The head forward is the final norm, then (after a forward with targets) the
  * logits and the mean loss into *loss. */
 mt_status mt_gpt_embed_forward(mt_gpt *gpt);
 mt_status mt_gpt_block_forward(mt_gpt *gpt, int layer);

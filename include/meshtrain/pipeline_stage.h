@@ -57,7 +57,8 @@ mt_status mt_pp_runner_step(mt_pp_runner *runner, const mt_pp_batch *batch, int 
 
 /* A forward of b sequences of t tokens through every stage, between steps (validation,
  * sampling), on every rank of the pipeline group at once: tokens where the model embeds,
- * targets (or NULL) where it ends. With targets, every stage gets the mean loss in *loss; with
+ * targets (or NULL) where it ends. With targets, every stage gets the mean loss in *loss (loss
+ * may be NULL without targets); with
  * `logits` (vocab floats, or NULL), every stage gets the logits of the batch's last row (b * t
  * - 1). Runs in each chunk's first slot: never during a step. */
 mt_status mt_pp_forward(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,

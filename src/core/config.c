@@ -331,6 +331,8 @@ mt_status mt_config_validate(const mt_config *c)
     if (c->chunks > 1 && strcmp(c->schedule, "interleaved"))
         return mt_fail(MT_EINVAL, "config keys 'chunks' and 'schedule': %d model chunks per stage "
                                   "need the interleaved schedule, not %s", c->chunks, c->schedule);
+    /* the names of mt_gpt_recompute_parse, which the model layer owns (core includes only
+     * down), and its message */
     if (strcmp(c->recompute, "none") && strcmp(c->recompute, "selective") &&
         strcmp(c->recompute, "full"))
         return mt_fail(MT_EINVAL, "config key 'recompute': '%s' is not none, selective or full",

@@ -130,7 +130,7 @@ mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
         status = tp_check(shape, &gpt->tp);
     if (status == MT_OK)
         status = stage_check(shape, &gpt->stage);
-    if (status == MT_OK && strcmp(mt_gpt_recompute_name(recompute), "unknown") == 0)
+    if (status == MT_OK && (recompute < MT_RECOMPUTE_NONE || recompute > MT_RECOMPUTE_FULL))
         status = mt_fail(MT_EINVAL, "activation recomputation mode %d is not none, selective or "
                                     "full", (int)recompute);
     if (status)
@@ -498,10 +498,11 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
     return status ? status : leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
-/* What block `layer`'s backward reads: the slot's activations, with what recomputation
- * dropped made again from what it kept, bitwise as the forward made it (the same kernels on
- * the same inputs, and the tensor-parallel group runs the same collectives). */
-static mt_status backward_buffers(mt_gpt *gpt, int layer, gpt_block_acts *a)
+/* What block `layer`'s backward reads, into *a: the slot's activations, with what
+ * recomputation dropped made again from what it kept, bitwise as the forward made it (the same
+ * kernels on the same inputs; under full recomputation the tensor-parallel group runs the
+ * forward's collectives again). */
+static mt_status recompute_for_backward(mt_gpt *gpt, int layer, gpt_block_acts *a)
 {
     *a = gpt->acts->blocks[layer];
     if (gpt->recompute == MT_RECOMPUTE_SELECTIVE) {
@@ -531,7 +532,7 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
     gpt_block_view g = gpt_block_view_at(gpt, gpt->unit_grad, layer);
     gpt_block_acts recomputed, *a = &recomputed;
-    if ((status = backward_buffers(gpt, layer, a)))
+    if ((status = recompute_for_backward(gpt, layer, a)))
         return status;
     mt_gpt_activations *s = gpt->acts;
     float *norm[4] = {g.ln2_w, g.ln2_b, g.ln1_w, g.ln1_b}, *pass[4];

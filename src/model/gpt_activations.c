@@ -11,10 +11,23 @@ typedef struct planner {
     size_t *offsets; /* offsets[i] for the i-th planned buffer */
     float ***targets;
     int count, capacity;
+    int out_of_memory; /* the lists could not grow: the plan is incomplete */
 } planner;
 
 static void plan(planner *p, float **target, size_t floats)
 {
+    if (p->count == p->capacity) {
+        int capacity = p->capacity ? 2 * p->capacity : 64;
+        size_t *offsets = realloc(p->offsets, (size_t)capacity * sizeof *offsets);
+        p->offsets = offsets ? offsets : p->offsets;
+        float ***targets = realloc(p->targets, (size_t)capacity * sizeof *targets);
+        p->targets = targets ? targets : p->targets;
+        if (!offsets || !targets) {
+            p->out_of_memory = 1;
+            return;
+        }
+        p->capacity = capacity;
+    }
     p->offsets[p->count] = mt_arena_plan(p->arena, floats * sizeof(float));
     p->targets[p->count] = target;
     p->count++;
@@ -39,8 +52,10 @@ static geometry geometry_of(const mt_gpt *gpt)
     return g;
 }
 
-/* A block's buffers: all of them, or (under recomputation) what a slot keeps of them. */
-static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_recompute keep)
+/* A block's buffers: all of them, or (under recomputation) what a slot keeps of them; the
+ * output only `with_output` (full recomputation's working set writes its output to the slot). */
+static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_recompute keep,
+                       int with_output)
 {
     size_t n = g->n, local = g->local, c = g->c, c_tp = g->c_tp;
     if (keep == MT_RECOMPUTE_FULL) { /* the next block's input: this block is remade from its own */
@@ -54,7 +69,8 @@ static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_
     plan(p, &b->res2, local * c);
     plan(p, &b->ln2, local * c), plan(p, &b->ln2_mean, local), plan(p, &b->ln2_rstd, local);
     plan(p, &b->fch, 4 * n * c_tp), plan(p, &b->fch_gelu, 4 * n * c_tp);
-    plan(p, &b->res3, local * c);
+    if (with_output)
+        plan(p, &b->res3, local * c);
 }
 
 /* One slot of a chunk: its input, its blocks, the embeddings' tokens in the first chunk and the
@@ -69,7 +85,7 @@ static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, 
         plan(p, (float **)&slot->tokens, n);
     plan(p, &slot->input, local * c);
     for (int l = 0; l < st->layer_count[chunk]; l++)
-        plan_block(p, &slot->blocks[l], g, gpt->recompute);
+        plan_block(p, &slot->blocks[l], g, gpt->recompute, 1);
     if (last) {
         plan(p, (float **)&slot->targets, n);
         plan(p, &slot->lnf, local * c), plan(p, &slot->lnf_mean, local);
@@ -90,7 +106,7 @@ static void plan_scratch(planner *p, const mt_gpt *gpt, const geometry *g)
     plan(p, &a->dqkv, 3 * n * c_tp), plan(p, &a->dfch, 4 * n * c_tp);
     plan(p, &a->dprobs, g->attention);
     if (gpt->recompute == MT_RECOMPUTE_FULL)
-        plan_block(p, &a->work, g, MT_RECOMPUTE_NONE);
+        plan_block(p, &a->work, g, MT_RECOMPUTE_NONE, 0);
     if (gpt->recompute == MT_RECOMPUTE_SELECTIVE)
         plan(p, &a->probs, g->attention);
     if (g->sp) {
@@ -112,7 +128,7 @@ static int slot_total(const mt_gpt_stage *st)
 }
 
 /* The slot tables: every slot's block array, and where each chunk's slots start. */
-static mt_status make_tables(mt_gpt *gpt, int *buffers)
+static mt_status make_tables(mt_gpt *gpt)
 {
     const mt_gpt_stage *st = &gpt->stage;
     mt_gpt_activations *a = calloc(1, sizeof *a);
@@ -124,14 +140,12 @@ static mt_status make_tables(mt_gpt *gpt, int *buffers)
     a->blocks = calloc((size_t)gpt->shape.layers, sizeof *a->blocks);
     if (!a->slots || !a->first_slot || !a->blocks)
         return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
-    *buffers = 16 + 14; /* the scratch, with a recomputed block */
     for (int c = 0, at = 0; c < st->chunks; c++) {
         a->first_slot[c] = at;
         for (int k = 0; k < st->slots[c]; k++, at++) {
             a->slots[at].blocks = calloc((size_t)st->layer_count[c], sizeof(gpt_block_acts));
             if (!a->slots[at].blocks)
                 return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
-            *buffers += 12 + 13 * st->layer_count[c];
         }
     }
     return MT_OK;
@@ -139,16 +153,10 @@ static mt_status make_tables(mt_gpt *gpt, int *buffers)
 
 mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
 {
-    int capacity = 0;
-    mt_status status = make_tables(gpt, &capacity);
+    mt_status status = make_tables(gpt);
     if (status)
         return status;
-    planner p = {&gpt->activation_arena, calloc((size_t)capacity, sizeof(size_t)),
-                 calloc((size_t)capacity, sizeof(float **)), 0, capacity};
-    if (!p.offsets || !p.targets) {
-        free(p.offsets), free(p.targets);
-        return mt_fail(MT_ENOMEM, "cannot allocate the activation plan");
-    }
+    planner p = {.arena = &gpt->activation_arena};
     gpt->activation_arena = (mt_arena){.name = "activations", .ledger = ledger,
                                        .kind = MT_MEMORY_ACTIVATIONS};
     geometry g = geometry_of(gpt);
@@ -157,7 +165,8 @@ mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
             plan_slot(&p, gpt, &gpt->acts->slots[gpt->acts->first_slot[c] + k], c, &g);
     plan_scratch(&p, gpt, &g);
 
-    status = mt_arena_allocate(&gpt->activation_arena);
+    status = p.out_of_memory ? mt_fail(MT_ENOMEM, "cannot allocate the activation plan")
+                             : mt_arena_allocate(&gpt->activation_arena);
     if (status == MT_OK)
         for (int i = 0; i < p.count; i++)
             *p.targets[i] = mt_arena_at(&gpt->activation_arena, p.offsets[i]);

@@ -12,11 +12,11 @@ static int forward_tag(const mt_pp_schedule *s, int receiver)
 
 /* Virtual stage `vs` (this stage's chunk vs / stages): its input received unless it embeds, its
  * chunk run in the chunk's first slot, its output sent on unless it ends the model. */
-static mt_status run_virtual_stage(const mt_pp_schedule *s, int vs, mt_gpt *gpt,
+static mt_status run_virtual_stage(const mt_pp_schedule *s, int stage, int vs, mt_gpt *gpt,
                                    mt_comm *activations, const int32_t *tokens,
                                    const int32_t *targets, int b, int t, float *loss)
 {
-    int p = s->stages, stage = vs % p, last = p * s->chunks - 1;
+    int p = s->stages, last = p * s->chunks - 1;
     mt_status status = mt_gpt_use_slot(gpt, vs / p, 0);
     if (status == MT_OK)
         status = mt_gpt_begin_micro(gpt, tokens, targets, b, t);
@@ -41,7 +41,8 @@ mt_status mt_pp_forward(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
     /* Every stage walks the virtual stages in layer order, running its own: each receive
      * waits only for a send that comes earlier in that order, so no cycle can form. */
     for (int vs = stage; status == MT_OK && vs < p * schedule->chunks; vs += p)
-        status = run_virtual_stage(schedule, vs, gpt, activations, tokens, targets, b, t, &result);
+        status = run_virtual_stage(schedule, stage, vs, gpt, activations, tokens, targets, b, t,
+                                   &result);
     if (status == MT_OK && logits && stage == last_stage)
         status = mt_gpt_logits(gpt, b * t - 1, 1, logits);
     if (status == MT_OK && targets)
@@ -52,6 +53,7 @@ mt_status mt_pp_forward(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
     if (status)
         return mt_fail_context(status, "pipeline stage %d, forward of %d x %d tokens", stage, b,
                                t);
-    *loss = result;
+    if (loss)
+        *loss = result;
     return MT_OK;
 }

@@ -15,10 +15,10 @@ mt_status mt_forward_loss(const mt_forward *f, const int32_t *tokens, const int3
 mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int t,
                                  float *logits)
 {
-    float unused;
     if (f->schedule)
         return mt_pp_forward(f->schedule, f->stage, f->gpt, f->activations, tokens, NULL, 1, t,
-                             &unused, logits);
+                             NULL, logits);
+    float unused; /* a forward without targets computes no loss */
     mt_status status = mt_gpt_forward(f->gpt, tokens, NULL, 1, t, &unused);
     return status ? status : mt_gpt_logits(f->gpt, t - 1, 1, logits);
 }

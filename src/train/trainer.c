@@ -208,8 +208,8 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         }
         record.tokens_per_s = (double)cfg->batch * cfg->context / seconds;
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
-            mt_forward whole = trainer_forward(tr);
-            status = mt_evaluate(&whole, &tr->val, cfg, tr->dp, tr->inputs, tr->targets,
+            mt_forward forward = trainer_forward(tr);
+            status = mt_evaluate(&forward, &tr->val, cfg, tr->dp, tr->inputs, tr->targets,
                                  &record.val_loss);
             if (status)
                 return status;
@@ -282,8 +282,8 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
         if (sample)
             fprintf(sample, "--- sample (%d tokens, temperature %g, top-k %d) ---\n",
                     cfg->sample_tokens, cfg->temperature, cfg->top_k);
-        mt_forward whole = trainer_forward(&tr);
-        status = mt_sample_text(&whole, cfg, sample);
+        mt_forward forward = trainer_forward(&tr);
+        status = mt_sample_text(&forward, cfg, sample);
     }
     mt_status traced = mt_trace_close(tr.trace);
     tr.trace = NULL;

@@ -32,17 +32,27 @@ int trainer_stage_of_unit(const trainer *tr, int unit)
 static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
 {
     mt_gpt_shape shape = {cfg->vocab, cfg->context, 1, cfg->heads, cfg->width};
+    mt_gpt_recompute recompute;
     mt_gpt gpt;
-    mt_status status = mt_gpt_create(&gpt, &shape, sequences);
+    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    /* under the run's recomputation, which makes a block's backward rerun its forward */
+    if (status == MT_OK)
+        status = mt_gpt_create_stage(&gpt, &shape, NULL, NULL, recompute, sequences, NULL);
     if (status)
         return mt_fail_context(status, "measuring the layers' cost");
-    mt_gpt_init_params(&gpt, cfg->seed);
+    float *state = calloc(2 * gpt.numel, sizeof *state); /* parameters, then gradients */
     size_t n = (size_t)sequences * cfg->context;
     int32_t *tokens = malloc(n * sizeof *tokens);
-    if (!tokens) {
+    if (!tokens || !state) {
+        free(tokens), free(state);
         mt_gpt_destroy(&gpt);
         return mt_fail(MT_ENOMEM, "measuring the layers' cost: out of memory");
     }
+    for (int u = 0; u < gpt.unit_count; u++) {
+        gpt.unit_param[u] = state + gpt.units[u].offset;
+        gpt.unit_grad[u] = state + gpt.numel + gpt.units[u].offset;
+    }
+    mt_gpt_init_params(&gpt, cfg->seed);
     for (size_t i = 0; i < n; i++)
         tokens[i] = (int32_t)(i * 7 % (size_t)cfg->vocab);
     part[0] = part[1] = part[2] = INFINITY;
@@ -72,6 +82,7 @@ static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
             part[i] = measured[i] < part[i] ? measured[i] : part[i];
     }
     free(tokens);
+    free(state);
     mt_gpt_destroy(&gpt);
     return status;
 }

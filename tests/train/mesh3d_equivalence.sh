@@ -4,19 +4,20 @@
 # is active at every step of this job: each element must count once across all three axes) and
 # final parameters (per tensor, by norm) within 1e-5 relative of the single-process run, and
 # activation recomputation changes nothing: selective and full are bitwise the run without.
-# usage: mesh3d_equivalence.sh MESHTRAIN [quick]   (quick: three layouts, for the sanitizer
-# build, where every rank runs several times slower)
+# usage: mesh3d_equivalence.sh MESHTRAIN [quick]   (quick: three layouts, one of them with
+# every recomputation mode, for the sanitizer build, where every rank runs slower)
 set -euo pipefail
 meshtrain=$1
 quick=${2:-}
 source "$(dirname "$0")/genesis_setup.sh"
 
-# A small GPT; validation runs twice and the final sample once, through the stages. The learning rate is 5e-4: AdamW moves
+# A small GPT; validation runs twice and the final sample once, through the stages (11 windows:
+# two replicas evaluate 6 and 5, the second in a shorter last batch). The learning rate is 5e-4: AdamW moves
 # an element whose gradient is near zero by up to lr per step whatever its size, so rounding
 # differences of 1e-7 there become steps of a fraction of lr; at 1e-3 a single such element of
 # 37k (of h.3.mlp.proj.weight, clang's build, tp 3) carried its tensor to 1.1e-5 by norm.
 job=(--data "$scratch/data" --batch 24 --steps 20 --warmup 2 --lr 5e-4 --vocab 256
-     --eval_every 10 --eval_seqs 12 --sample_tokens 24 --threads 1 --check_every 5
+     --eval_every 10 --eval_seqs 11 --sample_tokens 24 --threads 1 --check_every 5
      ${MT_TEST_EXTRA:-})
 small=(--context 16 --layers 4 --heads 4 --width 64)
 failed=0
@@ -80,8 +81,8 @@ layout() {
 if [ "$quick" = quick ]; then
   run dp2_pp2_tp2_sp_1f1b_full 8 "${small[@]}" -- --nproc 8 --dp 2 --pp 2 --tp 2 --sp on \
     --microbatches 4 --recompute full
-  run pp2_tp2_interleaved_selective 4 "${small[@]}" -- --nproc 4 --pp 2 --tp 2 \
-    --microbatches 4 --schedule interleaved --chunks 2 --recompute selective
+  layout pp2_tp2_interleaved 4 "${small[@]}" -- --nproc 4 --pp 2 --tp 2 --microbatches 4 \
+    --schedule interleaved --chunks 2
   run tp3_pp2_sp 4 --context 24 --layers 4 --heads 6 --width 96 -- --nproc 6 --pp 2 --tp 3 \
     --sp on --microbatches 4
   exit $failed

@@ -194,14 +194,22 @@ static void test_recompute(void)
         bytes[mode] = gpt.activation_arena.used;
         mt_gpt_destroy(&gpt);
     }
-    /* selective drops each block's probabilities, [B, heads, t, t], for one shared copy; full
-     * keeps only each block's output, for one block's worth of scratch */
-    size_t probs = (size_t)B * shape.heads * shape.context * shape.context * sizeof(float);
-    CHECK_MSG(bytes[MT_RECOMPUTE_NONE] - bytes[MT_RECOMPUTE_SELECTIVE] >=
-                  (size_t)(shape.layers - 1) * probs,
+    /* Selective drops each block's probabilities, [B, heads, t, t], for one shared copy; full
+     * keeps only each block's output (the next one's input), for one block's working set
+     * without an output. Every buffer is rounded up to the arena's 64 bytes. */
+    size_t rows = (size_t)B * shape.context, c = (size_t)shape.width;
+    size_t probs = 64 * ((rows * shape.heads * shape.context * sizeof(float) + 63) / 64);
+    size_t output = 64 * ((rows * c * sizeof(float) + 63) / 64);
+    size_t stats = 64 * ((rows * sizeof(float) + 63) / 64);
+    size_t block = 5 * output + 4 * stats + probs /* ln1, atty, res2, ln2, res3; norm stats */
+                   + 64 * ((3 * rows * c * sizeof(float) + 63) / 64)      /* qkv */
+                   + 2 * 64 * ((4 * rows * c * sizeof(float) + 63) / 64); /* fch, fch_gelu */
+    size_t layers = (size_t)shape.layers;
+    CHECK_MSG(bytes[MT_RECOMPUTE_SELECTIVE] == bytes[MT_RECOMPUTE_NONE] - (layers - 1) * probs,
               "selective recomputation keeps %zu of %zu bytes", bytes[1], bytes[0]);
-    CHECK_MSG(bytes[MT_RECOMPUTE_FULL] < bytes[MT_RECOMPUTE_SELECTIVE],
-              "full recomputation keeps %zu bytes, selective %zu", bytes[2], bytes[1]);
+    CHECK_MSG(bytes[MT_RECOMPUTE_FULL] ==
+                  bytes[MT_RECOMPUTE_NONE] - layers * block + layers * output + block - output,
+              "full recomputation keeps %zu bytes of %zu (a block %zu)", bytes[2], bytes[0], block);
     mt_gpt_recompute parsed;
     CHECK(mt_gpt_recompute_parse("full", &parsed) == MT_OK && parsed == MT_RECOMPUTE_FULL);
     CHECK(mt_gpt_recompute_parse("some", &parsed) == MT_EINVAL);
