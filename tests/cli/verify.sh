@@ -22,6 +22,17 @@ passed=0
 failed=0
 problem=""
 
+# take_prefix PREFIX... -- ARGS...: sets the arrays $prefix and $args.
+take_prefix() {
+    prefix=()
+    while [[ $1 != -- ]]; do
+        prefix+=("$1")
+        shift
+    done
+    shift
+    args=("$@")
+}
+
 # run WANT ARGS...: `meshtrain verify ARGS` (bounded), its stdout and stderr in $WORK/out;
 # sets $problem when the exit status is not WANT, it crashed, or a sanitizer spoke.
 run() {
@@ -31,15 +42,11 @@ run() {
 # run_as WANT PREFIX... -- ARGS...: the same as `PREFIX... meshtrain verify ARGS` (PREFIX sets up
 # signals, then execs).
 run_as() {
-    local want=$1 prefix=()
+    local want=$1
     shift
-    while [[ $1 != -- ]]; do
-        prefix+=("$1")
-        shift
-    done
-    shift
+    take_prefix "$@"
     problem=""
-    timeout 120 "${prefix[@]}" "$MT" verify "$@" >"$WORK/out" 2>&1
+    timeout 120 "${prefix[@]}" "$MT" verify "${args[@]}" >"$WORK/out" 2>&1
     local status=$?
     if [[ $status -ne $want ]]; then
         problem="exit status $status, want $want"
@@ -164,15 +171,11 @@ verdict "--data reuses a corpus"
 # $WORK/out; returns once verify has printed its plan, with $waiter (timeout) and $verify (its
 # child: verify, once PREFIX has exec'd it).
 start_verify() {
-    local tmp=$1 prefix=()
+    local tmp=$1
     shift
-    while [[ $1 != -- ]]; do
-        prefix+=("$1")
-        shift
-    done
-    shift
+    take_prefix "$@"
     mkdir -p "$tmp"
-    TMPDIR=$tmp timeout 60 "${prefix[@]}" "$MT" verify "$@" >"$WORK/out" 2>&1 &
+    TMPDIR=$tmp timeout 60 "${prefix[@]}" "$MT" verify "${args[@]}" >"$WORK/out" 2>&1 &
     waiter=$!
     verify=""
     wait_for "$WORK/out" "verify: dp " && verify=$(pgrep -P "$waiter")
