@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh test
 jobs=$(nproc)
+# Failed jobs keep their flight-recorder dumps in TMPDIR for a human to read, and the tests fail
+# jobs on purpose: theirs go to a folder of the run's own.
+TMPDIR=$(mktemp -d)
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 
 echo "== sanitizer build (clang -O2, AddressSanitizer + UndefinedBehaviorSanitizer)"
 CC=clang cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DMT_SANITIZE=ON > /dev/null
