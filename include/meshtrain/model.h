@@ -173,6 +173,11 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
                                   mt_memory_ledger *ledger);
 void mt_gpt_destroy(mt_gpt *gpt);
 
+/* Gives a model made by mt_gpt_create_stage (or _stateless) its own state: the four arenas
+ * (parameters at zero) for the units it holds, unit_param and unit_grad pointed into them. On
+ * failure the model is destroyed. */
+mt_status mt_gpt_own_state(mt_gpt *gpt);
+
 /* The same for one pipeline stage (`stage` NULL: the whole model): the table still names every
  * tensor of the model, but only the units the stage runs are held, and the activation arena
  * holds each chunk's slots, each keeping what `recompute` leaves of its blocks' activations.

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "cli_verify.h"
 #include "meshtrain/pipeline.h"
+#include "meshtrain/train.h"
 
 /* Keys of how the job is spread over ranks: the layout run's alone; the reference runs with
  * their defaults. */
@@ -170,17 +171,7 @@ static mt_status fit_model(mt_config *c)
 static mt_status check_layout(const mt_config *c, const mt_mesh_shape *shape)
 {
     mt_status status = mt_config_validate(c);
-    if (status)
-        return status;
-    if (c->batch % (shape->dp * c->microbatches))
-        return mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'dp': a global batch "
-                       "of %d sequences does not split into %d data-parallel ranks x %d "
-                       "micro-batches", c->batch, shape->dp, c->microbatches);
-    mt_pp_schedule_kind kind;
-    if (shape->pp > 1 && !(status = mt_pp_schedule_parse(c->schedule, &kind)))
-        status = mt_pp_schedule_check_sizes(kind, shape->pp, c->microbatches, c->chunks,
-                                            c->layers);
-    return status;
+    return status ? status : mt_train_check_layout(c, shape);
 }
 
 /* The reference: the layout's job with every layout key at its default (one process), over

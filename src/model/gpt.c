@@ -169,8 +169,12 @@ mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, int max_sequences)
 {
     mt_status status = mt_gpt_create_stateless(gpt, shape, tp, max_sequences, NULL);
-    if (status)
-        return status;
+    return status ? status : mt_gpt_own_state(gpt);
+}
+
+mt_status mt_gpt_own_state(mt_gpt *gpt)
+{
+    mt_status status;
     static const char *kinds[4] = {"parameters", "gradients", "adam first moments",
                                    "adam second moments"};
     float **bases[4] = {&gpt->param, &gpt->grad, &gpt->adam_m, &gpt->adam_v};

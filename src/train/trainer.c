@@ -81,11 +81,8 @@ static mt_status place_rank(trainer *tr)
                                                  cfg->heads);
         /* before a cost-balanced split times micro-batches of that size (one process's split
          * into micro-batches is mt_config_validate's) */
-        if (status == MT_OK && cfg->batch % (shape.dp * cfg->microbatches))
-            status = mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'dp': a global "
-                                        "batch of %d sequences does not split into %d "
-                                        "data-parallel ranks x %d micro-batches", cfg->batch,
-                             shape.dp, cfg->microbatches);
+        if (status == MT_OK)
+            status = mt_train_check_layout(cfg, &shape);
         int *stage_layers = status ? NULL : calloc((size_t)shape.pp, sizeof *stage_layers);
         if (status == MT_OK && !stage_layers)
             status = mt_fail(MT_ENOMEM, "planning the mesh: out of memory");

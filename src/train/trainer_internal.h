@@ -76,7 +76,8 @@ static inline int trainer_sequence_parallel(const trainer *tr)
 /* This rank's stage, and the stage that holds (and saves) a unit. */
 int trainer_stage(const trainer *tr);
 int trainer_stage_of_unit(const trainer *tr, int unit);
-/* Before the mesh exists: the schedule (made and checked), each virtual stage's layers (even,
+/* Before the mesh exists, once mt_train_check_layout has passed: the schedule (made and
+ * checked), each virtual stage's layers (even,
  * or balanced by measured cost, which is collective over the world) and each stage's total
  * into stage_layers[pp]. Errors name the keys at fault. */
 mt_status trainer_plan_pipeline(trainer *tr, const mt_mesh_shape *shape, int *stage_layers);

@@ -38,19 +38,15 @@ static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
     /* under the run's recomputation, which makes a block's backward rerun its forward */
     if (status == MT_OK)
         status = mt_gpt_create_stage(&gpt, &shape, NULL, NULL, recompute, sequences, NULL);
+    if (status == MT_OK)
+        status = mt_gpt_own_state(&gpt);
     if (status)
         return mt_fail_context(status, "measuring the layers' cost");
-    float *state = calloc(2 * gpt.numel, sizeof *state); /* parameters, then gradients */
     size_t n = (size_t)sequences * cfg->context;
     int32_t *tokens = malloc(n * sizeof *tokens);
-    if (!tokens || !state) {
-        free(tokens), free(state);
+    if (!tokens) {
         mt_gpt_destroy(&gpt);
         return mt_fail(MT_ENOMEM, "measuring the layers' cost: out of memory");
-    }
-    for (int u = 0; u < gpt.unit_count; u++) {
-        gpt.unit_param[u] = state + gpt.units[u].offset;
-        gpt.unit_grad[u] = state + gpt.numel + gpt.units[u].offset;
     }
     mt_gpt_init_params(&gpt, cfg->seed);
     for (size_t i = 0; i < n; i++)
@@ -82,7 +78,6 @@ static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
             part[i] = measured[i] < part[i] ? measured[i] : part[i];
     }
     free(tokens);
-    free(state);
     mt_gpt_destroy(&gpt);
     return status;
 }
@@ -112,10 +107,7 @@ mt_status trainer_plan_pipeline(trainer *tr, const mt_mesh_shape *shape, int *st
     /* one stage runs the whole model: chunks and a cost balance would change nothing */
     int chunks = shape->pp > 1 ? cfg->chunks : 1, parts = shape->pp * chunks;
     mt_pp_schedule_kind kind;
-    mt_status status = mt_pp_schedule_parse(cfg->schedule, &kind);
-    if (status == MT_OK && shape->pp > 1)
-        status = mt_pp_schedule_check_sizes(kind, shape->pp, cfg->microbatches, chunks,
-                                            cfg->layers);
+    mt_status status = mt_pp_schedule_parse(cfg->schedule, &kind); /* sizes: place_rank's */
     if (status == MT_OK && shape->pp > 1)
         status = mt_pp_schedule_create(kind, shape->pp, cfg->microbatches, chunks, &tr->schedule);
     if (status == MT_OK && shape->pp > 1)
