@@ -3,7 +3,7 @@
 # apt-get line and fails. Usage: scripts/deps.sh run|test|bench (test adds the reference checks,
 # bench the peer libraries that bench/comm_vs_peers times against).
 set -euo pipefail
-packages=(cmake make gcc libopenblas-openmp-dev bible-kjv)
+packages=(cmake make gcc libopenblas-openmp-dev libjansson-dev libxxhash-dev bible-kjv)
 if [ "${1:-run}" = test ]; then
   # PyTorch and numpy for the parity test and benchmarks; clang and its sanitizer runtime
   # for the ASan/UBSan build of the suite; Open MPI (library and mpirun) for the mpi back end

@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_CONFIG_H
 #define MESHTRAIN_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -32,12 +33,21 @@ typedef struct mt_config {
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */
     int save_model;    /* write OUT/model.safetensors at the end */
+    /* checkpoints (OUT/ckpt/step_<N>/): every save_every steps and at the end (0: never),
+     * the newest `keep` committed ones kept; resume from a step folder, "auto" (the newest
+     * under OUT/ckpt, or a fresh start) or "" (a fresh start); async_save writes in the
+     * background; max_restarts: `train --nproc` restarts a failed job that often */
+    int save_every, keep, async_save, max_restarts;
+    char resume[MT_PATH_MAX];
     char data[MT_PATH_MAX], out[MT_PATH_MAX];
     /* reporting */
     int eval_every, eval_seqs, log_every;
     int sample_tokens, top_k;
     double temperature;
     char prompt[MT_TEXT_MAX];
+    /* which keys a file or flag set (bit i: the table's key i), so a checkpoint can tell a
+     * key that contradicts it from a default */
+    uint64_t given;
 } mt_config;
 
 /* Fills every key with its built-in default. */
@@ -60,6 +70,14 @@ mt_status mt_config_validate(const mt_config *cfg);
 
 /* Writes every key as `key = value`, the format mt_config_load_file reads. */
 void mt_config_write(const mt_config *cfg, FILE *out);
+
+/* The table's keys, by index (0 to mt_config_key_count() - 1). */
+int mt_config_key_count(void);
+const char *mt_config_key_name(int index);
+/* Whether a file or flag set `key` (rather than its default). */
+int mt_config_given(const mt_config *cfg, const char *key);
+/* `key`'s value as mt_config_set reads it back (text unquoted); an unknown key gives "". */
+void mt_config_format(const mt_config *cfg, const char *key, char *out, size_t capacity);
 
 /* Writes the keys with their defaults and one-line descriptions, for --help. */
 void mt_config_print_help(FILE *out);

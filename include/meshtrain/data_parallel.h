@@ -88,6 +88,25 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *model, int step);
  * zero 3 (an all-gather), a copy otherwise. */
 mt_status mt_dp_model_read_unit(mt_dp_model *model, int unit, float *out);
 
+/* Where this rank keeps one tensor's state, for checkpoints. Each range is of the tensor's
+ * local (tensor-parallel) array: element j of it is param[j - param_first] for j in
+ * [param_first, param_first + param_count), likewise the moments. The save range is the part
+ * this rank writes: its ZeRO slice, or under zero 0 the same split of the replicated state, so
+ * the replicas share the writing. */
+typedef struct mt_dp_tensor_state {
+    size_t param_first, param_count;
+    float *param;
+    size_t moment_first, moment_count;
+    float *exp_avg, *exp_avg_sq;
+    size_t save_first, save_count;
+} mt_dp_tensor_state;
+
+/* The state of parameter `index` (a unit this rank holds); counts are 0 where it has none. */
+void mt_dp_model_tensor_state(mt_dp_model *model, int index, mt_dp_tensor_state *state);
+
+/* After state was written in place (a checkpoint loaded): gathered copies are stale. */
+void mt_dp_model_state_changed(mt_dp_model *model);
+
 /* Seconds this rank has spent blocked on the group's communication (waiting for reductions
  * and gathers that overlap did not hide, and the norm's all-reduce). */
 double mt_dp_model_wait_seconds(const mt_dp_model *model);

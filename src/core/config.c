@@ -68,6 +68,16 @@ static const config_key KEYS[] = {
      "steps between checksums of the data-parallel replicas' parameters (0: never)"},
     {"save_model", KEY_SWITCH, FIELD(save_model), "on", 0, 1,
      "write the trained parameters to OUT/model.safetensors at the end (on|off)"},
+    {"save_every", KEY_INT, FIELD(save_every), "0", 0, 1e9,
+     "steps between checkpoints in OUT/ckpt/step_<N>, one also at the end (0: none)"},
+    {"keep", KEY_INT, FIELD(keep), "3", 1, 1e6, "committed checkpoints kept (older ones deleted)"},
+    {"resume", KEY_PATH, FIELD(resume), "", 0, 0,
+     "continue from a checkpoint: a step_<N> folder, or auto (the newest under OUT/ckpt, else a "
+     "fresh start); restarted workers resume auto"},
+    {"async_save", KEY_SWITCH, FIELD(async_save), "off", 0, 1,
+     "write checkpoints in the background from a copy in memory while training goes on (on|off)"},
+    {"max_restarts", KEY_INT, FIELD(max_restarts), "0", 0, 1000,
+     "with --nproc: restart the whole job after a failure, up to N times (resuming auto)"},
     {"data", KEY_PATH, FIELD(data), "data/kjv", 0, 0, "corpus folder written by `meshtrain data`"},
     {"out", KEY_PATH, FIELD(out), "runs/default", 0, 0, "run folder (metrics.jsonl, summary.json)"},
     {"eval_every", KEY_INT, FIELD(eval_every), "100", 0, 1e9,
@@ -83,6 +93,7 @@ static const config_key KEYS[] = {
 };
 #undef FIELD
 enum { KEY_COUNT = sizeof KEYS / sizeof KEYS[0] };
+_Static_assert(KEY_COUNT <= 64, "mt_config.given has one bit per key");
 
 static const config_key *find_key(const char *name)
 {
@@ -136,6 +147,7 @@ mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, con
         return mt_fail(MT_EINVAL, "unknown config key '%s' (%s); see --help for the keys", name,
                        where);
     char *field = (char *)cfg + key->offset;
+    cfg->given |= 1ull << (key - KEYS); /* mt_config_defaults clears it again */
     double number;
     mt_status status;
     switch (key->type) {
@@ -182,6 +194,40 @@ void mt_config_defaults(mt_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < KEY_COUNT; i++)
         mt_config_set(cfg, KEYS[i].name, KEYS[i].default_value, "built-in default");
+    cfg->given = 0;
+}
+
+int mt_config_key_count(void) { return KEY_COUNT; }
+
+const char *mt_config_key_name(int index)
+{
+    return index >= 0 && index < KEY_COUNT ? KEYS[index].name : NULL;
+}
+
+int mt_config_given(const mt_config *cfg, const char *name)
+{
+    const config_key *key = find_key(name);
+    return key && (cfg->given >> (key - KEYS) & 1);
+}
+
+void mt_config_format(const mt_config *cfg, const char *name, char *out, size_t capacity)
+{
+    const config_key *key = find_key(name);
+    if (!key) {
+        snprintf(out, capacity, "%s", "");
+        return;
+    }
+    const char *field = (const char *)cfg + key->offset;
+    switch (key->type) {
+    case KEY_INT: snprintf(out, capacity, "%d", *(const int *)field); break;
+    case KEY_SWITCH: snprintf(out, capacity, "%s", *(const int *)field ? "on" : "off"); break;
+    case KEY_REAL: snprintf(out, capacity, "%.17g", *(const double *)field); break;
+    case KEY_U64:
+        snprintf(out, capacity, "%llu", (unsigned long long)*(const uint64_t *)field);
+        break;
+    case KEY_TEXT:
+    case KEY_PATH: snprintf(out, capacity, "%s", field); break;
+    }
 }
 
 static char *trim(char *s)

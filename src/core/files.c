@@ -1,11 +1,15 @@
-/* File-system helpers: folder creation with parents.
- * Kept apart so that data, runs and checkpoints create paths the same way. */
+/* File-system helpers: folder creation with parents, fsync by path, durable whole-file writes,
+ * and removal of trees. Kept apart so that data, runs and checkpoints treat paths the same way. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "meshtrain/files.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static mt_status make_one(const char *path)
 {
@@ -34,4 +38,83 @@ mt_status mt_make_folders(const char *path)
         *p = '/';
     }
     return make_one(partial);
+}
+
+mt_status mt_sync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return mt_fail(MT_EIO, "cannot open '%s' to sync it: %s", path, strerror(errno));
+    int failed = fsync(fd) != 0 && errno != EINVAL; /* EINVAL: a file system without fsync */
+    int error = errno;
+    close(fd);
+    return failed ? mt_fail(MT_EIO, "cannot sync '%s': %s", path, strerror(error)) : MT_OK;
+}
+
+void mt_path_folder(const char *path, char *out, size_t capacity)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, capacity, ".");
+    else if (slash == path)
+        snprintf(out, capacity, "/");
+    else
+        snprintf(out, capacity, "%.*s", (int)(slash - path), path);
+}
+
+mt_status mt_write_file_durably(const char *path, const void *data, size_t bytes)
+{
+    char temporary[1100], folder[1024];
+    if (snprintf(temporary, sizeof temporary, "%s.partial", path) >= (int)sizeof temporary)
+        return mt_fail(MT_EINVAL, "path '%s' is too long", path);
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(errno));
+    const char *at = data;
+    size_t left = bytes;
+    while (left > 0) {
+        ssize_t n = write(fd, at, left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int error = n < 0 ? errno : EIO;
+            close(fd);
+            unlink(temporary);
+            return mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(error));
+        }
+        at += n;
+        left -= (size_t)n;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int error = errno;
+        unlink(temporary);
+        return mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(error));
+    }
+    if (rename(temporary, path) != 0) {
+        int error = errno;
+        unlink(temporary);
+        return mt_fail(MT_EIO, "cannot rename '%s' to '%s': %s", temporary, path,
+                       strerror(error));
+    }
+    mt_path_folder(path, folder, sizeof folder);
+    return mt_sync_path(folder);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+mt_status mt_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? MT_OK
+                               : mt_fail(MT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return mt_fail(MT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+    return MT_OK;
 }

@@ -337,3 +337,40 @@ mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
 }
 
 double mt_dp_model_wait_seconds(const mt_dp_model *m) { return m->wait_seconds; }
+
+void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *state)
+{
+    const mt_gpt *gpt = m->gpt;
+    const mt_param_info *p = &gpt->params[index];
+    const mt_unit *unit = &gpt->units[p->unit];
+    size_t start = p->offset - unit->offset, end = start + p->numel, lo, hi;
+    *state = (mt_dp_tensor_state){0};
+    if (!held(gpt, p->unit))
+        return;
+    if (m->full_param) {
+        state->param = m->full_param + p->offset;
+        state->param_count = p->numel;
+    } else if (dp_owned_range(m, index, &lo, &hi)) {
+        state->param = dp_param_at(m, p->unit, lo);
+        state->param_first = lo - start;
+        state->param_count = hi - lo;
+    }
+    if (dp_owned_range(m, index, &lo, &hi)) {
+        size_t at = dp_slice_index(m, p->unit, lo);
+        state->exp_avg = m->moment_m + at;
+        state->exp_avg_sq = m->moment_v + at;
+        state->moment_first = lo - start;
+        state->moment_count = hi - lo;
+    }
+    /* zero 0: the replicas write slice-sized parts of the state they all hold */
+    size_t n = unit->numel;
+    size_t save_lo = slice_start(n, m->rank, m->size), save_hi = slice_start(n, m->rank + 1, m->size);
+    save_lo = save_lo > start ? save_lo : start;
+    save_hi = save_hi < end ? save_hi : end;
+    if (save_lo < save_hi) {
+        state->save_first = save_lo - start;
+        state->save_count = save_hi - save_lo;
+    }
+}
+
+void mt_dp_model_state_changed(mt_dp_model *m) { m->root_valid = 0; }

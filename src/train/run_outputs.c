@@ -66,7 +66,8 @@ static void write_memory_json(const trainer *tr, FILE *f)
 mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
 {
     const mt_config *cfg = tr->cfg;
-    int skip = cfg->steps > 2 ? 2 : 0, count = cfg->steps - skip;
+    int taken = cfg->steps - tr->start_step; /* steps this run took, after a resume */
+    int skip = tr->start_step + (taken > 2 ? 2 : 0), count = cfg->steps - skip;
     double median_seconds = NAN;
     if (count > 0) {
         qsort(tr->step_seconds + skip, (size_t)count, sizeof(double), compare_doubles);
@@ -107,6 +108,10 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
             fprintf(f, "%s%d", st ? ", " : "", tr->stage_slots[st]);
         fputc(']', f);
     }
+    if (cfg->save_every > 0)
+        fprintf(f, ", \"resumed_from_step\": %d, \"checkpoints\": %d, \"checkpoint_bytes\": %llu, "
+                   "\"checkpoint_seconds\": %.6f", tr->start_step, tr->saves, tr->saved_bytes,
+                tr->save_seconds);
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);

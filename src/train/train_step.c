@@ -15,24 +15,30 @@ mt_status trainer_read_fault(trainer *tr)
     const char *text = getenv("MT_INJECT_FAULT");
     if (!text || !*text)
         return MT_OK;
-    char kind[16];
+    char kind[24];
     int rank, step, used = 0;
-    if (sscanf(text, "%15[a-z_]@%d:%d%n", kind, &rank, &step, &used) != 3 || text[used] != '\0')
-        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP with KIND "
-                                  "nan_loss, nan_grad or skew", text);
+    static const char *const names = "nan_loss, nan_grad, skew, skew_norm, kill, kill_in_shard, "
+                                     "kill_after_shard, kill_before_commit";
+    if (sscanf(text, "%23[a-z_]@%d:%d%n", kind, &rank, &step, &used) != 3 || text[used] != '\0')
+        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP with KIND one "
+                                  "of %s", text, names);
     static const struct { const char *name; fault_kind kind; } kinds[] = {
         {"nan_loss", FAULT_NAN_LOSS}, {"nan_grad", FAULT_NAN_GRAD}, {"skew", FAULT_SKEW},
-        {"skew_norm", FAULT_SKEW_NORM}};
+        {"skew_norm", FAULT_SKEW_NORM}, {"kill", FAULT_KILL}, {"kill_in_shard", FAULT_KILL_IN_SHARD},
+        {"kill_after_shard", FAULT_KILL_AFTER_SHARD}, {"kill_before_commit", FAULT_KILL_BEFORE_COMMIT}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(kind, kinds[i].name) == 0)
             tr->fault = (fault){kinds[i].kind, rank, step};
     if (tr->fault.kind == FAULT_NONE)
-        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (nan_loss, nan_grad, "
-                                  "skew, skew_norm)", text, kind);
+        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
+    /* a restarted job must get past the step that killed its first attempt */
+    const char *restart = getenv("MT_RESTART_COUNT");
+    if (restart && atoi(restart) > 0)
+        tr->fault = (fault){FAULT_NONE, -1, -1};
     return MT_OK;
 }
 
-static int fault_now(const trainer *tr, fault_kind kind, int step)
+int trainer_fault_now(const trainer *tr, fault_kind kind, int step)
 {
     return tr->fault.kind == kind && tr->fault.rank == tr->rank && tr->fault.step == step;
 }
@@ -166,20 +172,20 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         mt_trace_span(tr->trace, MT_TRACE_FORWARD, start, middle, micro, -1);
         if (status)
             return status;
-        if (fault_now(tr, FAULT_NAN_LOSS, step))
+        if (trainer_fault_now(tr, FAULT_NAN_LOSS, step))
             loss = NAN;
-        float scale = fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
+        float scale = trainer_fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
         if ((status = mt_gpt_backward(&tr->gpt, scale)))
             return status;
         mt_trace_span(tr->trace, MT_TRACE_BACKWARD, middle, mt_clock_seconds(), micro, -1);
         loss_sum += loss;
     }
     if (tr->runner) { /* a NaN loss scale reaches the gradients from the last stage back */
-        float scale = fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
+        float scale = trainer_fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
         mt_status status = trainer_pipeline_step(tr, step, scale, &loss_sum);
         if (status)
             return status;
-        if (fault_now(tr, FAULT_NAN_LOSS, step))
+        if (trainer_fault_now(tr, FAULT_NAN_LOSS, step))
             loss_sum = NAN;
     }
     double local_squares, norm, start = mt_clock_seconds();
@@ -201,9 +207,9 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     mt_trace_span(tr->trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
     if (status)
         return status;
-    if (fault_now(tr, FAULT_SKEW, step) && tr->gpt.unit_param[0])
+    if (trainer_fault_now(tr, FAULT_SKEW, step) && tr->gpt.unit_param[0])
         tr->gpt.unit_param[0][0] += 1e-3f;
-    if (fault_now(tr, FAULT_SKEW_NORM, step)) {
+    if (trainer_fault_now(tr, FAULT_SKEW_NORM, step)) {
         int lnf = mt_gpt_find_param(&tr->gpt, "lnf.weight");
         if (tr->gpt.unit_param[tr->gpt.params[lnf].unit])
             mt_gpt_param_data(&tr->gpt, lnf)[0] += 1e-3f;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,8 +59,12 @@ static mt_status open_outputs(trainer *tr)
         return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(errno));
     mt_config_write(cfg, saved);
     fclose(saved);
+    /* a resumed run continues its folder's metrics from the checkpoint's step */
+    mt_status trimmed = tr->start_step > 0 ? trainer_trim_metrics(cfg, tr->start_step) : MT_OK;
+    if (trimmed)
+        return trimmed;
     snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
-    tr->metrics = fopen(path, "w");
+    tr->metrics = fopen(path, tr->start_step > 0 ? "a" : "w");
     if (!tr->metrics)
         return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(errno));
     return MT_OK;
@@ -122,7 +127,7 @@ static mt_status open_trace(trainer *tr)
     return mt_trace_open(path, tr->rank, label, &tr->trace);
 }
 
-static mt_status setup(trainer *tr)
+static mt_status setup(trainer *tr, const mt_ckpt_meta *resume)
 {
     const mt_config *cfg = tr->cfg;
     mt_kernels_set_threads(mt_train_threads(cfg)); /* before a cost-balanced split times layers */
@@ -152,6 +157,16 @@ static mt_status setup(trainer *tr)
                              .embedding_group = pipelined ? tr->mesh->embedding_group : NULL};
     if ((status = mt_dp_model_create(&tr->gpt, tr->dp, &options, &tr->model)))
         return status;
+    if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
+        return status;
+    tr->start_step = resume->step > 0 ? resume->step : 0;
+    tr->save_comm = tr->world;
+    /* a background save talks on a communicator of its own */
+    if (cfg->save_every > 0 && cfg->async_save && tr->world && mt_comm_size(tr->world) > 1) {
+        if ((status = mt_comm_split(tr->world, 0, tr->rank, &tr->own_save_comm)))
+            return status;
+        tr->save_comm = tr->own_save_comm;
+    }
     if (pipelined && (status = trainer_start_pipeline(tr)))
         return status;
     if ((status = open_trace(tr)))
@@ -167,6 +182,8 @@ static mt_status setup(trainer *tr)
 
 static void teardown(trainer *tr)
 {
+    trainer_finish_save(tr); /* a failed run still lets a background save end */
+    mt_comm_destroy(tr->own_save_comm);
     trainer_stop_pipeline(tr);
     mt_dp_model_destroy(tr->model);
     mt_gpt_destroy(&tr->gpt);
@@ -187,7 +204,9 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
 {
     const mt_config *cfg = tr->cfg;
     double start = mt_clock_seconds();
-    for (int step = 1; step <= cfg->steps; step++) {
+    for (int step = tr->start_step + 1; step <= cfg->steps; step++) {
+        if (trainer_fault_now(tr, FAULT_KILL, step))
+            raise(SIGKILL); /* MT_INJECT_FAULT: a worker dies */
         double step_start = mt_clock_seconds();
         step_record record = {.step = step, .val_loss = NAN};
         double waited = tr->wait_seconds + mt_dp_model_wait_seconds(tr->model);
@@ -198,7 +217,8 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         mt_trace_span(tr->trace, MT_TRACE_STEP, step_start, mt_clock_seconds(), step, -1);
         double seconds = mt_clock_seconds() - step_start;
         tr->step_seconds[step - 1] = seconds;
-        if (step > 2 || cfg->steps <= 2) { /* the first steps warm up, as for the median */
+        /* the first steps warm up, as for the median */
+        if (step > tr->start_step + 2 || cfg->steps - tr->start_step <= 2) {
             tr->timed_wait += tr->wait_seconds + mt_dp_model_wait_seconds(tr->model) - waited;
             tr->timed_tp += tr->gpt.tp_seconds - in_tp;
             tr->timed_seconds += seconds;
@@ -218,7 +238,19 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         progress_step(&tr->progress, &record);
         if (tr->metrics && !metrics_append(tr->metrics, &record))
             return mt_fail(MT_EIO, "cannot append to '%s/metrics.jsonl'", cfg->out);
+        if (cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps) &&
+            (status = trainer_save_checkpoint(tr, step)))
+            return status;
     }
+    /* a run that had no step left to take still leaves its state (a resharded copy) */
+    if (cfg->save_every > 0 && tr->start_step == cfg->steps) {
+        mt_status status = trainer_save_checkpoint(tr, cfg->steps);
+        if (status)
+            return status;
+    }
+    mt_status saved = trainer_finish_save(tr);
+    if (saved)
+        return saved;
     summary->seconds = mt_clock_seconds() - start;
     return MT_OK;
 }
@@ -249,8 +281,19 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     mt_status status = mt_config_validate(cfg);
     if (status)
         return status;
+    /* a checkpoint fixes the model's shape and the optimizer's settings */
+    mt_config run = *cfg;
+    mt_ckpt_meta resume;
+    if ((status = trainer_resolve_resume(&run, world, &resume)))
+        return status;
+    if ((status = mt_config_validate(&run))) {
+        mt_ckpt_meta_free(&resume);
+        return status;
+    }
+    cfg = &run;
     trainer tr = {.cfg = cfg, .world = world};
-    status = setup(&tr);
+    status = setup(&tr, &resume);
+    mt_ckpt_meta_free(&resume);
     FILE *out = tr.writes ? progress_out : NULL;
     progress_init(&tr.progress, out, cfg->log_every, cfg->steps);
     summary->dp = tr.dp_size;
@@ -264,6 +307,8 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                 tr.tp_size, trainer_sequence_parallel(&tr) ? "on" : "off", cfg->recompute);
     if (status == MT_OK && out && tr.runner)
         print_pipeline(&tr, out);
+    if (status == MT_OK && out && tr.start_step > 0)
+        fprintf(out, "resumed from '%s' at step %d\n", resume.dir, tr.start_step);
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK && tr.runner)

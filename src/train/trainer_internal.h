@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_TRAINER_INTERNAL_H
 #define MESHTRAIN_TRAINER_INTERNAL_H
 
+#include "meshtrain/checkpoint.h"
 #include "meshtrain/data_parallel.h"
 #include "meshtrain/memory.h"
 #include "meshtrain/mesh.h"
@@ -15,14 +16,21 @@
 /* A fault a test asks for through MT_INJECT_FAULT=KIND@RANK:STEP (world rank, step): nan_loss
  * (that rank's loss becomes NaN), nan_grad (its gradients do), skew (one of its parameters
  * moves after the update, as a silent corruption would) or skew_norm (the same for the final
- * norm's weight, which every tensor-parallel rank holds whole). */
+ * norm's weight, which every tensor-parallel rank holds whole); kill (SIGKILL at the start of
+ * the step), kill_in_shard (halfway through writing its shard of that step's checkpoint),
+ * kill_after_shard (its shard durable, before the ranks agree) and kill_before_commit (world
+ * rank 0: the metadata written, before the folder's rename commits it). Only the first attempt
+ * of a restarted job (MT_RESTART_COUNT 0 or unset) meets it. */
 typedef enum fault_kind {
-    FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM
+    FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM, FAULT_KILL,
+    FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT
 } fault_kind;
 typedef struct fault {
     fault_kind kind;
     int rank, step;
 } fault;
+
+typedef struct trainer_save trainer_save; /* a checkpoint being written (trainer_checkpoint.c) */
 
 typedef struct trainer {
     const mt_config *cfg;
@@ -61,6 +69,15 @@ typedef struct trainer {
     double pp_busy, pp_span;
     double *bubble, bubble_expected; /* per stage, after the run (trainer_report_pipeline) */
     int *stage_slots;                /* per stage: the most activations held at once */
+    /* Checkpoints: the step the run resumed from (0: a fresh start), the save in flight
+     * (async_save), the communicator saves use (a world of their own under async_save, so a
+     * background save never meets training's collectives), and the totals of every save. */
+    int start_step;
+    trainer_save *save;
+    mt_comm *save_comm, *own_save_comm;
+    double save_seconds;
+    unsigned long long saved_bytes;
+    int saves;
 } trainer;
 
 /* Per rank: the ledger's bytes of each kind, its total at peak, resident now and at peak. */
@@ -99,9 +116,32 @@ mt_status trainer_report_pipeline(trainer *tr, FILE *out);
 void trainer_draw_microbatch(trainer *tr, int step, int micro);
 /* Reads MT_INJECT_FAULT; a malformed value is an error naming it. */
 mt_status trainer_read_fault(trainer *tr);
+/* Whether this rank meets fault `kind` at `step`. */
+int trainer_fault_now(const trainer *tr, fault_kind kind, int step);
 /* One optimizer step over the global batch: this rank's share of every micro-batch, the
  * gradient sync, the NaN and replica checks, clipping and the update. */
 mt_status trainer_step(trainer *tr, int step, step_record *record);
+
+/* trainer_checkpoint.c */
+/* Saves OUT/ckpt/step_<step>/ from every rank (collective over the world): inline, or under
+ * async_save from a copy in memory by a background thread while training goes on. Waits for
+ * the previous save first. An error on any rank fails the save on every rank, leaving no
+ * step_<step> folder and the earlier checkpoints intact. */
+mt_status trainer_save_checkpoint(trainer *tr, int step);
+/* Waits for the save in flight, if any, and returns its outcome. */
+mt_status trainer_finish_save(trainer *tr);
+
+/* trainer_resume.c */
+/* Before the run is set up: the checkpoint to resume from (cfg->resume, or auto after a
+ * restart; collective over the world for auto), its metadata in *meta (meta->step -1: a fresh
+ * start), and cfg with the model shape and optimizer settings taken from it (a key given that
+ * contradicts the checkpoint is an error naming both). */
+mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *meta);
+/* After the model exists: this rank's parameters and Adam moments from the checkpoint,
+ * reading only the pieces it needs, each verified (collective: an error anywhere fails all). */
+mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta);
+/* Keeps OUT/metrics.jsonl's lines up to the resumed step (world rank 0, same folder). */
+mt_status trainer_trim_metrics(const mt_config *cfg, int step);
 
 /* run_outputs.c */
 /* Every rank's memory (ledger and resident set), gathered to every rank; rank 0 prints it. */

@@ -1,0 +1,28 @@
+/* What the checkpoint files share inside the train layer: a rank's shard plan (its pieces and
+ * where their floats are), the shard writer, and the names of checkpoint folders. */
+#ifndef MESHTRAIN_CKPT_INTERNAL_H
+#define MESHTRAIN_CKPT_INTERNAL_H
+
+#include "meshtrain/checkpoint.h"
+
+/* One rank's shard: its pieces (tensor, state, box, bytes; `at` and `xxh3` filled by
+ * ckpt_plan_layout and ckpt_shard_write) and each piece's floats, contiguous. */
+typedef struct ckpt_shard_plan {
+    mt_ckpt_piece *pieces;
+    const float **data;
+    int count, capacity;
+    uint64_t bytes; /* the file's size */
+} ckpt_shard_plan;
+
+uint64_t ckpt_hash(const void *data, size_t bytes);
+/* Places the pieces at 64-byte aligned offsets after the header; returns the file's size. */
+uint64_t ckpt_plan_layout(ckpt_shard_plan *plan);
+/* Writes the shard to PATH.partial (its space claimed first, so a full disk fails before
+ * anything is written), checksumming each piece on the way, then fsyncs, renames it to path
+ * and fsyncs the folder. die_halfway: SIGKILL this process halfway (a test's fault). */
+mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan *plan,
+                           int die_halfway);
+/* N of a folder named step_<N>, else -1. */
+int ckpt_step_of_name(const char *name);
+
+#endif

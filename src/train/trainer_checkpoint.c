@@ -1,0 +1,408 @@
+/* Saving a checkpoint from every rank: each writes the pieces it owns, the ranks agree, world
+ * rank 0 writes the metadata and renames the folder to step_<N> (the commit), then prunes. */
+#define _GNU_SOURCE /* renameat2 */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt_internal.h"
+#include "meshtrain/clock.h"
+#include "meshtrain/files.h"
+#include "trainer_internal.h"
+
+/* One save: what the main thread prepared, and what the writing (inline, or in the background
+ * under async_save) needs; nothing in it points into the trainer. */
+struct trainer_save {
+    mt_comm *comm;  /* the save's communicator (NULL: one process) */
+    int rank, size, step, keep;
+    char root[MT_PATH_MAX + 8], partial[MT_PATH_MAX + 40], final[MT_PATH_MAX + 40];
+    ckpt_shard_plan plan;
+    float *snapshot;      /* async: the pieces' copy; sync: NULL (pieces point at the state) */
+    float **scratch;      /* pieces that were not one run in memory, copied out */
+    int scratch_count;
+    mt_ckpt_meta meta;    /* rank 0: everything but the files and pieces */
+    fault_kind fault;     /* a test's kill point in this save, or FAULT_NONE */
+    double seconds;       /* from the start of the save to its commit */
+    pthread_t thread;
+    int running;
+    mt_status status;
+    char message[512];
+};
+
+typedef struct outcome {
+    int32_t code;
+    char message[508];
+} outcome;
+
+/* Every rank's outcome of a phase: an error on any rank is returned on all, naming the first
+ * rank that failed and its message. */
+static mt_status agree(mt_comm *comm, mt_status mine, int step, const char *phase)
+{
+    if (!comm || mt_comm_size(comm) == 1)
+        return mine ? mt_fail_context(mine, "checkpoint step %d: %s", step, phase) : MT_OK;
+    int size = mt_comm_size(comm);
+    outcome own = {.code = (int32_t)mine}, *all = calloc((size_t)size, sizeof *all);
+    if (mine)
+        snprintf(own.message, sizeof own.message, "%s", mt_last_error());
+    if (!all)
+        return mt_fail(MT_ENOMEM, "checkpoint step %d: out of memory", step);
+    mt_status status = mt_comm_allgather(comm, &own, all, sizeof own, MT_U8);
+    if (status)
+        status = mt_fail_context(status, "checkpoint step %d: %s", step, phase);
+    for (int r = 0; status == MT_OK && r < size; r++)
+        if (all[r].code) {
+            all[r].message[sizeof all[r].message - 1] = '\0';
+            status = mt_fail((mt_status)all[r].code, "checkpoint step %d: %s failed on rank %d: "
+                                                     "%s", step, phase, r, all[r].message);
+        }
+    free(all);
+    return status;
+}
+
+static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
+                           const mt_ckpt_box *box, const mt_ckpt_view *from)
+{
+    ckpt_shard_plan *plan = &s->plan;
+    if (plan->count == plan->capacity) {
+        int capacity = plan->capacity ? 2 * plan->capacity : 64;
+        mt_ckpt_piece *pieces = realloc(plan->pieces, (size_t)capacity * sizeof *pieces);
+        if (pieces)
+            plan->pieces = pieces;
+        const float **data = pieces ? realloc(plan->data, (size_t)capacity * sizeof *data) : NULL;
+        float **scratch = data ? realloc(s->scratch, (size_t)capacity * sizeof *scratch) : NULL;
+        if (data)
+            plan->data = data;
+        if (scratch)
+            s->scratch = scratch;
+        if (!pieces || !data || !scratch)
+            return mt_fail(MT_ENOMEM, "checkpoint: out of memory planning the shard");
+        plan->capacity = capacity;
+    }
+    size_t volume = mt_ckpt_box_volume(box);
+    const float *run = mt_ckpt_view_run(from, box);
+    if (!run) { /* not one run in memory (never for the model's tensors today): copy it out */
+        float *copy = malloc(volume * sizeof *copy);
+        if (!copy)
+            return mt_fail(MT_ENOMEM, "checkpoint: out of memory planning the shard");
+        mt_ckpt_view to = {.data = copy, .dims = box->dims};
+        for (int d = 0; d < box->dims; d++) {
+            to.origin[d] = box->offset[d];
+            to.shape[d] = box->extent[d];
+        }
+        mt_ckpt_copy(box, from, &to);
+        s->scratch[s->scratch_count++] = copy;
+        run = copy;
+    }
+    plan->pieces[plan->count] = (mt_ckpt_piece){.tensor = tensor, .file = s->rank,
+                                                .state = state, .box = *box,
+                                                .bytes = volume * sizeof(float)};
+    plan->data[plan->count++] = run;
+    return MT_OK;
+}
+
+/* The pieces this rank writes: its save range of every tensor it owns (a tied copy is the
+ * first stage's to write; a replicated tensor tensor-parallel rank 0's), in each state. */
+static mt_status plan_shard(trainer *tr, trainer_save *s)
+{
+    const mt_gpt *gpt = &tr->gpt;
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        if (gpt->holding[p->unit] != MT_UNIT_OWNED || (p->shard.split_dim < 0 && gpt->tp.rank))
+            continue;
+        mt_dp_tensor_state state;
+        mt_dp_model_tensor_state(tr->model, i, &state);
+        if (!state.save_count)
+            continue;
+        mt_ckpt_box boxes[MT_CKPT_RANGE_BOXES];
+        int n = mt_ckpt_range_boxes(&p->shard, state.save_first, state.save_count, boxes);
+        struct { float *data; size_t first; } held[MT_CKPT_STATES] = {
+            {state.param, state.param_first}, {state.exp_avg, state.moment_first},
+            {state.exp_avg_sq, state.moment_first}};
+        for (int k = 0; k < MT_CKPT_STATES; k++) {
+            mt_ckpt_view view = mt_ckpt_shard_view(&p->shard, held[k].data, held[k].first);
+            for (int b = 0; b < n; b++) {
+                mt_status status = add_piece(s, i, (mt_ckpt_state)k, &boxes[b], &view);
+                if (status)
+                    return status;
+            }
+        }
+    }
+    ckpt_plan_layout(&s->plan);
+    return MT_OK;
+}
+
+/* async_save: the pieces copied into one buffer, so training may change the state at once. */
+static mt_status snapshot(trainer_save *s)
+{
+    size_t total = 0;
+    for (int i = 0; i < s->plan.count; i++)
+        total += (size_t)s->plan.pieces[i].bytes;
+    s->snapshot = malloc(total ? total : 1);
+    if (!s->snapshot)
+        return mt_fail(MT_ENOMEM, "checkpoint: cannot allocate %zu bytes for the asynchronous "
+                                  "save's copy of the state", total);
+    char *at = (char *)s->snapshot;
+    for (int i = 0; i < s->plan.count; i++) {
+        memcpy(at, s->plan.data[i], (size_t)s->plan.pieces[i].bytes);
+        s->plan.data[i] = (const float *)at;
+        at += s->plan.pieces[i].bytes;
+    }
+    return MT_OK;
+}
+
+/* World rank 0's part of the metadata: step, layout, config and the tensors' global shapes. */
+static mt_status describe_run(trainer *tr, trainer_save *s)
+{
+    const mt_config *cfg = tr->cfg;
+    const mt_gpt *gpt = &tr->gpt;
+    mt_ckpt_meta *m = &s->meta;
+    m->step = s->step;
+    m->sequences = (long long)s->step * cfg->batch;
+    m->layout = (mt_ckpt_layout){s->size, tr->dp_size, tr->pp_size, tr->tp_size,
+                                 trainer_sequence_parallel(tr), cfg->zero};
+    int keys = mt_config_key_count();
+    m->config_keys = calloc((size_t)keys + 1, sizeof *m->config_keys);
+    m->config_values = calloc((size_t)keys + 1, sizeof *m->config_values);
+    m->tensors = calloc((size_t)gpt->param_count, sizeof *m->tensors);
+    if (!m->config_keys || !m->config_values || !m->tensors)
+        return mt_fail(MT_ENOMEM, "checkpoint: out of memory");
+    for (int k = 0; k < keys; k++) {
+        char value[MT_PATH_MAX + 8];
+        mt_config_format(cfg, mt_config_key_name(k), value, sizeof value);
+        m->config_keys[k] = strdup(mt_config_key_name(k));
+        m->config_values[k] = strdup(value);
+        if (!m->config_keys[k] || !m->config_values[k])
+            return mt_fail(MT_ENOMEM, "checkpoint: out of memory");
+        m->config_count++;
+    }
+    for (int i = 0; i < gpt->param_count; i++) {
+        mt_ckpt_tensor *t = &m->tensors[m->tensor_count++];
+        snprintf(t->name, sizeof t->name, "%s", gpt->params[i].name);
+        t->dims = gpt->params[i].shard.dims;
+        for (int d = 0; d < t->dims; d++)
+            t->shape[d] = gpt->params[i].shard.global[d];
+    }
+    return MT_OK;
+}
+
+/* Removes what a save left unfinished (a killed job's .partial_step_* folders), and committed
+ * checkpoints beyond the newest `keep`. */
+static void prune(const trainer_save *s, int partial_only)
+{
+    DIR *dir = opendir(s->root);
+    if (!dir)
+        return;
+    int *steps = NULL, count = 0, capacity = 0;
+    struct dirent *entry;
+    char path[MT_PATH_MAX + 300];
+    while ((entry = readdir(dir))) {
+        if (strncmp(entry->d_name, ".partial_step_", 14) == 0 && partial_only) {
+            snprintf(path, sizeof path, "%s/%s", s->root, entry->d_name);
+            mt_remove_tree(path);
+        }
+        int n = ckpt_step_of_name(entry->d_name);
+        if (n < 0 || partial_only)
+            continue;
+        if (count == capacity) {
+            int *grown = realloc(steps, (size_t)(capacity = capacity ? 2 * capacity : 16) *
+                                            sizeof *steps);
+            if (!grown)
+                break;
+            steps = grown;
+        }
+        steps[count++] = n;
+    }
+    closedir(dir);
+    /* the newest `keep` stay: remove every step with `keep` or more newer than it */
+    for (int i = 0; i < count; i++) {
+        int newer = 0;
+        for (int j = 0; j < count; j++)
+            newer += steps[j] > steps[i];
+        if (newer >= s->keep) {
+            snprintf(path, sizeof path, "%s/step_%d", s->root, steps[i]);
+            mt_remove_tree(path);
+        }
+    }
+    free(steps);
+}
+
+/* The folder's rename is the commit; a checkpoint of the same step already there (a run
+ * resumed into its own folder) is swapped out atomically, then removed. */
+static mt_status commit(const trainer_save *s)
+{
+    if (rename(s->partial, s->final) != 0) {
+        if (errno != ENOTEMPTY && errno != EEXIST)
+            return mt_fail(MT_EIO, "cannot rename '%s' to '%s': %s", s->partial, s->final,
+                           strerror(errno));
+        if (renameat2(AT_FDCWD, s->partial, AT_FDCWD, s->final, RENAME_EXCHANGE) != 0)
+            return mt_fail(MT_EIO, "cannot replace '%s' with '%s': %s", s->final, s->partial,
+                           strerror(errno));
+        mt_remove_tree(s->partial);
+    }
+    return mt_sync_path(s->root);
+}
+
+/* Every rank's pieces to world rank 0, which writes the metadata and commits. */
+static mt_status write_metadata_and_commit(trainer_save *s)
+{
+    long long mine[2] = {s->plan.count, (long long)s->plan.bytes};
+    long long *counts = calloc((size_t)s->size * 2, sizeof *counts);
+    size_t *byte_counts = calloc((size_t)s->size, sizeof *byte_counts);
+    if (!counts || !byte_counts) {
+        free(counts);
+        free(byte_counts);
+        return mt_fail(MT_ENOMEM, "checkpoint: out of memory");
+    }
+    mt_status status = s->comm ? mt_comm_allgather(s->comm, mine, counts, 2, MT_I64) : MT_OK;
+    if (!s->comm)
+        memcpy(counts, mine, sizeof mine);
+    size_t total = 0;
+    for (int r = 0; r < s->size; r++)
+        total += byte_counts[r] = (size_t)counts[2 * r] * sizeof(mt_ckpt_piece);
+    mt_ckpt_piece *all = status ? NULL : malloc(total ? total : 1);
+    if (status == MT_OK && !all)
+        status = mt_fail(MT_ENOMEM, "checkpoint: out of memory gathering the pieces");
+    if (status == MT_OK && s->comm)
+        status = mt_comm_allgatherv(s->comm, s->plan.pieces, all, byte_counts, MT_U8);
+    else if (status == MT_OK)
+        memcpy(all, s->plan.pieces, total);
+    mt_ckpt_meta *m = &s->meta;
+    if (status == MT_OK && s->rank == 0) {
+        m->files = calloc((size_t)s->size, sizeof *m->files);
+        m->pieces = all;
+        all = NULL;
+        m->piece_count = (int)(total / sizeof(mt_ckpt_piece));
+        if (!m->files)
+            status = mt_fail(MT_ENOMEM, "checkpoint: out of memory");
+        for (int r = 0; status == MT_OK && r < s->size; r++) {
+            snprintf(m->files[r].name, sizeof m->files[r].name, "rank%d.shard", r);
+            m->files[r].rank = r;
+            m->files[r].bytes = (uint64_t)counts[2 * r + 1];
+            m->file_count++;
+        }
+        if (status == MT_OK)
+            status = mt_ckpt_meta_write(s->partial, m);
+        if (status == MT_OK && s->fault == FAULT_KILL_BEFORE_COMMIT)
+            raise(SIGKILL);
+        if (status == MT_OK)
+            status = commit(s);
+        if (status == MT_OK)
+            prune(s, 0);
+    }
+    free(all);
+    free(counts);
+    free(byte_counts);
+    return status;
+}
+
+/* Writes the shard, agrees, commits; inline, or as the body of the background thread. */
+static mt_status write_and_commit(trainer_save *s)
+{
+    double start = mt_clock_seconds();
+    char path[MT_PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/rank%d.shard", s->partial, s->rank);
+    mt_status status = ckpt_shard_write(path, s->rank, s->step, &s->plan,
+                                        s->fault == FAULT_KILL_IN_SHARD);
+    if (status == MT_OK && s->fault == FAULT_KILL_AFTER_SHARD)
+        raise(SIGKILL);
+    status = agree(s->comm, status, s->step, "writing the shards");
+    if (status == MT_OK)
+        status = agree(s->comm, write_metadata_and_commit(s), s->step, "committing");
+    else if (s->rank == 0)
+        mt_remove_tree(s->partial); /* every rank has stopped writing into it */
+    s->seconds += mt_clock_seconds() - start;
+    return status;
+}
+
+static void *save_thread(void *context)
+{
+    trainer_save *s = context;
+    s->status = write_and_commit(s);
+    if (s->status)
+        snprintf(s->message, sizeof s->message, "%s", mt_last_error());
+    return NULL;
+}
+
+static void free_save(trainer_save *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->scratch_count; i++)
+        free(s->scratch[i]);
+    free(s->scratch);
+    free(s->plan.pieces);
+    free(s->plan.data);
+    free(s->snapshot);
+    mt_ckpt_meta_free(&s->meta);
+    free(s);
+}
+
+mt_status trainer_finish_save(trainer *tr)
+{
+    trainer_save *s = tr->save;
+    if (!s)
+        return MT_OK;
+    tr->save = NULL;
+    if (s->running)
+        pthread_join(s->thread, NULL);
+    mt_status status = s->status ? mt_fail(s->status, "%s", s->message) : MT_OK;
+    tr->save_seconds += s->seconds;
+    tr->saved_bytes += s->plan.bytes;
+    tr->saves += status == MT_OK;
+    free_save(s);
+    return status;
+}
+
+mt_status trainer_save_checkpoint(trainer *tr, int step)
+{
+    const mt_config *cfg = tr->cfg;
+    mt_status status = trainer_finish_save(tr); /* one save at a time */
+    if (status)
+        return status;
+    double start = mt_clock_seconds();
+    trainer_save *s = calloc(1, sizeof *s);
+    if (!s)
+        return mt_fail(MT_ENOMEM, "checkpoint: out of memory");
+    s->comm = tr->save_comm;
+    s->rank = tr->rank;
+    s->size = tr->world ? mt_comm_size(tr->world) : 1;
+    s->step = step;
+    s->keep = cfg->keep;
+    snprintf(s->root, sizeof s->root, "%s/ckpt", cfg->out);
+    snprintf(s->partial, sizeof s->partial, "%s/.partial_step_%d", s->root, step);
+    snprintf(s->final, sizeof s->final, "%s/step_%d", s->root, step);
+    s->fault = tr->fault.rank == tr->rank && tr->fault.step == step ? tr->fault.kind : FAULT_NONE;
+    /* the folder, before any rank writes into it */
+    if (s->rank == 0) {
+        prune(s, 1);
+        status = mt_make_folders(s->partial);
+    }
+    status = agree(s->comm, status, step, "creating the folder");
+    if (status == MT_OK)
+        status = plan_shard(tr, s);
+    if (status == MT_OK && s->rank == 0)
+        status = describe_run(tr, s);
+    if (status == MT_OK && cfg->async_save)
+        status = snapshot(s);
+    if (status) { /* a local failure here still meets the others in the shard agreement */
+        status = agree(s->comm, status, step, "planning the shards");
+        if (s->rank == 0)
+            mt_remove_tree(s->partial);
+        free_save(s);
+        return status;
+    }
+    s->seconds = mt_clock_seconds() - start;
+    tr->save = s;
+    if (cfg->async_save && pthread_create(&s->thread, NULL, save_thread, s) == 0) {
+        s->running = 1;
+        return MT_OK;
+    }
+    save_thread(s); /* inline (also when no thread could start) */
+    return trainer_finish_save(tr);
+}

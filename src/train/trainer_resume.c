@@ -1,0 +1,269 @@
+/* Resuming from a checkpoint: which one (a folder, or the newest), the settings it fixes, and
+ * this rank's state read piece by piece through the boxes of the metadata, on any layout. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "meshtrain/files.h"
+#include "trainer_internal.h"
+
+/* What a checkpoint fixes: the model's shape and the optimisation (the data order included);
+ * the layout, the folders, the step count and the save settings come from the command line. */
+static const char *const CHECKPOINT_KEYS[] = {
+    "vocab", "context", "layers", "heads", "width", "batch", "warmup", "lr", "min_lr",
+    "weight_decay", "beta1", "beta2", "eps", "clip", "seed"};
+
+/* Every rank's outcome, so that none goes on alone into the model's collectives. */
+static mt_status agree(mt_comm *world, mt_status mine)
+{
+    if (!world || mt_comm_size(world) == 1)
+        return mine;
+    int ok = mine == MT_OK;
+    mt_status status = mt_comm_allreduce(world, &ok, &ok, 1, MT_I32, MT_MIN);
+    if (mine)
+        return mine;
+    if (status)
+        return status;
+    return ok ? MT_OK : mt_fail(MT_EPEER, "resuming: another rank could not read the checkpoint "
+                                          "(see its message)");
+}
+
+/* cfg's keys that the checkpoint fixes, taken from it; a key given otherwise is an error. */
+static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
+{
+    char where[MT_PATH_MAX + 32];
+    snprintf(where, sizeof where, "checkpoint '%s'", meta->dir);
+    for (size_t i = 0; i < sizeof CHECKPOINT_KEYS / sizeof CHECKPOINT_KEYS[0]; i++) {
+        const char *key = CHECKPOINT_KEYS[i], *saved = mt_ckpt_meta_config(meta, key);
+        if (!saved)
+            return mt_fail(MT_EFORMAT, "checkpoint metadata '%s/metadata.json': config key '%s' "
+                                       "is missing", meta->dir, key);
+        mt_config theirs = *cfg;
+        mt_status status = mt_config_set(&theirs, key, saved, where);
+        if (status)
+            return status;
+        char asked[MT_PATH_MAX], kept[MT_PATH_MAX];
+        mt_config_format(cfg, key, asked, sizeof asked);
+        mt_config_format(&theirs, key, kept, sizeof kept);
+        if (mt_config_given(cfg, key) && strcmp(asked, kept) != 0)
+            return mt_fail(MT_EINVAL, "config key '%s': %s contradicts the checkpoint '%s', "
+                                      "trained with %s (the model shape and optimizer settings "
+                                      "come from the checkpoint: leave the key out)", key, asked,
+                           meta->dir, kept);
+        uint64_t given = cfg->given;
+        mt_config_set(cfg, key, saved, where);
+        cfg->given = given;
+    }
+    if (cfg->steps < meta->step)
+        return mt_fail(MT_EINVAL, "config key 'steps': %d is before the checkpoint's step %d "
+                                  "('%s')", cfg->steps, meta->step, meta->dir);
+    return MT_OK;
+}
+
+mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *meta)
+{
+    *meta = (mt_ckpt_meta){.step = -1};
+    const char *restart = getenv("MT_RESTART_COUNT");
+    const char *resume = cfg->resume[0] ? cfg->resume
+                         : restart && atoi(restart) > 0 ? "auto" : "";
+    if (!resume[0])
+        return MT_OK;
+    char dir[MT_PATH_MAX + 300];
+    snprintf(dir, sizeof dir, "%s", resume);
+    if (strcmp(resume, "auto") == 0) {
+        /* world rank 0 looks, so that every rank takes the same one */
+        char root[MT_PATH_MAX + 8];
+        snprintf(root, sizeof root, "%s/ckpt", cfg->out);
+        int step = -1, rank = world ? mt_comm_rank(world) : 0;
+        mt_status status = rank == 0 ? mt_ckpt_find_latest(root, dir, sizeof dir, &step) : MT_OK;
+        if ((status = agree(world, status)))
+            return status;
+        if (world && (status = mt_comm_broadcast(world, &step, 1, MT_I32, 0)))
+            return status;
+        if (step < 0)
+            return MT_OK; /* nothing saved yet: a fresh start */
+        snprintf(dir, sizeof dir, "%s/step_%d", root, step);
+    }
+    mt_status status = mt_ckpt_meta_read(dir, meta);
+    if (status == MT_OK)
+        status = adopt_config(cfg, meta);
+    status = agree(world, status);
+    if (status)
+        mt_ckpt_meta_free(meta);
+    if (status)
+        meta->step = -1;
+    return status;
+}
+
+/* The model's tensors and the checkpoint's must be the same set with the same shapes. */
+static mt_status check_tensors(const mt_gpt *gpt, const mt_ckpt_meta *meta)
+{
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        int t = mt_ckpt_meta_find(meta, p->name);
+        if (t < 0)
+            return mt_fail(MT_EFORMAT, "checkpoint '%s' has no tensor '%s' (a checkpoint of "
+                                       "another model)", meta->dir, p->name);
+        const mt_ckpt_tensor *saved = &meta->tensors[t];
+        int same = saved->dims == p->shard.dims;
+        for (int d = 0; same && d < saved->dims; d++)
+            same = saved->shape[d] == p->shard.global[d];
+        if (!same) {
+            mt_ckpt_box theirs = {.dims = saved->dims}, ours = {.dims = p->shard.dims};
+            for (int d = 0; d < saved->dims; d++)
+                theirs.extent[d] = saved->shape[d];
+            for (int d = 0; d < p->shard.dims; d++)
+                ours.extent[d] = p->shard.global[d];
+            char a[128], b[128];
+            mt_ckpt_box_format(&theirs, a, sizeof a);
+            mt_ckpt_box_format(&ours, b, sizeof b);
+            return mt_fail(MT_EFORMAT, "checkpoint '%s': tensor '%s' is %s there and %s in this "
+                                       "model (a checkpoint of another model shape)", meta->dir,
+                           p->name, a, b);
+        }
+    }
+    for (int t = 0; t < meta->tensor_count; t++)
+        if (mt_gpt_find_param(gpt, meta->tensors[t].name) < 0)
+            return mt_fail(MT_EFORMAT, "checkpoint '%s' has tensor '%s', which this model has not "
+                                       "(a checkpoint of another model)", meta->dir,
+                           meta->tensors[t].name);
+    return MT_OK;
+}
+
+typedef struct loader {
+    const mt_ckpt_meta *meta;
+    int *fds;        /* per file, opened on first use (-1 until then) */
+    float *buffer;   /* one piece */
+    size_t buffer_bytes;
+} loader;
+
+/* Fills `count` elements from `first` of the local array at `data` (a view of the shard) with
+ * the checkpoint's state `state` of tensor `t`, from every piece that overlaps them. */
+static mt_status load_range(loader *ld, const mt_param_info *p, int t, mt_ckpt_state state,
+                            float *data, size_t first, size_t count)
+{
+    if (!count)
+        return MT_OK;
+    const mt_ckpt_meta *meta = ld->meta;
+    mt_ckpt_box boxes[MT_CKPT_RANGE_BOXES];
+    int n = mt_ckpt_range_boxes(&p->shard, first, count, boxes);
+    mt_ckpt_view local = mt_ckpt_shard_view(&p->shard, data, first);
+    size_t wanted = 0, filled = 0;
+    for (int b = 0; b < n; b++)
+        wanted += mt_ckpt_box_volume(&boxes[b]);
+    for (int i = 0; i < meta->piece_count; i++) {
+        const mt_ckpt_piece *piece = &meta->pieces[i];
+        if (piece->tensor != t || piece->state != state)
+            continue;
+        mt_ckpt_box both;
+        int overlaps = 0;
+        for (int b = 0; b < n && !overlaps; b++)
+            overlaps = mt_ckpt_box_intersect(&boxes[b], &piece->box, &both);
+        if (!overlaps)
+            continue;
+        if (piece->bytes > ld->buffer_bytes) {
+            float *grown = realloc(ld->buffer, (size_t)piece->bytes);
+            if (!grown)
+                return mt_fail(MT_ENOMEM, "resuming: out of memory reading '%s'", p->name);
+            ld->buffer = grown;
+            ld->buffer_bytes = (size_t)piece->bytes;
+        }
+        mt_status status;
+        if (ld->fds[piece->file] < 0 &&
+            (status = mt_ckpt_shard_open(meta, piece->file, &ld->fds[piece->file])))
+            return status;
+        if ((status = mt_ckpt_piece_read(meta, i, ld->fds[piece->file], ld->buffer)))
+            return status;
+        mt_ckpt_view saved = {.data = ld->buffer, .dims = piece->box.dims};
+        for (int d = 0; d < piece->box.dims; d++) {
+            saved.origin[d] = piece->box.offset[d];
+            saved.shape[d] = piece->box.extent[d];
+        }
+        for (int b = 0; b < n; b++)
+            if (mt_ckpt_box_intersect(&boxes[b], &piece->box, &both)) {
+                mt_ckpt_copy(&both, &saved, &local);
+                filled += mt_ckpt_box_volume(&both);
+            }
+    }
+    if (filled != wanted) /* the metadata's tiling check makes this unreachable */
+        return mt_fail(MT_EFORMAT, "checkpoint '%s': tensor '%s' (%s): the pieces cover %zu of "
+                                   "the %zu elements this rank needs", meta->dir, p->name,
+                       mt_ckpt_state_name(state), filled, wanted);
+    return MT_OK;
+}
+
+static mt_status load_state(trainer *tr, loader *ld)
+{
+    const mt_gpt *gpt = &tr->gpt;
+    mt_status status = check_tensors(gpt, ld->meta);
+    for (int i = 0; status == MT_OK && i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        if (gpt->holding[p->unit] == MT_UNIT_ABSENT)
+            continue; /* a tied copy loads the embeddings as the first stage does */
+        int t = mt_ckpt_meta_find(ld->meta, p->name);
+        mt_dp_tensor_state s;
+        mt_dp_model_tensor_state(tr->model, i, &s);
+        status = load_range(ld, p, t, MT_CKPT_PARAM, s.param, s.param_first, s.param_count);
+        if (status == MT_OK)
+            status = load_range(ld, p, t, MT_CKPT_EXP_AVG, s.exp_avg, s.moment_first,
+                                s.moment_count);
+        if (status == MT_OK)
+            status = load_range(ld, p, t, MT_CKPT_EXP_AVG_SQ, s.exp_avg_sq, s.moment_first,
+                                s.moment_count);
+    }
+    return status;
+}
+
+mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta)
+{
+    loader ld = {.meta = meta, .fds = malloc((size_t)meta->file_count * sizeof(int))};
+    mt_status status = ld.fds ? MT_OK : mt_fail(MT_ENOMEM, "resuming: out of memory");
+    for (int f = 0; ld.fds && f < meta->file_count; f++)
+        ld.fds[f] = -1;
+    if (status == MT_OK)
+        status = load_state(tr, &ld);
+    for (int f = 0; ld.fds && f < meta->file_count; f++)
+        if (ld.fds[f] >= 0)
+            close(ld.fds[f]);
+    free(ld.fds);
+    free(ld.buffer);
+    mt_dp_model_state_changed(tr->model);
+    return agree(tr->world, status);
+}
+
+mt_status trainer_trim_metrics(const mt_config *cfg, int step)
+{
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return errno == ENOENT ? MT_OK
+                               : mt_fail(MT_EIO, "cannot read '%s': %s", path, strerror(errno));
+    size_t capacity = 1 << 16, used = 0;
+    char *kept = malloc(capacity), line[4096];
+    while (kept && fgets(line, sizeof line, in)) {
+        int at;
+        if (sscanf(line, "{\"step\": %d", &at) != 1 || at > step)
+            continue;
+        size_t n = strlen(line);
+        if (used + n + 1 > capacity) {
+            char *grown = realloc(kept, capacity *= 2);
+            if (!grown) {
+                free(kept);
+                kept = NULL;
+                break;
+            }
+            kept = grown;
+        }
+        memcpy(kept + used, line, n);
+        used += n;
+    }
+    fclose(in);
+    if (!kept)
+        return mt_fail(MT_ENOMEM, "trimming '%s': out of memory", path);
+    mt_status status = mt_write_file_durably(path, kept, used);
+    free(kept);
+    return status;
+}
