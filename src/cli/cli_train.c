@@ -89,6 +89,10 @@ static int dry_run(const mt_config *cfg, const mt_job_env *job)
 
 static void print_done(const mt_train_summary *summary)
 {
+    if (summary->steps == 0) { /* resumed at its last step: nothing left but the outputs */
+        printf("done: no step left to take\n");
+        return;
+    }
     printf("done: %d steps in %.1f s, final loss %.4f", summary->steps, summary->seconds,
            summary->final_loss);
     if (summary->final_val_loss == summary->final_val_loss)
@@ -141,7 +145,8 @@ int cli_train(int argc, char **argv)
         mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
         if (mt_mesh_shape_resolve(&shape, cfg.nproc, cfg.layers, cfg.heads))
             return cli_report_error("train"); /* before any worker starts */
-        mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1};
+        mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1,
+                                   .max_restarts = cfg.max_restarts};
         const char *words[] = {"train"};
         return cli_relaunch_locally(&local, "train", words, 1, argc, argv);
     }

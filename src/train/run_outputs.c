@@ -63,6 +63,14 @@ static void write_memory_json(const trainer *tr, FILE *f)
     fputc(']', f);
 }
 
+static void json_real(FILE *f, double value)
+{
+    if (isfinite(value))
+        fprintf(f, "%.9g", value);
+    else
+        fputs("null", f);
+}
+
 mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
 {
     const mt_config *cfg = tr->cfg;
@@ -85,17 +93,19 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     FILE *f = fopen(path, "w");
     if (!f)
         return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(errno));
-    fprintf(f, "{\"steps\": %d, \"final_loss\": %.9g, \"final_val_loss\": ", s->steps,
-            s->final_loss);
-    if (isnan(s->final_val_loss))
-        fputs("null", f); /* never evaluated (eval_every 0) */
-    else
-        fprintf(f, "%.9g", s->final_val_loss);
-    fprintf(f, ", \"tokens_per_s\": %.9g, \"flops_per_token\": %.9g, \"gflops\": %.9g, "
-               "\"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu, \"dp\": %d, "
+    /* null where a run has no figure: never evaluated, or no step taken after a resume */
+    fprintf(f, "{\"steps\": %d, \"final_loss\": ", s->steps);
+    json_real(f, s->final_loss);
+    fputs(", \"final_val_loss\": ", f);
+    json_real(f, s->final_val_loss);
+    fputs(", \"tokens_per_s\": ", f);
+    json_real(f, s->tokens_per_s);
+    fprintf(f, ", \"flops_per_token\": %.9g, \"gflops\": ", s->flops_per_token);
+    json_real(f, s->gflops);
+    fprintf(f, ", \"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu, \"dp\": %d, "
                "\"zero\": %d, \"tp\": %d, \"sp\": %d, \"comm_wait_share\": %.6f, "
                "\"tp_comm_share\": %.6f",
-            s->tokens_per_s, s->flops_per_token, s->gflops, s->seconds, mt_train_threads(cfg),
+            s->seconds, mt_train_threads(cfg),
             mt_gpt_global_numel(&tr->gpt), tr->dp_size, cfg->zero, tr->tp_size,
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share);
     if (tr->runner) {
