@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL /* the header's own build of XXH3, vectorised for this CPU */
 #include <xxhash.h>
 
 #include "ckpt_internal.h"

@@ -120,8 +120,9 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     }
     if (cfg->save_every > 0)
         fprintf(f, ", \"resumed_from_step\": %d, \"checkpoints\": %d, \"checkpoint_bytes\": %llu, "
-                   "\"checkpoint_seconds\": %.6f", tr->start_step, tr->saves, tr->saved_bytes,
-                tr->save_seconds);
+                   "\"checkpoint_seconds\": %.6f, \"checkpoint_stall_seconds\": %.6f",
+                tr->start_step, tr->saves, tr->saved_bytes, tr->save_seconds,
+                tr->save_stall_seconds);
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);

@@ -248,7 +248,9 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         if (status)
             return status;
     }
+    double waited = mt_clock_seconds();
     mt_status saved = trainer_finish_save(tr);
+    tr->save_stall_seconds += mt_clock_seconds() - waited;
     if (saved)
         return saved;
     summary->seconds = mt_clock_seconds() - start;

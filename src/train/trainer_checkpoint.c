@@ -29,6 +29,7 @@ struct trainer_save {
     mt_ckpt_meta meta;    /* rank 0: everything but the files and pieces */
     fault_kind fault;     /* a test's kill point in this save, or FAULT_NONE */
     double seconds;       /* from the start of the save to its commit */
+    unsigned long long total_bytes; /* every rank's shards (known on world rank 0) */
     pthread_t thread;
     int running;
     mt_status status;
@@ -263,8 +264,10 @@ static mt_status write_metadata_and_commit(trainer_save *s)
     if (!s->comm)
         memcpy(counts, mine, sizeof mine);
     size_t total = 0;
-    for (int r = 0; r < s->size; r++)
+    for (int r = 0; r < s->size; r++) {
         total += byte_counts[r] = (size_t)counts[2 * r] * sizeof(mt_ckpt_piece);
+        s->total_bytes += (unsigned long long)counts[2 * r + 1];
+    }
     mt_ckpt_piece *all = status ? NULL : malloc(total ? total : 1);
     if (status == MT_OK && !all)
         status = mt_fail(MT_ENOMEM, "checkpoint: out of memory gathering the pieces");
@@ -353,13 +356,13 @@ mt_status trainer_finish_save(trainer *tr)
         pthread_join(s->thread, NULL);
     mt_status status = s->status ? mt_fail(s->status, "%s", s->message) : MT_OK;
     tr->save_seconds += s->seconds;
-    tr->saved_bytes += s->plan.bytes;
+    tr->saved_bytes += s->total_bytes;
     tr->saves += status == MT_OK;
     free_save(s);
     return status;
 }
 
-mt_status trainer_save_checkpoint(trainer *tr, int step)
+static mt_status save(trainer *tr, int step)
 {
     const mt_config *cfg = tr->cfg;
     mt_status status = trainer_finish_save(tr); /* one save at a time */
@@ -405,4 +408,12 @@ mt_status trainer_save_checkpoint(trainer *tr, int step)
     }
     save_thread(s); /* inline (also when no thread could start) */
     return trainer_finish_save(tr);
+}
+
+mt_status trainer_save_checkpoint(trainer *tr, int step)
+{
+    double start = mt_clock_seconds();
+    mt_status status = save(tr, step);
+    tr->save_stall_seconds += mt_clock_seconds() - start;
+    return status;
 }

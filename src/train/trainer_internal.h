@@ -75,8 +75,9 @@ typedef struct trainer {
     int start_step;
     trainer_save *save;
     mt_comm *save_comm, *own_save_comm;
-    double save_seconds;
-    unsigned long long saved_bytes;
+    double save_seconds;       /* every save's own time, planning to commit */
+    double save_stall_seconds; /* training's wait for saves (all of it unless async_save) */
+    unsigned long long saved_bytes; /* every rank's shards (world rank 0) */
     int saves;
 } trainer;
 
