@@ -143,8 +143,10 @@ int cli_train(int argc, char **argv)
         return dry_run(&cfg, &job);
     if (job.launcher == MT_JOB_NONE && cfg.nproc > 1) {
         mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
-        if (mt_mesh_shape_resolve(&shape, cfg.nproc, cfg.layers, cfg.heads))
-            return cli_report_error("train"); /* before any worker starts */
+        /* before any worker starts; a resumed run's shape is the checkpoint's, which the
+         * workers check once they have read it */
+        if (!cfg.resume[0] && mt_mesh_shape_resolve(&shape, cfg.nproc, cfg.layers, cfg.heads))
+            return cli_report_error("train");
         mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1,
                                    .max_restarts = cfg.max_restarts};
         const char *words[] = {"train"};
@@ -153,7 +155,7 @@ int cli_train(int argc, char **argv)
     if (job.world_size > 1)
         return train_as_rank(&cfg);
     mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
-    if (mt_mesh_shape_resolve(&shape, 1, cfg.layers, cfg.heads))
+    if (!cfg.resume[0] && mt_mesh_shape_resolve(&shape, 1, cfg.layers, cfg.heads))
         return cli_report_error("train");
     mt_train_summary summary;
     if (mt_train_run(&cfg, NULL, stdout, stdout, &summary))

@@ -85,8 +85,12 @@ mt_status mt_write_file_durably(const char *path, const void *data, size_t bytes
         at += n;
         left -= (size_t)n;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int error = errno;
+    int synced = fsync(fd) == 0, error = errno;
+    if (close(fd) != 0 && synced) {
+        synced = 0;
+        error = errno;
+    }
+    if (!synced) {
         unlink(temporary);
         return mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(error));
     }

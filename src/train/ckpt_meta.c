@@ -1,6 +1,7 @@
 /* A checkpoint's metadata.json: written last (it commits the checkpoint) and read back strictly,
  * every field checked and every tensor's pieces proved to tile it, before any shard is opened. */
 #define _GNU_SOURCE /* qsort_r */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -13,6 +14,8 @@
 #include "meshtrain/files.h"
 
 #define FORMAT_NAME "meshtrain checkpoint"
+/* The most elements a tensor may have (4 TiB of floats), so that sizes never overflow. */
+#define MAX_ELEMENTS (1ll << 40)
 
 typedef struct reader {
     const char *path;
@@ -156,6 +159,11 @@ static mt_status read_tensors(const reader *r, json_t *root)
             status = get_dims(r, entry, "shape", t->name, 1, &t->dims, t->shape);
         if (status)
             return status;
+        long long volume = 1; /* every dimension is at most 2^40: no product overflows */
+        for (int d = 0; d < t->dims; d++)
+            volume = volume > MAX_ELEMENTS / t->shape[d] ? MAX_ELEMENTS + 1 : volume * t->shape[d];
+        if (volume > MAX_ELEMENTS)
+            return bad(r, "tensor '%s' has more than 2^40 elements", t->name);
         if (mt_ckpt_meta_find(m, t->name) >= 0)
             return bad(r, "tensor '%s' is listed twice", t->name);
         m->tensor_count++;
@@ -235,11 +243,12 @@ static mt_status read_piece(const reader *r, json_t *entry, size_t i)
         return bad(r, "%s: state '%s' is not param, exp_avg or exp_avg_sq", where, state);
     if ((p->file = find_file(m, file)) < 0)
         return bad(r, "%s: file '%s' is not in 'files'", where, file);
-    char *end;
-    errno = 0;
-    p->xxh3 = strtoull(hash, &end, 16);
-    if (strlen(hash) != 16 || *end != '\0' || errno)
+    int digits = strlen(hash) == 16;
+    for (int k = 0; digits && k < 16; k++)
+        digits = isxdigit((unsigned char)hash[k]);
+    if (!digits)
         return bad(r, "%s: 'xxh3' must be 16 hexadecimal digits, not '%s'", where, hash);
+    p->xxh3 = strtoull(hash, NULL, 16);
     int dims = t->dims;
     p->box.dims = dims;
     if ((status = get_dims(r, entry, "offset", where, 0, &dims, p->box.offset)) ||
@@ -296,11 +305,18 @@ static mt_status check_tiling(const reader *r)
             size_t whole = 1, covered = 0;
             for (int d = 0; d < tensor->dims; d++)
                 whole *= (size_t)tensor->shape[d];
-            int first = at;
+            int first = at, most = 5 * m->layout.world; /* MT_CKPT_RANGE_BOXES per writer */
             for (; at < m->piece_count && m->pieces[order[at]].tensor == t &&
                    (int)m->pieces[order[at]].state == s; at++) {
                 const mt_ckpt_piece *p = &m->pieces[order[at]];
                 covered += mt_ckpt_box_volume(&p->box);
+                if (at - first >= most) { /* also bounds the pairwise overlap check */
+                    status = bad(r, "tensor '%s' (%s): more than %d pieces from a world of %d "
+                                    "ranks (at most %d each)", tensor->name,
+                                 mt_ckpt_state_name(s), most, m->layout.world,
+                                 MT_CKPT_RANGE_BOXES);
+                    break;
+                }
                 for (int k = first; k < at; k++) {
                     mt_ckpt_box both;
                     if (mt_ckpt_box_intersect(&p->box, &m->pieces[order[k]].box, &both)) {
@@ -478,9 +494,23 @@ static json_t *build_document(const mt_ckpt_meta *m)
     return root;
 }
 
+/* Whether the document holds every entry (a failed allocation drops one silently). */
+static int complete(json_t *root, const mt_ckpt_meta *m)
+{
+    return root && json_array_size(json_object_get(root, "tensors")) == (size_t)m->tensor_count &&
+           json_array_size(json_object_get(root, "files")) == (size_t)m->file_count &&
+           json_array_size(json_object_get(root, "pieces")) == (size_t)m->piece_count &&
+           json_object_size(json_object_get(root, "config")) == (size_t)m->config_count &&
+           json_object_size(json_object_get(root, "layout")) == 6 && json_object_size(root) == 9;
+}
+
 mt_status mt_ckpt_meta_write(const char *dir, const mt_ckpt_meta *meta)
 {
     json_t *root = build_document(meta);
+    if (root && !complete(root, meta)) {
+        json_decref(root);
+        root = NULL;
+    }
     /* one piece per line: readable, and diff-able between checkpoints */
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);

@@ -44,8 +44,8 @@ static uint64_t get_u64(const unsigned char *at)
     return v;
 }
 
-void ckpt_shard_header(unsigned char header[MT_CKPT_HEADER_BYTES], int rank, int step,
-                       uint64_t bytes)
+static void shard_header(unsigned char header[MT_CKPT_HEADER_BYTES], int rank, int step,
+                         uint64_t bytes)
 {
     memset(header, 0, MT_CKPT_HEADER_BYTES);
     memcpy(header, MT_CKPT_SHARD_MAGIC, 8);
@@ -97,7 +97,7 @@ mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan
                                      temporary, plan->bytes, strerror(claimed))
                            : MT_OK;
     unsigned char header[MT_CKPT_HEADER_BYTES], zeros[64] = {0};
-    ckpt_shard_header(header, rank, step, plan->bytes);
+    shard_header(header, rank, step, plan->bytes);
     if (status == MT_OK)
         status = write_all(fd, header, sizeof header, temporary);
     uint64_t at = MT_CKPT_HEADER_BYTES;
@@ -127,10 +127,11 @@ mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan
     return mt_sync_path(folder);
 }
 
-static mt_status bad_shard(const mt_ckpt_meta *meta, int file, const char *fmt, const char *what)
+static mt_status bad_shard(const mt_ckpt_meta *meta, int file, const char *problem,
+                           const char *detail)
 {
     return mt_fail(MT_EFORMAT, "checkpoint shard '%s/%s': %s%s", meta->dir,
-                   meta->files[file].name, fmt, what);
+                   meta->files[file].name, problem, detail);
 }
 
 mt_status mt_ckpt_shard_open(const mt_ckpt_meta *meta, int file, int *fd)
@@ -142,9 +143,11 @@ mt_status mt_ckpt_shard_open(const mt_ckpt_meta *meta, int file, int *fd)
     if (*fd < 0)
         return mt_fail(MT_EIO, "checkpoint shard '%s': cannot open: %s", path, strerror(errno));
     unsigned char header[MT_CKPT_HEADER_BYTES];
-    struct stat st;
+    struct stat st = {0};
     mt_status status = MT_OK;
-    if (fstat(*fd, &st) != 0 || (uint64_t)st.st_size != f->bytes) {
+    if (fstat(*fd, &st) != 0) {
+        status = mt_fail(MT_EIO, "checkpoint shard '%s': cannot stat: %s", path, strerror(errno));
+    } else if ((uint64_t)st.st_size != f->bytes) {
         snprintf(text, sizeof text, "%lld bytes where the metadata says %" PRIu64
                                     " (truncated or replaced)", (long long)st.st_size, f->bytes);
         status = bad_shard(meta, file, "", text);
@@ -204,8 +207,8 @@ mt_status mt_ckpt_piece_read(const mt_ckpt_meta *meta, int piece, int fd, void *
 /* N of a folder named step_<N> (digits only), else -1. */
 int ckpt_step_of_name(const char *name)
 {
-    if (strncmp(name, "step_", 5) != 0 || !name[5])
-        return -1;
+    if (strncmp(name, "step_", 5) != 0 || !name[5] || (name[5] == '0' && name[6]))
+        return -1; /* written as step_%d: no leading zeros */
     long step = 0;
     for (const char *c = name + 5; *c; c++) {
         if (*c < '0' || *c > '9' || step > 100000000)

@@ -5,8 +5,9 @@
 #include <math.h>
 #include <unistd.h>
 
-void progress_init(progress *p, FILE *out, int every, int total_steps)
+void progress_init(progress *p, FILE *out, int every, int first_step, int total_steps)
 {
+    p->first_step = first_step;
     p->out = out;
     p->is_terminal = out && isatty(fileno(out));
     p->every = every;
@@ -31,7 +32,8 @@ void progress_step(progress *p, const step_record *r)
         return;
     char elapsed[32], eta[32];
     format_duration(elapsed, sizeof elapsed, r->elapsed);
-    format_duration(eta, sizeof eta, r->elapsed / r->step * (p->total_steps - r->step));
+    format_duration(eta, sizeof eta,
+                    r->elapsed / (r->step - p->first_step) * (p->total_steps - r->step));
     fprintf(p->out, "%sstep %d/%d | loss %.4f | %.0f tok/s | %s elapsed | ETA %s",
             p->is_terminal ? "\r\033[K" : "", r->step, p->total_steps, r->loss, r->tokens_per_s,
             elapsed, eta);

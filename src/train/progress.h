@@ -9,6 +9,7 @@ typedef struct progress {
     FILE *out;
     int is_terminal;
     int every;       /* steps between lines when not a terminal */
+    int first_step;  /* the step a resumed run started after (0: a fresh run) */
     int total_steps;
 } progress;
 
@@ -19,7 +20,7 @@ typedef struct step_record {
     double elapsed;  /* seconds since the first step began */
 } step_record;
 
-void progress_init(progress *p, FILE *out, int every, int total_steps);
+void progress_init(progress *p, FILE *out, int every, int first_step, int total_steps);
 void progress_step(progress *p, const step_record *r);
 
 /* Appends one JSON line; floats with %.9g so that they round-trip. */

@@ -33,6 +33,8 @@ mt_status trainer_read_fault(trainer *tr)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
     /* a restarted job must get past the step that killed its first attempt */
     const char *restart = getenv("MT_RESTART_COUNT");
+    if (!restart)
+        restart = getenv("TORCHELASTIC_RESTART_COUNT");
     if (restart && atoi(restart) > 0)
         tr->fault = (fault){FAULT_NONE, -1, -1};
     return MT_OK;

@@ -2,6 +2,7 @@
  * model with its data-parallel state, then step, evaluate and report; world rank 0 writes. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
@@ -60,11 +61,11 @@ static mt_status open_outputs(trainer *tr)
     mt_config_write(cfg, saved);
     fclose(saved);
     /* a resumed run continues its folder's metrics from the checkpoint's step */
-    mt_status trimmed = tr->start_step > 0 ? trainer_trim_metrics(cfg, tr->start_step) : MT_OK;
+    mt_status trimmed = tr->resumed_here ? trainer_trim_metrics(cfg, tr->start_step) : MT_OK;
     if (trimmed)
         return trimmed;
     snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out);
-    tr->metrics = fopen(path, tr->start_step > 0 ? "a" : "w");
+    tr->metrics = fopen(path, tr->resumed_here ? "a" : "w");
     if (!tr->metrics)
         return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(errno));
     return MT_OK;
@@ -115,6 +116,15 @@ static mt_status place_rank(trainer *tr)
     return MT_OK;
 }
 
+/* Whether checkpoint folder `dir` lies in OUT/ckpt (its run's metrics are this folder's). */
+static int same_folder_ckpt(const mt_config *cfg, const char *dir)
+{
+    char root[MT_PATH_MAX + 8], parent[MT_PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+    snprintf(root, sizeof root, "%s/ckpt", cfg->out);
+    mt_path_folder(dir, parent, sizeof parent);
+    return realpath(root, a) && realpath(parent, b) && strcmp(a, b) == 0;
+}
+
 /* This rank's trace, labelled with its place on the mesh. */
 static mt_status open_trace(trainer *tr)
 {
@@ -160,6 +170,7 @@ static mt_status setup(trainer *tr, const mt_ckpt_meta *resume)
     if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
         return status;
     tr->start_step = resume->step > 0 ? resume->step : 0;
+    tr->resumed_here = tr->start_step > 0 && same_folder_ckpt(cfg, resume->dir);
     tr->save_comm = tr->world;
     /* a background save talks on a communicator of its own */
     if (cfg->save_every > 0 && cfg->async_save && tr->world && mt_comm_size(tr->world) > 1) {
@@ -280,13 +291,11 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                        FILE *sample_out, mt_train_summary *summary)
 {
     *summary = (mt_train_summary){.final_loss = NAN, .final_val_loss = NAN};
-    mt_status status = mt_config_validate(cfg);
-    if (status)
-        return status;
-    /* a checkpoint fixes the model's shape and the optimizer's settings */
+    /* a checkpoint fixes the model's shape and the optimizer's settings: validated after */
     mt_config run = *cfg;
     mt_ckpt_meta resume;
-    if ((status = trainer_resolve_resume(&run, world, &resume)))
+    mt_status status = trainer_resolve_resume(&run, world, &resume);
+    if (status)
         return status;
     if ((status = mt_config_validate(&run))) {
         mt_ckpt_meta_free(&resume);
@@ -294,10 +303,12 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     }
     cfg = &run;
     trainer tr = {.cfg = cfg, .world = world};
+    char resumed_from[MT_PATH_MAX];
+    snprintf(resumed_from, sizeof resumed_from, "%s", resume.dir);
     status = setup(&tr, &resume);
     mt_ckpt_meta_free(&resume);
     FILE *out = tr.writes ? progress_out : NULL;
-    progress_init(&tr.progress, out, cfg->log_every, cfg->steps);
+    progress_init(&tr.progress, out, cfg->log_every, tr.start_step, cfg->steps);
     summary->dp = tr.dp_size;
     summary->tp = tr.tp_size;
     summary->zero = cfg->zero;
@@ -310,7 +321,7 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     if (status == MT_OK && out && tr.runner)
         print_pipeline(&tr, out);
     if (status == MT_OK && out && tr.start_step > 0)
-        fprintf(out, "resumed from '%s' at step %d\n", resume.dir, tr.start_step);
+        fprintf(out, "resumed from '%s' at step %d\n", resumed_from, tr.start_step);
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK && tr.runner)

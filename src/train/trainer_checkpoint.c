@@ -30,40 +30,39 @@ struct trainer_save {
     fault_kind fault;     /* a test's kill point in this save, or FAULT_NONE */
     double seconds;       /* from the start of the save to its commit */
     unsigned long long total_bytes; /* every rank's shards (known on world rank 0) */
+    long long *counts;    /* per rank: pieces and shard bytes */
     pthread_t thread;
     int running;
     mt_status status;
     char message[512];
 };
 
-typedef struct outcome {
-    int32_t code;
-    char message[508];
-} outcome;
-
-/* Every rank's outcome of a phase: an error on any rank is returned on all, naming the first
- * rank that failed and its message. */
-static mt_status agree(mt_comm *comm, mt_status mine, int step, const char *phase)
+mt_status trainer_agree(mt_comm *comm, mt_status mine, const char *what)
 {
-    if (!comm || mt_comm_size(comm) == 1)
-        return mine ? mt_fail_context(mine, "checkpoint step %d: %s", step, phase) : MT_OK;
-    int size = mt_comm_size(comm);
-    outcome own = {.code = (int32_t)mine}, *all = calloc((size_t)size, sizeof *all);
-    if (mine)
-        snprintf(own.message, sizeof own.message, "%s", mt_last_error());
-    if (!all)
-        return mt_fail(MT_ENOMEM, "checkpoint step %d: out of memory", step);
-    mt_status status = mt_comm_allgather(comm, &own, all, sizeof own, MT_U8);
+    int size = comm ? mt_comm_size(comm) : 1, rank = comm ? mt_comm_rank(comm) : 0;
+    if (size == 1)
+        return mine ? mt_fail_context(mine, "%s", what) : MT_OK;
+    /* the lowest failing rank, then its message from it: fixed sizes, nothing to allocate */
+    int32_t first = mine ? rank : size;
+    mt_status status = mt_comm_allreduce(comm, &first, &first, 1, MT_I32, MT_MIN);
     if (status)
-        status = mt_fail_context(status, "checkpoint step %d: %s", step, phase);
-    for (int r = 0; status == MT_OK && r < size; r++)
-        if (all[r].code) {
-            all[r].message[sizeof all[r].message - 1] = '\0';
-            status = mt_fail((mt_status)all[r].code, "checkpoint step %d: %s failed on rank %d: "
-                                                     "%s", step, phase, r, all[r].message);
-        }
-    free(all);
-    return status;
+        return mt_fail_context(status, "%s", what);
+    if (first == size)
+        return MT_OK;
+    struct { int32_t code; char message[500]; } told = {(int32_t)mine, ""};
+    if (rank == first)
+        snprintf(told.message, sizeof told.message, "%s", mt_last_error());
+    if ((status = mt_comm_broadcast(comm, &told, sizeof told, MT_U8, first)))
+        return mt_fail_context(status, "%s", what);
+    told.message[sizeof told.message - 1] = '\0';
+    return mt_fail((mt_status)told.code, "%s failed on rank %d: %s", what, first, told.message);
+}
+
+static mt_status agree(const trainer_save *s, mt_status mine, const char *phase)
+{
+    char what[96];
+    snprintf(what, sizeof what, "checkpoint step %d: %s", s->step, phase);
+    return trainer_agree(s->comm, mine, what);
 }
 
 static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
@@ -220,15 +219,21 @@ static void prune(const trainer_save *s, int partial_only)
         steps[count++] = n;
     }
     closedir(dir);
-    /* the newest `keep` stay: remove every step with `keep` or more newer than it */
+    /* The newest `keep` up to this step stay. A step newer than this one belongs to a timeline
+     * this run abandoned when it resumed from an older checkpoint: stale. Each goes out of
+     * sight first (renamed to a .partial_ name) so that a kill mid-removal never leaves a
+     * step_<N> with metadata and missing shards. */
     for (int i = 0; i < count; i++) {
         int newer = 0;
         for (int j = 0; j < count; j++)
-            newer += steps[j] > steps[i];
-        if (newer >= s->keep) {
-            snprintf(path, sizeof path, "%s/step_%d", s->root, steps[i]);
-            mt_remove_tree(path);
-        }
+            newer += steps[j] > steps[i] && steps[j] <= s->step;
+        if (steps[i] == s->step || (steps[i] < s->step && newer < s->keep))
+            continue;
+        char hidden[MT_PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/step_%d", s->root, steps[i]);
+        snprintf(hidden, sizeof hidden, "%s/.partial_removed_step_%d", s->root, steps[i]);
+        if (rename(path, hidden) == 0)
+            mt_remove_tree(hidden);
     }
     free(steps);
 }
@@ -246,61 +251,74 @@ static mt_status commit(const trainer_save *s)
                            strerror(errno));
         mt_remove_tree(s->partial);
     }
-    return mt_sync_path(s->root);
+    mt_status synced = mt_sync_path(s->root);
+    if (synced) { /* not durable: take it back, so that a failed save leaves no step_<N> */
+        char hidden[MT_PATH_MAX + 64];
+        snprintf(hidden, sizeof hidden, "%s/.partial_removed_step_%d", s->root, s->step);
+        if (rename(s->final, hidden) == 0)
+            mt_remove_tree(hidden);
+    }
+    return synced;
 }
 
-/* Every rank's pieces to world rank 0, which writes the metadata and commits. */
-static mt_status write_metadata_and_commit(trainer_save *s)
+/* Every rank's pieces to world rank 0 (transfers: only it needs them), which writes the
+ * metadata and commits. Every rank takes part in each exchange whatever happened locally. */
+static mt_status gather_pieces(trainer_save *s)
 {
     long long mine[2] = {s->plan.count, (long long)s->plan.bytes};
-    long long *counts = calloc((size_t)s->size * 2, sizeof *counts);
-    size_t *byte_counts = calloc((size_t)s->size, sizeof *byte_counts);
-    if (!counts || !byte_counts) {
-        free(counts);
-        free(byte_counts);
-        return mt_fail(MT_ENOMEM, "checkpoint: out of memory");
-    }
-    mt_status status = s->comm ? mt_comm_allgather(s->comm, mine, counts, 2, MT_I64) : MT_OK;
+    mt_status status = s->comm ? mt_comm_allgather(s->comm, mine, s->counts, 2, MT_I64) : MT_OK;
     if (!s->comm)
-        memcpy(counts, mine, sizeof mine);
+        memcpy(s->counts, mine, sizeof mine);
+    if (status)
+        return status;
     size_t total = 0;
     for (int r = 0; r < s->size; r++) {
-        total += byte_counts[r] = (size_t)counts[2 * r] * sizeof(mt_ckpt_piece);
-        s->total_bytes += (unsigned long long)counts[2 * r + 1];
+        total += (size_t)s->counts[2 * r];
+        s->total_bytes += (unsigned long long)s->counts[2 * r + 1];
     }
-    mt_ckpt_piece *all = status ? NULL : malloc(total ? total : 1);
-    if (status == MT_OK && !all)
-        status = mt_fail(MT_ENOMEM, "checkpoint: out of memory gathering the pieces");
-    if (status == MT_OK && s->comm)
-        status = mt_comm_allgatherv(s->comm, s->plan.pieces, all, byte_counts, MT_U8);
-    else if (status == MT_OK)
-        memcpy(all, s->plan.pieces, total);
     mt_ckpt_meta *m = &s->meta;
-    if (status == MT_OK && s->rank == 0) {
+    mt_status ready = MT_OK;
+    if (s->rank == 0) {
+        m->pieces = malloc((total ? total : 1) * sizeof *m->pieces);
         m->files = calloc((size_t)s->size, sizeof *m->files);
-        m->pieces = all;
-        all = NULL;
-        m->piece_count = (int)(total / sizeof(mt_ckpt_piece));
-        if (!m->files)
-            status = mt_fail(MT_ENOMEM, "checkpoint: out of memory");
-        for (int r = 0; status == MT_OK && r < s->size; r++) {
-            snprintf(m->files[r].name, sizeof m->files[r].name, "rank%d.shard", r);
-            m->files[r].rank = r;
-            m->files[r].bytes = (uint64_t)counts[2 * r + 1];
-            m->file_count++;
-        }
-        if (status == MT_OK)
-            status = mt_ckpt_meta_write(s->partial, m);
-        if (status == MT_OK && s->fault == FAULT_KILL_BEFORE_COMMIT)
-            raise(SIGKILL);
-        if (status == MT_OK)
-            status = commit(s);
-        if (status == MT_OK)
-            prune(s, 0);
+        if (!m->pieces || !m->files)
+            ready = mt_fail(MT_ENOMEM, "out of memory for %zu pieces", total);
     }
-    free(all);
-    free(counts);
-    free(byte_counts);
+    if ((status = agree(s, ready, "gathering the pieces")))
+        return status;
+    if (s->rank != 0)
+        return s->plan.count ? mt_comm_send(s->comm, s->plan.pieces,
+                                            (size_t)s->plan.count * sizeof(mt_ckpt_piece), MT_U8,
+                                            0, 0)
+                             : MT_OK;
+    for (int r = 0; r < s->size; r++) {
+        size_t count = (size_t)s->counts[2 * r];
+        mt_ckpt_piece *at = m->pieces + m->piece_count;
+        if (r == 0)
+            memcpy(at, s->plan.pieces, count * sizeof *at);
+        else if (count && (status = mt_comm_recv(s->comm, at, count * sizeof *at, MT_U8, r, 0)))
+            return status;
+        m->piece_count += (int)count;
+        snprintf(m->files[r].name, sizeof m->files[r].name, "rank%d.shard", r);
+        m->files[r].rank = r;
+        m->files[r].bytes = (uint64_t)s->counts[2 * r + 1];
+        m->file_count++;
+    }
+    return MT_OK;
+}
+
+/* World rank 0: the metadata (the commit marker) into the folder, the rename, the pruning. */
+static mt_status write_metadata_and_commit(trainer_save *s)
+{
+    if (s->rank != 0)
+        return MT_OK;
+    mt_status status = mt_ckpt_meta_write(s->partial, &s->meta);
+    if (status == MT_OK && s->fault == FAULT_KILL_BEFORE_COMMIT)
+        raise(SIGKILL);
+    if (status == MT_OK)
+        status = commit(s);
+    if (status == MT_OK)
+        prune(s, 0);
     return status;
 }
 
@@ -314,10 +332,12 @@ static mt_status write_and_commit(trainer_save *s)
                                         s->fault == FAULT_KILL_IN_SHARD);
     if (status == MT_OK && s->fault == FAULT_KILL_AFTER_SHARD)
         raise(SIGKILL);
-    status = agree(s->comm, status, s->step, "writing the shards");
+    status = agree(s, status, "writing the shards");
     if (status == MT_OK)
-        status = agree(s->comm, write_metadata_and_commit(s), s->step, "committing");
-    else if (s->rank == 0)
+        status = gather_pieces(s);
+    if (status == MT_OK)
+        status = agree(s, write_metadata_and_commit(s), "committing");
+    if (status && s->rank == 0)
         mt_remove_tree(s->partial); /* every rank has stopped writing into it */
     s->seconds += mt_clock_seconds() - start;
     return status;
@@ -342,6 +362,7 @@ static void free_save(trainer_save *s)
     free(s->plan.pieces);
     free(s->plan.data);
     free(s->snapshot);
+    free(s->counts);
     mt_ckpt_meta_free(&s->meta);
     free(s);
 }
@@ -370,8 +391,11 @@ static mt_status save(trainer *tr, int step)
         return status;
     double start = mt_clock_seconds();
     trainer_save *s = calloc(1, sizeof *s);
-    if (!s)
-        return mt_fail(MT_ENOMEM, "checkpoint: out of memory");
+    if (!s) { /* still meets the others in both agreements below */
+        char what[64];
+        snprintf(what, sizeof what, "checkpoint step %d: creating the folder", step);
+        return trainer_agree(tr->save_comm, mt_fail(MT_ENOMEM, "out of memory"), what);
+    }
     s->comm = tr->save_comm;
     s->rank = tr->rank;
     s->size = tr->world ? mt_comm_size(tr->world) : 1;
@@ -386,15 +410,18 @@ static mt_status save(trainer *tr, int step)
         prune(s, 1);
         status = mt_make_folders(s->partial);
     }
-    status = agree(s->comm, status, step, "creating the folder");
-    if (status == MT_OK)
-        status = plan_shard(tr, s);
-    if (status == MT_OK && s->rank == 0)
-        status = describe_run(tr, s);
-    if (status == MT_OK && cfg->async_save)
-        status = snapshot(s);
-    if (status) { /* a local failure here still meets the others in the shard agreement */
-        status = agree(s->comm, status, step, "planning the shards");
+    status = agree(s, status, "creating the folder");
+    if (status == MT_OK) {
+        s->counts = calloc((size_t)s->size * 2, sizeof *s->counts);
+        status = s->counts ? plan_shard(tr, s) : mt_fail(MT_ENOMEM, "out of memory");
+        if (status == MT_OK && s->rank == 0)
+            status = describe_run(tr, s);
+        if (status == MT_OK && cfg->async_save)
+            status = snapshot(s);
+        /* on the training thread, so a failure stops every rank's training alike */
+        status = agree(s, status, "planning the shards");
+    }
+    if (status) {
         if (s->rank == 0)
             mt_remove_tree(s->partial);
         free_save(s);

@@ -73,6 +73,7 @@ typedef struct trainer {
      * (async_save), the communicator saves use (a world of their own under async_save, so a
      * background save never meets training's collectives), and the totals of every save. */
     int start_step;
+    int resumed_here; /* from a checkpoint in OUT/ckpt: metrics.jsonl continues */
     trainer_save *save;
     mt_comm *save_comm, *own_save_comm;
     double save_seconds;       /* every save's own time, planning to commit */
@@ -131,6 +132,10 @@ mt_status trainer_step(trainer *tr, int step, step_record *record);
 mt_status trainer_save_checkpoint(trainer *tr, int step);
 /* Waits for the save in flight, if any, and returns its outcome. */
 mt_status trainer_finish_save(trainer *tr);
+/* Every rank's outcome of a step of work: an error on any rank is returned on all as "WHAT
+ * failed on rank R: its message" (collective over comm; NULL: one process). Allocates
+ * nothing, so a rank out of memory still takes part. */
+mt_status trainer_agree(mt_comm *comm, mt_status mine, const char *what);
 
 /* trainer_resume.c */
 /* Before the run is set up: the checkpoint to resume from (cfg->resume, or auto after a

@@ -15,19 +15,37 @@ static const char *const CHECKPOINT_KEYS[] = {
     "vocab", "context", "layers", "heads", "width", "batch", "warmup", "lr", "min_lr",
     "weight_decay", "beta1", "beta2", "eps", "clip", "seed"};
 
-/* Every rank's outcome, so that none goes on alone into the model's collectives. */
 static mt_status agree(mt_comm *world, mt_status mine)
 {
-    if (!world || mt_comm_size(world) == 1)
-        return mine;
-    int ok = mine == MT_OK;
-    mt_status status = mt_comm_allreduce(world, &ok, &ok, 1, MT_I32, MT_MIN);
-    if (mine)
-        return mine;
-    if (status)
+    return trainer_agree(world, mine, "resuming");
+}
+
+/* The attempt of a restarted job: meshtrain launch's count, else torchrun's. */
+static int restart_count(void)
+{
+    const char *count = getenv("MT_RESTART_COUNT");
+    if (!count)
+        count = getenv("TORCHELASTIC_RESTART_COUNT");
+    return count ? atoi(count) : 0;
+}
+
+/* The newest committed checkpoint under OUT/ckpt, found by world rank 0 and broadcast so that
+ * every rank takes the same one; *step -1 when there is none. */
+static mt_status find_latest(const mt_config *cfg, mt_comm *world, char *dir, size_t capacity,
+                             int *step)
+{
+    char root[MT_PATH_MAX + 8];
+    snprintf(root, sizeof root, "%s/ckpt", cfg->out);
+    int rank = world ? mt_comm_rank(world) : 0;
+    *step = -1;
+    mt_status status = rank == 0 ? mt_ckpt_find_latest(root, dir, capacity, step) : MT_OK;
+    if ((status = agree(world, status)))
         return status;
-    return ok ? MT_OK : mt_fail(MT_EPEER, "resuming: another rank could not read the checkpoint "
-                                          "(see its message)");
+    if (world && (status = mt_comm_broadcast(world, step, 1, MT_I32, 0)))
+        return status;
+    if (*step >= 0)
+        snprintf(dir, capacity, "%s/step_%d", root, *step);
+    return MT_OK;
 }
 
 /* cfg's keys that the checkpoint fixes, taken from it; a key given otherwise is an error. */
@@ -56,6 +74,17 @@ static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
         mt_config_set(cfg, key, saved, where);
         cfg->given = given;
     }
+    /* the schedule's length: the checkpoint's run's unless given (it shapes the decay) */
+    char saved_steps[32];
+    snprintf(saved_steps, sizeof saved_steps, "%s",
+             mt_ckpt_meta_config(meta, "steps") ? mt_ckpt_meta_config(meta, "steps") : "");
+    if (!mt_config_given(cfg, "steps") && saved_steps[0]) {
+        uint64_t given = cfg->given;
+        mt_status status = mt_config_set(cfg, "steps", saved_steps, where);
+        cfg->given = given;
+        if (status)
+            return status;
+    }
     if (cfg->steps < meta->step)
         return mt_fail(MT_EINVAL, "config key 'steps': %d is before the checkpoint's step %d "
                                   "('%s')", cfg->steps, meta->step, meta->dir);
@@ -65,35 +94,35 @@ static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
 mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *meta)
 {
     *meta = (mt_ckpt_meta){.step = -1};
-    const char *restart = getenv("MT_RESTART_COUNT");
-    const char *resume = cfg->resume[0] ? cfg->resume
-                         : restart && atoi(restart) > 0 ? "auto" : "";
-    if (!resume[0])
-        return MT_OK;
     char dir[MT_PATH_MAX + 300];
-    snprintf(dir, sizeof dir, "%s", resume);
-    if (strcmp(resume, "auto") == 0) {
-        /* world rank 0 looks, so that every rank takes the same one */
-        char root[MT_PATH_MAX + 8];
-        snprintf(root, sizeof root, "%s/ckpt", cfg->out);
-        int step = -1, rank = world ? mt_comm_rank(world) : 0;
-        mt_status status = rank == 0 ? mt_ckpt_find_latest(root, dir, sizeof dir, &step) : MT_OK;
-        if ((status = agree(world, status)))
-            return status;
-        if (world && (status = mt_comm_broadcast(world, &step, 1, MT_I32, 0)))
-            return status;
+    int step = -1;
+    mt_status status = MT_OK;
+    if (strcmp(cfg->resume, "auto") == 0 || restart_count() > 0 || cfg->save_every > 0)
+        status = find_latest(cfg, world, dir, sizeof dir, &step);
+    if (status)
+        return status;
+    if (restart_count() > 0 && step >= 0) {
+        /* a restarted job continues from its own newest commit */
+    } else if (strcmp(cfg->resume, "auto") == 0) {
         if (step < 0)
             return MT_OK; /* nothing saved yet: a fresh start */
-        snprintf(dir, sizeof dir, "%s/step_%d", root, step);
+    } else if (cfg->resume[0]) {
+        snprintf(dir, sizeof dir, "%s", cfg->resume);
+    } else if (step >= 0) {
+        /* a fresh run would prune the earlier run's checkpoints as stale: refuse */
+        return mt_fail(MT_EINVAL, "'%s/ckpt' holds checkpoints of an earlier run (the newest "
+                                  "step_%d): continue it with --resume auto, or use another "
+                                  "--out", cfg->out, step);
+    } else {
+        return MT_OK;
     }
-    mt_status status = mt_ckpt_meta_read(dir, meta);
+    status = mt_ckpt_meta_read(dir, meta);
     if (status == MT_OK)
         status = adopt_config(cfg, meta);
-    status = agree(world, status);
-    if (status)
+    if ((status = agree(world, status))) {
         mt_ckpt_meta_free(meta);
-    if (status)
         meta->step = -1;
+    }
     return status;
 }
 
@@ -245,7 +274,9 @@ mt_status trainer_trim_metrics(const mt_config *cfg, int step)
     char *kept = malloc(capacity), line[4096];
     while (kept && fgets(line, sizeof line, in)) {
         int at;
-        if (sscanf(line, "{\"step\": %d", &at) != 1 || at > step)
+        size_t length = strlen(line);
+        if (sscanf(line, "{\"step\": %d", &at) != 1 || at > step || !length ||
+            line[length - 1] != '\n') /* a torn or overlong line is dropped */
             continue;
         size_t n = strlen(line);
         if (used + n + 1 > capacity) {

@@ -87,6 +87,22 @@ must_fail "metadata.json': not valid JSON at line" train --out "$scratch/x" --re
 corrupt; rm "$bad/rank0.shard"
 must_fail "checkpoint shard '.*rank0.shard': cannot open" train --out "$scratch/x" --resume "$bad"
 echo "ok bad checkpoints: each a clear error naming the file (and tensor)"
+# the checkpoint's settings count before any check: batch 24 (not the default 16) takes 12
+# micro-batches, and the schedule's length is the checkpoint's run's unless given
+"$meshtrain" train --data "$scratch/data" --threads 1 --sample_tokens 0 --out "$scratch/adopt" \
+  --resume "$ref1/ckpt/step_6" --microbatches 12 > "$scratch/adopt.log" 2>&1 || { fail "adopting batch"; cat "$scratch/adopt.log"; }
+grep -q '"step": 12,' "$scratch/adopt/metrics.jsonl" || fail "steps not taken from the checkpoint"
+# a fresh run never prunes an earlier run's checkpoints
+must_fail "'.*ref1/ckpt' holds checkpoints of an earlier run \(the newest step_12\): continue it with --resume auto" \
+  train --out "$ref1"
+# resumed from an older step in its own folder: the newer (abandoned) steps go at the first save
+older="$scratch/older"
+cp -r "$ref1" "$older"
+train --out "$older" --resume "$older/ckpt/step_6" --steps 7 --save_every 7 > /dev/null
+[ "$(ls "$older/ckpt" | tr '\n' ' ')" = "step_6 step_7 " ] || fail "after resuming step 6: $(ls "$older/ckpt")"
+# a restarted attempt continues from its own newest commit, not the first attempt's --resume
+MT_RESTART_COUNT=1 train --out "$older" --resume "$ref1/ckpt/step_6" --steps 8 > "$older.log" 2>&1 || fail "restart after --resume"
+grep -q "resumed from '.*older/ckpt/step_7' at step 7" "$older.log" || fail "a restart did not take its own newest commit"
 # auto with nothing saved yet is a fresh start
 train --out "$scratch/fresh" --resume auto --steps 3 > /dev/null || fail "resume auto without checkpoints"
 
