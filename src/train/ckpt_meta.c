@@ -137,24 +137,39 @@ static mt_status read_config(const reader *r, json_t *root)
     return MT_OK;
 }
 
+/* root[key]: a non-empty array (of objects, checked as each is read), and zeroed room for
+ * `size`-byte entries of it into *room. */
+static mt_status open_array(const reader *r, json_t *root, const char *key, size_t size,
+                            json_t **array, void **room)
+{
+    *array = json_object_get(root, key);
+    if (!json_is_array(*array) || json_array_size(*array) == 0)
+        return bad(r, "'%s' is missing, empty or not an array", key);
+    *room = calloc(json_array_size(*array), size);
+    return *room ? MT_OK : mt_fail(MT_ENOMEM, "checkpoint metadata '%s': out of memory", r->path);
+}
+
+/* Entry i of an array named `key`, which must be an object; its position into where. */
+static mt_status entry_at(const reader *r, const char *key, size_t i, json_t *entry, char *where,
+                          size_t capacity)
+{
+    snprintf(where, capacity, "%s[%zu]", key, i);
+    return json_is_object(entry) ? MT_OK : bad(r, "%s is not an object", where);
+}
+
 static mt_status read_tensors(const reader *r, json_t *root)
 {
-    json_t *tensors = json_object_get(root, "tensors");
-    if (!json_is_array(tensors) || json_array_size(tensors) == 0)
-        return bad(r, "'tensors' is missing, empty or not an array");
     mt_ckpt_meta *m = r->meta;
-    m->tensors = calloc(json_array_size(tensors), sizeof *m->tensors);
-    if (!m->tensors)
-        return mt_fail(MT_ENOMEM, "checkpoint metadata '%s': out of memory", r->path);
+    json_t *tensors, *entry;
+    mt_status status = open_array(r, root, "tensors", sizeof *m->tensors, &tensors,
+                                  (void **)&m->tensors);
     size_t i;
-    json_t *entry;
     json_array_foreach(tensors, i, entry) {
         mt_ckpt_tensor *t = &m->tensors[i];
         char where[64];
-        snprintf(where, sizeof where, "tensors[%zu]", i);
-        if (!json_is_object(entry))
-            return bad(r, "%s is not an object", where);
-        mt_status status = get_string(r, entry, "name", where, t->name, sizeof t->name);
+        if (status || (status = entry_at(r, "tensors", i, entry, where, sizeof where)))
+            return status;
+        status = get_string(r, entry, "name", where, t->name, sizeof t->name);
         if (status == MT_OK)
             status = get_dims(r, entry, "shape", t->name, 1, &t->dims, t->shape);
         if (status)
@@ -168,7 +183,7 @@ static mt_status read_tensors(const reader *r, json_t *root)
             return bad(r, "tensor '%s' is listed twice", t->name);
         m->tensor_count++;
     }
-    return MT_OK;
+    return status; /* open_array's when it found no array */
 }
 
 static int find_file(const mt_ckpt_meta *m, const char *name)
@@ -181,23 +196,17 @@ static int find_file(const mt_ckpt_meta *m, const char *name)
 
 static mt_status read_files(const reader *r, json_t *root)
 {
-    json_t *files = json_object_get(root, "files");
-    if (!json_is_array(files) || json_array_size(files) == 0)
-        return bad(r, "'files' is missing, empty or not an array");
     mt_ckpt_meta *m = r->meta;
-    m->files = calloc(json_array_size(files), sizeof *m->files);
-    if (!m->files)
-        return mt_fail(MT_ENOMEM, "checkpoint metadata '%s': out of memory", r->path);
+    json_t *files, *entry;
+    mt_status status = open_array(r, root, "files", sizeof *m->files, &files, (void **)&m->files);
     size_t i;
-    json_t *entry;
     json_array_foreach(files, i, entry) {
         mt_ckpt_file *f = &m->files[i];
         char where[64];
-        snprintf(where, sizeof where, "files[%zu]", i);
-        if (!json_is_object(entry))
-            return bad(r, "%s is not an object", where);
+        if (status || (status = entry_at(r, "files", i, entry, where, sizeof where)))
+            return status;
         long long bytes = 0;
-        mt_status status = get_string(r, entry, "name", where, f->name, sizeof f->name);
+        status = get_string(r, entry, "name", where, f->name, sizeof f->name);
         if (status == MT_OK)
             status = get_int(r, entry, "rank", 0, 1 << 20, f->name, &f->rank);
         if (status == MT_OK)
@@ -214,7 +223,7 @@ static mt_status read_files(const reader *r, json_t *root)
             return bad(r, "file '%s' is listed twice", f->name);
         m->file_count++;
     }
-    return MT_OK;
+    return status; /* open_array's when it found no array */
 }
 
 static mt_status read_piece(const reader *r, json_t *entry, size_t i)
