@@ -13,6 +13,9 @@ mt_status mt_make_folders(const char *path);
 /* fsync of a file or folder by path (a folder's fsync makes renames inside it durable). */
 mt_status mt_sync_path(const char *path);
 
+/* Writes all `bytes` bytes to fd (retrying short writes and EINTR); `path` names it in errors. */
+mt_status mt_write_all(int fd, const void *data, size_t bytes, const char *path);
+
 /* Writes `bytes` bytes to `path` durably: into PATH.partial, fsynced, renamed over path, and
  * the folder fsynced, so a reader sees the old file or the whole new one, never a part. */
 mt_status mt_write_file_durably(const char *path, const void *data, size_t bytes);

@@ -62,6 +62,21 @@ void mt_path_folder(const char *path, char *out, size_t capacity)
         snprintf(out, capacity, "%.*s", (int)(slash - path), path);
 }
 
+mt_status mt_write_all(int fd, const void *data, size_t bytes, const char *path)
+{
+    const char *at = data;
+    while (bytes > 0) {
+        ssize_t n = write(fd, at, bytes > (1u << 30) ? (1u << 30) : bytes);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return mt_fail(MT_EIO, "cannot write '%s': %s", path, strerror(n < 0 ? errno : EIO));
+        at += n;
+        bytes -= (size_t)n;
+    }
+    return MT_OK;
+}
+
 mt_status mt_write_file_durably(const char *path, const void *data, size_t bytes)
 {
     char temporary[1100], folder[1024];
@@ -70,20 +85,11 @@ mt_status mt_write_file_durably(const char *path, const void *data, size_t bytes
     int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(errno));
-    const char *at = data;
-    size_t left = bytes;
-    while (left > 0) {
-        ssize_t n = write(fd, at, left);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int error = n < 0 ? errno : EIO;
-            close(fd);
-            unlink(temporary);
-            return mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(error));
-        }
-        at += n;
-        left -= (size_t)n;
+    mt_status written = mt_write_all(fd, data, bytes, temporary);
+    if (written) {
+        close(fd);
+        unlink(temporary);
+        return written;
     }
     int synced = fsync(fd) == 0, error = errno;
     if (close(fd) != 0 && synced) {

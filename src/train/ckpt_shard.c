@@ -66,22 +66,6 @@ uint64_t ckpt_plan_layout(ckpt_shard_plan *plan)
     return plan->bytes = at;
 }
 
-static mt_status write_all(int fd, const void *data, size_t bytes, const char *path)
-{
-    const char *at = data;
-    while (bytes > 0) {
-        ssize_t n = write(fd, at, bytes > (1u << 30) ? (1u << 30) : bytes);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return mt_fail(MT_EIO, "cannot write '%s': %s", path,
-                           strerror(n < 0 ? errno : EIO));
-        at += n;
-        bytes -= (size_t)n;
-    }
-    return MT_OK;
-}
-
 mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan *plan,
                            int die_halfway)
 {
@@ -99,16 +83,16 @@ mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan
     unsigned char header[MT_CKPT_HEADER_BYTES], zeros[64] = {0};
     shard_header(header, rank, step, plan->bytes);
     if (status == MT_OK)
-        status = write_all(fd, header, sizeof header, temporary);
+        status = mt_write_all(fd, header, sizeof header, temporary);
     uint64_t at = MT_CKPT_HEADER_BYTES;
     for (int i = 0; i < plan->count && status == MT_OK; i++) {
         mt_ckpt_piece *p = &plan->pieces[i];
         p->xxh3 = ckpt_hash(plan->data[i], (size_t)p->bytes);
         if (die_halfway && i == plan->count / 2)
             raise(SIGKILL); /* MT_INJECT_FAULT: a rank dies in the middle of its shard */
-        status = write_all(fd, zeros, (size_t)(p->at - at), temporary);
+        status = mt_write_all(fd, zeros, (size_t)(p->at - at), temporary);
         if (status == MT_OK)
-            status = write_all(fd, plan->data[i], (size_t)p->bytes, temporary);
+            status = mt_write_all(fd, plan->data[i], (size_t)p->bytes, temporary);
         at = p->at + p->bytes;
     }
     if (status == MT_OK && fsync(fd) != 0)

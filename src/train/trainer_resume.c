@@ -48,6 +48,15 @@ static mt_status find_latest(const mt_config *cfg, mt_comm *world, char *dir, si
     return MT_OK;
 }
 
+/* Sets key from the checkpoint's value, leaving the key marked as the user left it. */
+static mt_status take_key(mt_config *cfg, const char *key, const char *value, const char *where)
+{
+    uint64_t given = cfg->given;
+    mt_status status = mt_config_set(cfg, key, value, where);
+    cfg->given = given;
+    return status;
+}
+
 /* cfg's keys that the checkpoint fixes, taken from it; a key given otherwise is an error. */
 static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
 {
@@ -70,21 +79,17 @@ static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
                                       "trained with %s (the model shape and optimizer settings "
                                       "come from the checkpoint: leave the key out)", key, asked,
                            meta->dir, kept);
-        uint64_t given = cfg->given;
-        mt_config_set(cfg, key, saved, where);
-        cfg->given = given;
+        take_key(cfg, key, saved, where); /* parsed above already */
     }
     /* the schedule's length: the checkpoint's run's unless given (it shapes the decay) */
     char saved_steps[32];
     snprintf(saved_steps, sizeof saved_steps, "%s",
              mt_ckpt_meta_config(meta, "steps") ? mt_ckpt_meta_config(meta, "steps") : "");
-    if (!mt_config_given(cfg, "steps") && saved_steps[0]) {
-        uint64_t given = cfg->given;
-        mt_status status = mt_config_set(cfg, "steps", saved_steps, where);
-        cfg->given = given;
-        if (status)
-            return status;
-    }
+    mt_status status = !mt_config_given(cfg, "steps") && saved_steps[0]
+                           ? take_key(cfg, "steps", saved_steps, where)
+                           : MT_OK;
+    if (status)
+        return status;
     if (cfg->steps < meta->step)
         return mt_fail(MT_EINVAL, "config key 'steps': %d is before the checkpoint's step %d "
                                   "('%s')", cfg->steps, meta->step, meta->dir);
