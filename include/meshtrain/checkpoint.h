@@ -128,4 +128,26 @@ mt_status mt_ckpt_shard_open(const mt_ckpt_meta *meta, int file, int *fd);
 /* Reads piece `piece` into out (piece bytes) and verifies its checksum. */
 mt_status mt_ckpt_piece_read(const mt_ckpt_meta *meta, int piece, int fd, void *out);
 
+/* Reads pieces of one checkpoint: each shard file is opened and its header checked once, on
+ * first use; every piece read is verified against its checksum. */
+typedef struct mt_ckpt_reader {
+    const mt_ckpt_meta *meta;
+    int *fds;      /* per file; -1 until opened */
+    float *buffer; /* the last piece read */
+    size_t buffer_bytes;
+} mt_ckpt_reader;
+
+mt_status mt_ckpt_reader_open(mt_ckpt_reader *reader, const mt_ckpt_meta *meta);
+void mt_ckpt_reader_close(mt_ckpt_reader *reader);
+/* Piece `piece`, read and verified; *data points at its floats until the next read. */
+mt_status mt_ckpt_reader_piece(mt_ckpt_reader *reader, int piece, const float **data);
+/* Copies into `to` every element of `regions` (boxes of tensor `tensor`, inside to's array)
+ * that a piece of state `state` holds, reading only the pieces that overlap them; *filled
+ * counts the elements copied (all of the regions' when the metadata's tiling holds). */
+mt_status mt_ckpt_reader_fill(mt_ckpt_reader *reader, int tensor, mt_ckpt_state state,
+                              const mt_ckpt_box *regions, int region_count,
+                              const mt_ckpt_view *to, size_t *filled);
+/* The view of a whole tensor's row-major array at data, and its box (*whole). */
+mt_ckpt_view mt_ckpt_tensor_view(const mt_ckpt_tensor *tensor, float *data, mt_ckpt_box *whole);
+
 #endif

@@ -208,6 +208,19 @@ void mt_param_shard_take(const mt_param_shard *shard, const float *global, float
 /* Elements of the whole model; this rank holds gpt->numel, fewer under tensor parallelism. */
 size_t mt_gpt_global_numel(const mt_gpt *gpt);
 
+/* A tensor as Hugging Face's GPT-2 stores it: its name ("h.0.attn.qkv.weight" is
+ * "h.0.attn.c_attn.weight", "lnf.bias" "ln_f.bias"), whether it is a matrix there (biases and
+ * norms are vectors; the fused QKV bias too) and whether transposed (GPT-2's Conv1D weights are
+ * (in, out), ours (out, in) as nn.Linear's). */
+typedef struct mt_gpt_hf_tensor {
+    char name[64];
+    int matrix, transposed;
+} mt_gpt_hf_tensor;
+/* GPT-2's form of our tensor `ours`; 0 when the name is not one of a GPT's tensors. */
+int mt_gpt_hf_tensor_of(const char *ours, mt_gpt_hf_tensor *out);
+/* The shape in GPT-2's file of our tensor of `rows` x `cols` (cols 0: a vector; a [3, c, c]
+ * view is rows 3c, cols c): fills shape and returns its dimensions (1 or 2). */
+int mt_gpt_hf_shape(const mt_gpt_hf_tensor *hf, size_t rows, size_t cols, int64_t shape[2]);
 /* Index of a parameter by global name, or -1. */
 int mt_gpt_find_param(const mt_gpt *gpt, const char *name);
 

@@ -80,4 +80,23 @@ int mt_safetensors_metadata_count(const mt_safetensors *file);
 void mt_safetensors_metadata_at(const mt_safetensors *file, int i, const char **key,
                                 const char **value);
 
+/* Writing a file of float32 tensors, one after another, without holding them all: the header
+ * is written first from every tensor's name and shape, then mt_safetensors_write takes the
+ * values in tensor order (in pieces of any size), into PATH.partial; mt_safetensors_finish
+ * with commit fsyncs it and renames it over PATH (a reader sees the old file or the whole new
+ * one), or without commit removes it. `tensors` must outlive the writer. */
+typedef struct mt_safetensors_spec {
+    const char *name;
+    int ndim;
+    int64_t shape[MT_SAFETENSORS_MAX_DIMS];
+} mt_safetensors_spec;
+typedef struct mt_safetensors_writer mt_safetensors_writer;
+
+/* metadata: key, value, key, value, ..., NULL (or NULL for none): the __metadata__ strings. */
+mt_status mt_safetensors_create(const char *path, const mt_safetensors_spec *tensors, int count,
+                                const char *const *metadata, mt_safetensors_writer **out);
+mt_status mt_safetensors_write(mt_safetensors_writer *writer, const float *values, size_t count);
+/* Commits (every tensor must be whole) or abandons the file; frees the writer (NULL is fine). */
+mt_status mt_safetensors_finish(mt_safetensors_writer *writer, int commit);
+
 #endif

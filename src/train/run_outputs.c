@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meshtrain/safetensors.h"
 #include "trainer_internal.h"
 
 static int compare_doubles(const void *a, const void *b)
@@ -128,39 +129,23 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
 }
 
-/* The safetensors header: every tensor's dtype, global shape and byte range, in table order
- * (so a unit's tensors are one contiguous run of the data), padded with spaces to 8 bytes. */
-static char *safetensors_header(const mt_gpt *gpt, size_t *length)
+/* Every tensor's name and global shape, in table order (so a unit's tensors are one
+ * contiguous run of the file). */
+static mt_safetensors_spec *model_specs(const mt_gpt *gpt)
 {
-    size_t capacity = 256 + (size_t)gpt->param_count * 160, used = 0, at = 0;
-    char *h = malloc(capacity);
-    if (!h)
-        return NULL;
-    used += (size_t)snprintf(h + used, capacity - used, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < gpt->param_count; i++) {
+    mt_safetensors_spec *specs = calloc((size_t)gpt->param_count, sizeof *specs);
+    for (int i = 0; specs && i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
-        char shape[48];
-        if (p->cols)
-            snprintf(shape, sizeof shape, "[%d,%d]", p->rows, p->cols);
-        else
-            snprintf(shape, sizeof shape, "[%d]", p->rows);
-        size_t bytes = mt_param_shard_global(&p->shard) * sizeof(float);
-        used += (size_t)snprintf(h + used, capacity - used,
-                                 ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                                 p->name, shape, at, at + bytes);
-        at += bytes;
+        specs[i] = (mt_safetensors_spec){.name = p->name, .ndim = p->cols ? 2 : 1,
+                                         .shape = {p->rows, p->cols}};
     }
-    used += (size_t)snprintf(h + used, capacity - used, "}");
-    while (used % 8)
-        h[used++] = ' ';
-    *length = used;
-    return h;
+    return specs;
 }
 
 /* Unit u's tensors whole, from every tensor-parallel rank's copy of the unit (tp of them, each
- * `stride` floats), written to f. */
-static void write_unit(const mt_gpt *gpt, int u, const float *copies, size_t stride, int tp,
-                       float *tensor, FILE *f)
+ * `stride` floats), written to the file. */
+static mt_status write_unit(const mt_gpt *gpt, int u, const float *copies, size_t stride, int tp,
+                            float *tensor, mt_safetensors_writer *file)
 {
     const mt_unit *unit = &gpt->units[u];
     for (int i = unit->first_param; i < unit->first_param + unit->param_count; i++) {
@@ -171,8 +156,11 @@ static void write_unit(const mt_gpt *gpt, int u, const float *copies, size_t str
             mt_param_shard shard = mt_param_shard_on(&p->shard, r);
             mt_param_shard_place(&shard, copies + (size_t)r * stride + at, tensor);
         }
-        fwrite(tensor, sizeof(float), mt_param_shard_global(&p->shard), f);
+        mt_status status = mt_safetensors_write(file, tensor, mt_param_shard_global(&p->shard));
+        if (status)
+            return status;
     }
+    return MT_OK;
 }
 
 mt_status trainer_save_model(trainer *tr)
@@ -190,17 +178,16 @@ mt_status trainer_save_model(trainer *tr)
     float *copies = gathers ? malloc(most * (size_t)tp * sizeof *copies) : unit;
     float *tensor = tr->writes ? malloc(largest * sizeof *tensor) : NULL;
     size_t *counts = calloc((size_t)tp, sizeof *counts);
-    size_t header_length = 0;
-    char *header = tr->writes ? safetensors_header(gpt, &header_length) : NULL;
-    char path[MT_PATH_MAX + 32], temporary[MT_PATH_MAX + 48];
+    mt_safetensors_spec *specs = tr->writes ? model_specs(gpt) : NULL;
+    char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/model.safetensors", tr->cfg->out);
-    snprintf(temporary, sizeof temporary, "%s.partial", path);
-    FILE *f = tr->writes && header && tensor ? fopen(temporary, "wb") : NULL;
+    static const char *const metadata[] = {"format", "pt", NULL};
+    mt_safetensors_writer *file = NULL;
     mt_status status = MT_OK;
-    if (!unit || !copies || !counts || (tr->writes && (!header || !tensor)))
+    if (!unit || !copies || !counts || (tr->writes && (!specs || !tensor)))
         status = mt_fail(MT_ENOMEM, "saving the model: out of memory");
-    else if (tr->writes && !f)
-        status = mt_fail(MT_EIO, "cannot write '%s': %s", temporary, strerror(errno));
+    else if (tr->writes)
+        status = mt_safetensors_create(path, specs, gpt->param_count, metadata, &file);
     /* Every rank learns whether any could not start, so that none enters a gather alone. */
     int ready = status == MT_OK;
     if (tr->world && mt_comm_size(tr->world) > 1) {
@@ -210,11 +197,6 @@ mt_status trainer_save_model(trainer *tr)
     if (status == MT_OK && !ready)
         status = mt_fail(MT_EIO, "saving the model: another rank could not start (see its "
                                  "message)");
-    if (f) {
-        uint64_t length = header_length; /* little-endian on every machine we build for */
-        fwrite(&length, sizeof length, 1, f);
-        fwrite(header, 1, header_length, f);
-    }
     /* Every rank takes part in every unit's gathers (ZeRO-3, tensor parallelism), even after a
      * write failed on one of them. */
     for (int u = 0; ready && u < gpt->unit_count; u++) {
@@ -242,21 +224,16 @@ mt_status trainer_save_model(trainer *tr)
                                      mt_mesh_rank_of(&tr->mesh->shape, from), u);
             status = status ? status : moved;
         }
-        if (status == MT_OK && f)
-            write_unit(gpt, u, copies, numel, tp, tensor, f);
+        if (status == MT_OK && file)
+            status = write_unit(gpt, u, copies, numel, tp, tensor, file);
     }
-    if (f && (fclose(f) != 0 || status != MT_OK)) {
-        remove(temporary);
-        status = status ? status : mt_fail(MT_EIO, "cannot write '%s'", temporary);
-    } else if (f && rename(temporary, path) != 0) {
-        status = mt_fail(MT_EIO, "cannot rename '%s' to '%s': %s", temporary, path,
-                         strerror(errno));
-    }
+    mt_status finished = mt_safetensors_finish(file, status == MT_OK);
+    status = status ? status : finished;
     if (copies != unit)
         free(copies);
     free(unit);
     free(tensor);
     free(counts);
-    free(header);
+    free(specs);
     return status;
 }

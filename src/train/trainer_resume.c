@@ -166,85 +166,44 @@ static mt_status check_tensors(const mt_gpt *gpt, const mt_ckpt_meta *meta)
     return MT_OK;
 }
 
-typedef struct loader {
-    const mt_ckpt_meta *meta;
-    int *fds;        /* per file, opened on first use (-1 until then) */
-    float *buffer;   /* one piece */
-    size_t buffer_bytes;
-} loader;
-
 /* Fills `count` elements from `first` of the local array at `data` (a view of the shard) with
  * the checkpoint's state `state` of tensor `t`, from every piece that overlaps them. */
-static mt_status load_range(loader *ld, const mt_param_info *p, int t, mt_ckpt_state state,
-                            float *data, size_t first, size_t count)
+static mt_status load_range(mt_ckpt_reader *reader, const mt_param_info *p, int t,
+                            mt_ckpt_state state, float *data, size_t first, size_t count)
 {
     if (!count)
         return MT_OK;
-    const mt_ckpt_meta *meta = ld->meta;
     mt_ckpt_box boxes[MT_CKPT_RANGE_BOXES];
     int n = mt_ckpt_range_boxes(&p->shard, first, count, boxes);
     mt_ckpt_view local = mt_ckpt_shard_view(&p->shard, data, first);
     size_t wanted = 0, filled = 0;
     for (int b = 0; b < n; b++)
         wanted += mt_ckpt_box_volume(&boxes[b]);
-    for (int i = 0; i < meta->piece_count; i++) {
-        const mt_ckpt_piece *piece = &meta->pieces[i];
-        if (piece->tensor != t || piece->state != state)
-            continue;
-        mt_ckpt_box both;
-        int overlaps = 0;
-        for (int b = 0; b < n && !overlaps; b++)
-            overlaps = mt_ckpt_box_intersect(&boxes[b], &piece->box, &both);
-        if (!overlaps)
-            continue;
-        if (piece->bytes > ld->buffer_bytes) {
-            float *grown = realloc(ld->buffer, (size_t)piece->bytes);
-            if (!grown)
-                return mt_fail(MT_ENOMEM, "resuming: out of memory reading '%s'", p->name);
-            ld->buffer = grown;
-            ld->buffer_bytes = (size_t)piece->bytes;
-        }
-        mt_status status;
-        if (ld->fds[piece->file] < 0 &&
-            (status = mt_ckpt_shard_open(meta, piece->file, &ld->fds[piece->file])))
-            return status;
-        if ((status = mt_ckpt_piece_read(meta, i, ld->fds[piece->file], ld->buffer)))
-            return status;
-        mt_ckpt_view saved = {.data = ld->buffer, .dims = piece->box.dims};
-        for (int d = 0; d < piece->box.dims; d++) {
-            saved.origin[d] = piece->box.offset[d];
-            saved.shape[d] = piece->box.extent[d];
-        }
-        for (int b = 0; b < n; b++)
-            if (mt_ckpt_box_intersect(&boxes[b], &piece->box, &both)) {
-                mt_ckpt_copy(&both, &saved, &local);
-                filled += mt_ckpt_box_volume(&both);
-            }
-    }
-    if (filled != wanted) /* the metadata's tiling check makes this unreachable */
+    mt_status status = mt_ckpt_reader_fill(reader, t, state, boxes, n, &local, &filled);
+    if (status == MT_OK && filled != wanted) /* the metadata's tiling check makes this unreachable */
         return mt_fail(MT_EFORMAT, "checkpoint '%s': tensor '%s' (%s): the pieces cover %zu of "
-                                   "the %zu elements this rank needs", meta->dir, p->name,
-                       mt_ckpt_state_name(state), filled, wanted);
-    return MT_OK;
+                                   "the %zu elements this rank needs", reader->meta->dir,
+                       p->name, mt_ckpt_state_name(state), filled, wanted);
+    return status;
 }
 
-static mt_status load_state(trainer *tr, loader *ld)
+static mt_status load_state(trainer *tr, mt_ckpt_reader *reader)
 {
     const mt_gpt *gpt = &tr->gpt;
-    mt_status status = check_tensors(gpt, ld->meta);
+    mt_status status = check_tensors(gpt, reader->meta);
     for (int i = 0; status == MT_OK && i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         if (gpt->holding[p->unit] == MT_UNIT_ABSENT)
             continue; /* a tied copy loads the embeddings as the first stage does */
-        int t = mt_ckpt_meta_find(ld->meta, p->name);
+        int t = mt_ckpt_meta_find(reader->meta, p->name);
         mt_dp_tensor_state s;
         mt_dp_model_tensor_state(tr->model, i, &s);
-        status = load_range(ld, p, t, MT_CKPT_PARAM, s.param, s.param_first, s.param_count);
+        status = load_range(reader, p, t, MT_CKPT_PARAM, s.param, s.param_first, s.param_count);
         if (status == MT_OK)
-            status = load_range(ld, p, t, MT_CKPT_EXP_AVG, s.exp_avg, s.moment_first,
+            status = load_range(reader, p, t, MT_CKPT_EXP_AVG, s.exp_avg, s.moment_first,
                                 s.moment_count);
         if (status == MT_OK)
-            status = load_range(ld, p, t, MT_CKPT_EXP_AVG_SQ, s.exp_avg_sq, s.moment_first,
+            status = load_range(reader, p, t, MT_CKPT_EXP_AVG_SQ, s.exp_avg_sq, s.moment_first,
                                 s.moment_count);
     }
     return status;
@@ -252,17 +211,12 @@ static mt_status load_state(trainer *tr, loader *ld)
 
 mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta)
 {
-    loader ld = {.meta = meta, .fds = malloc((size_t)meta->file_count * sizeof(int))};
-    mt_status status = ld.fds ? MT_OK : mt_fail(MT_ENOMEM, "resuming: out of memory");
-    for (int f = 0; ld.fds && f < meta->file_count; f++)
-        ld.fds[f] = -1;
-    if (status == MT_OK)
-        status = load_state(tr, &ld);
-    for (int f = 0; ld.fds && f < meta->file_count; f++)
-        if (ld.fds[f] >= 0)
-            close(ld.fds[f]);
-    free(ld.fds);
-    free(ld.buffer);
+    mt_ckpt_reader reader;
+    mt_status status = mt_ckpt_reader_open(&reader, meta);
+    if (status == MT_OK) {
+        status = load_state(tr, &reader);
+        mt_ckpt_reader_close(&reader);
+    }
     mt_dp_model_state_changed(tr->model);
     return agree(tr->world, status);
 }
