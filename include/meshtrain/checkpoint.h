@@ -122,6 +122,11 @@ mt_status mt_ckpt_meta_write(const char *dir, const mt_ckpt_meta *meta);
  * the highest N that has a metadata.json. *step is -1 (and out empty) when there is none. */
 mt_status mt_ckpt_find_latest(const char *root, char *out, size_t capacity, int *step);
 
+/* The checkpoint folder `path` names into out: `path` itself when it holds a metadata.json,
+ * else the newest committed step under PATH/ckpt (a run's OUT folder) or under PATH (an
+ * OUT/ckpt folder); an error saying what was expected when there is none. */
+mt_status mt_ckpt_locate(const char *path, char *out, size_t capacity);
+
 /* Opens a shard file of a checkpoint, checking its header (magic, version, rank, step) and size
  * against the metadata. */
 mt_status mt_ckpt_shard_open(const mt_ckpt_meta *meta, int file, int *fd);
@@ -149,5 +154,12 @@ mt_status mt_ckpt_reader_fill(mt_ckpt_reader *reader, int tensor, mt_ckpt_state 
                               const mt_ckpt_view *to, size_t *filled);
 /* The view of a whole tensor's row-major array at data, and its box (*whole). */
 mt_ckpt_view mt_ckpt_tensor_view(const mt_ckpt_tensor *tensor, float *data, mt_ckpt_box *whole);
+
+/* Writes the parameters of a GPT checkpoint as one safetensors file at `path` with Hugging
+ * Face GPT-2's tensor names and orientation (mt_gpt_hf_tensor_of), float32, and GPT-2's config
+ * (n_embd, n_head, n_layer, n_positions, vocab_size) in __metadata__; tensor by tensor, so
+ * memory holds one tensor twice at most. *tensors and *values count what it wrote. */
+mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path, int *tensors,
+                                     size_t *values);
 
 #endif

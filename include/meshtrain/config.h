@@ -39,6 +39,7 @@ typedef struct mt_config {
      * background; max_restarts: `train --nproc` restarts a failed job that often */
     int save_every, keep, async_save, max_restarts;
     char resume[MT_PATH_MAX];
+    char init[MT_PATH_MAX]; /* a safetensors file to start from (empty: initialised) */
     char data[MT_PATH_MAX], out[MT_PATH_MAX];
     /* reporting */
     int eval_every, eval_seqs, log_every;

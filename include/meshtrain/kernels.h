@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_KERNELS_H
 #define MESHTRAIN_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Sets the threads used by the kernels (OpenMP loops and BLAS share one pool). */
@@ -22,6 +23,9 @@ void mt_layernorm_forward(float *y, float *mean, float *rstd, const float *x, co
 /* dx += the input gradient (accumulates into a residual stream); dw, db += their gradients. */
 void mt_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *mean, const float *rstd, const float *w, int n, int c);
+
+/* out[cols, rows] = the transpose of in[rows, cols] (out and in must not overlap). */
+void mt_transpose(const float *in, size_t rows, size_t cols, float *out);
 
 /* GELU, tanh approximation, elementwise. Backward may run in place (dx == dy). */
 void mt_gelu_forward(float *y, const float *x, long n);

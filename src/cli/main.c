@@ -19,7 +19,9 @@ static const char USAGE[] =
     "  bench   measure the machine's ceilings (meshtrain bench --help)\n"
     "  trace   merge the ranks' timeline files into one (meshtrain trace --help)\n"
     "  verify  train a small model on a layout and on one process, and compare them\n"
-    "          (meshtrain verify --help)\n";
+    "          (meshtrain verify --help)\n"
+    "  ckpt    inspect a checkpoint and verify its checksums (meshtrain ckpt --help)\n"
+    "  export  write a checkpoint's model as a GPT-2 safetensors file (meshtrain export --help)\n";
 
 int cli_is_help(const char *arg)
 {
@@ -78,6 +80,10 @@ int main(int argc, char **argv)
         return cli_trace(argc - 2, argv + 2);
     if (strcmp(command, "verify") == 0)
         return cli_verify(argc - 2, argv + 2);
+    if (strcmp(command, "ckpt") == 0)
+        return cli_ckpt(argc - 2, argv + 2);
+    if (strcmp(command, "export") == 0)
+        return cli_export(argc - 2, argv + 2);
     fprintf(stderr, "meshtrain: unknown command '%s'\n\n%s", command, USAGE);
     return 2;
 }

@@ -74,6 +74,9 @@ static const config_key KEYS[] = {
     {"resume", KEY_PATH, FIELD(resume), "", 0, 0,
      "continue from a checkpoint: a step_<N> folder, or auto (the newest under OUT/ckpt, else a "
      "fresh start); restarted workers resume auto"},
+    {"init", KEY_PATH, FIELD(init), "", 0, 0,
+     "start from the parameters of a safetensors file (GPT-2's names, as `meshtrain export` "
+     "writes, or model.safetensors); the model shape comes from it"},
     {"async_save", KEY_SWITCH, FIELD(async_save), "off", 0, 1,
      "write checkpoints in the background from a copy in memory while training goes on (on|off)"},
     {"max_restarts", KEY_INT, FIELD(max_restarts), "0", 0, 1000,
@@ -389,6 +392,10 @@ mt_status mt_config_validate(const mt_config *c)
     if (c->min_lr > c->lr)
         return mt_fail(MT_EINVAL, "config keys 'min_lr' and 'lr': min_lr %g exceeds lr %g", c->min_lr,
                        c->lr);
+    if (c->init[0] && c->resume[0] && strcmp(c->resume, "auto") != 0)
+        return mt_fail(MT_EINVAL, "config keys 'init' and 'resume': a resumed run's parameters "
+                                  "come from the checkpoint '%s'; leave out --init '%s'",
+                       c->resume, c->init);
     if (c->top_k > c->vocab)
         return mt_fail(MT_EINVAL, "config keys 'top_k' and 'vocab': top_k %d exceeds vocab %d",
                        c->top_k, c->vocab);

@@ -1,5 +1,6 @@
-/* Reading a committed checkpoint: each shard opened (and its header checked) once, on first use,
- * and any region of a tensor's state filled from the pieces that overlap it, each verified. */
+/* Reading a committed checkpoint: finding it from a run's folder, each shard opened (and its
+ * header checked) once, and any region of a tensor filled from the pieces that overlap it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -89,4 +90,24 @@ mt_ckpt_view mt_ckpt_tensor_view(const mt_ckpt_tensor *tensor, float *data, mt_c
     for (int d = 0; d < tensor->dims; d++)
         view.shape[d] = whole->extent[d] = tensor->shape[d];
     return view;
+}
+
+mt_status mt_ckpt_locate(const char *path, char *out, size_t capacity)
+{
+    char probe[MT_PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/metadata.json", path);
+    if (access(probe, F_OK) == 0) {
+        snprintf(out, capacity, "%s", path);
+        return MT_OK;
+    }
+    int step = -1;
+    snprintf(probe, sizeof probe, "%s/ckpt", path); /* a run's OUT folder */
+    mt_status status = mt_ckpt_find_latest(probe, out, capacity, &step);
+    if (status == MT_OK && step < 0) /* an OUT/ckpt folder */
+        status = mt_ckpt_find_latest(path, out, capacity, &step);
+    if (status == MT_OK && step < 0)
+        status = mt_fail(MT_EIO, "'%s' holds no committed checkpoint (give a step_<N> folder "
+                                 "with a metadata.json, a run's OUT/ckpt folder or its OUT "
+                                 "folder)", path);
+    return status;
 }

@@ -137,7 +137,7 @@ static mt_status open_trace(trainer *tr)
     return mt_trace_open(path, tr->rank, label, &tr->trace);
 }
 
-static mt_status setup(trainer *tr, const mt_ckpt_meta *resume)
+static mt_status setup(trainer *tr, const mt_ckpt_meta *resume, trainer_init *init)
 {
     const mt_config *cfg = tr->cfg;
     mt_kernels_set_threads(mt_train_threads(cfg)); /* before a cost-balanced split times layers */
@@ -168,6 +168,8 @@ static mt_status setup(trainer *tr, const mt_ckpt_meta *resume)
     if ((status = mt_dp_model_create(&tr->gpt, tr->dp, &options, &tr->model)))
         return status;
     if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
+        return status;
+    if (init->file && (status = trainer_load_init(tr, init)))
         return status;
     tr->start_step = resume->step > 0 ? resume->step : 0;
     tr->resumed_here = tr->start_step > 0 && same_folder_ckpt(cfg, resume->dir);
@@ -294,19 +296,24 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     /* a checkpoint fixes the model's shape and the optimizer's settings: validated after */
     mt_config run = *cfg;
     mt_ckpt_meta resume;
+    trainer_init init = {0};
     mt_status status = trainer_resolve_resume(&run, world, &resume);
     if (status)
         return status;
-    if ((status = mt_config_validate(&run))) {
+    if ((status = trainer_resolve_init(&run, &resume, world, &init)) ||
+        (status = mt_config_validate(&run))) {
         mt_ckpt_meta_free(&resume);
+        mt_safetensors_close(init.file);
         return status;
     }
     cfg = &run;
     trainer tr = {.cfg = cfg, .world = world};
     char resumed_from[MT_PATH_MAX];
     snprintf(resumed_from, sizeof resumed_from, "%s", resume.dir);
-    status = setup(&tr, &resume);
+    status = setup(&tr, &resume, &init);
+    int initialised = init.file != NULL;
     mt_ckpt_meta_free(&resume);
+    mt_safetensors_close(init.file);
     FILE *out = tr.writes ? progress_out : NULL;
     progress_init(&tr.progress, out, cfg->log_every, tr.start_step, cfg->steps);
     summary->dp = tr.dp_size;
@@ -322,6 +329,8 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
         print_pipeline(&tr, out);
     if (status == MT_OK && out && tr.start_step > 0)
         fprintf(out, "resumed from '%s' at step %d\n", resumed_from, tr.start_step);
+    else if (status == MT_OK && out && initialised)
+        fprintf(out, "parameters from '%s'\n", cfg->init);
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK && tr.runner)

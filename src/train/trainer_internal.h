@@ -8,6 +8,7 @@
 #include "meshtrain/memory.h"
 #include "meshtrain/mesh.h"
 #include "meshtrain/pipeline_stage.h"
+#include "meshtrain/safetensors.h"
 #include "meshtrain/tensor_parallel.h"
 #include "meshtrain/trace.h"
 #include "meshtrain/train.h"
@@ -143,11 +144,30 @@ mt_status trainer_agree(mt_comm *comm, mt_status mine, const char *what);
  * start), and cfg with the model shape and optimizer settings taken from it (a key given that
  * contradicts the checkpoint is an error naming both). */
 mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *meta);
+/* Sets cfg's `key` to `value`, which `source` ("the checkpoint 'DIR'") fixes; the key given
+ * with another value is an error naming both. */
+mt_status trainer_adopt_key(mt_config *cfg, const char *key, const char *value,
+                            const char *source);
 /* After the model exists: this rank's parameters and Adam moments from the checkpoint,
  * reading only the pieces it needs, each verified (collective: an error anywhere fails all). */
 mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta);
 /* Keeps OUT/metrics.jsonl's lines up to the resumed step (world rank 0, same folder). */
 mt_status trainer_trim_metrics(const mt_config *cfg, int step);
+
+/* trainer_init.c */
+/* A safetensors file a run starts from (--init) and the prefix of its names ("" or a
+ * GPT2LMHeadModel state dict's "transformer."). */
+typedef struct trainer_init {
+    mt_safetensors *file; /* NULL: no --init, or a resumed run */
+    const char *prefix;
+} trainer_init;
+/* Before the run is set up: opens cfg->init (unless the run resumes a checkpoint) and takes
+ * the model's shape from it (a key given that contradicts it is an error naming both). */
+mt_status trainer_resolve_init(mt_config *cfg, const mt_ckpt_meta *resume, mt_comm *world,
+                               trainer_init *init);
+/* After the model exists: this rank's parameters from the file (Adam moments stay zero); every
+ * tensor of the file must be accounted for (collective: an error anywhere fails all). */
+mt_status trainer_load_init(trainer *tr, trainer_init *init);
 
 /* run_outputs.c */
 /* Every rank's memory (ledger and resident set), gathered to every rank; rank 0 prints it. */

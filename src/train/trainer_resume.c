@@ -57,29 +57,38 @@ static mt_status take_key(mt_config *cfg, const char *key, const char *value, co
     return status;
 }
 
+mt_status trainer_adopt_key(mt_config *cfg, const char *key, const char *value,
+                            const char *source)
+{
+    mt_config theirs = *cfg;
+    mt_status status = mt_config_set(&theirs, key, value, source);
+    if (status)
+        return status;
+    char asked[MT_PATH_MAX], kept[MT_PATH_MAX];
+    mt_config_format(cfg, key, asked, sizeof asked);
+    mt_config_format(&theirs, key, kept, sizeof kept);
+    if (mt_config_given(cfg, key) && strcmp(asked, kept) != 0)
+        return mt_fail(MT_EINVAL, "config key '%s': %s contradicts %s, trained with %s (it "
+                                  "fixes the model shape%s: leave the key out)", key,
+                       asked, source, kept,
+                       strncmp(source, "the checkpoint", 14) == 0 ? " and optimizer settings"
+                                                                  : "");
+    return take_key(cfg, key, value, source); /* parsed above already */
+}
+
 /* cfg's keys that the checkpoint fixes, taken from it; a key given otherwise is an error. */
 static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
 {
     char where[MT_PATH_MAX + 32];
-    snprintf(where, sizeof where, "checkpoint '%s'", meta->dir);
+    snprintf(where, sizeof where, "the checkpoint '%s'", meta->dir);
     for (size_t i = 0; i < sizeof CHECKPOINT_KEYS / sizeof CHECKPOINT_KEYS[0]; i++) {
         const char *key = CHECKPOINT_KEYS[i], *saved = mt_ckpt_meta_config(meta, key);
         if (!saved)
             return mt_fail(MT_EFORMAT, "checkpoint metadata '%s/metadata.json': config key '%s' "
                                        "is missing", meta->dir, key);
-        mt_config theirs = *cfg;
-        mt_status status = mt_config_set(&theirs, key, saved, where);
+        mt_status status = trainer_adopt_key(cfg, key, saved, where);
         if (status)
             return status;
-        char asked[MT_PATH_MAX], kept[MT_PATH_MAX];
-        mt_config_format(cfg, key, asked, sizeof asked);
-        mt_config_format(&theirs, key, kept, sizeof kept);
-        if (mt_config_given(cfg, key) && strcmp(asked, kept) != 0)
-            return mt_fail(MT_EINVAL, "config key '%s': %s contradicts the checkpoint '%s', "
-                                      "trained with %s (the model shape and optimizer settings "
-                                      "come from the checkpoint: leave the key out)", key, asked,
-                           meta->dir, kept);
-        take_key(cfg, key, saved, where); /* parsed above already */
     }
     /* the schedule's length: the checkpoint's run's unless given (it shapes the decay) */
     char saved_steps[32];
