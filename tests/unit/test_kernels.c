@@ -277,9 +277,30 @@ static void test_adamw(void)
     CHECK_NEAR(mt_sum_squares(g, N), squares, 1e-12);
 }
 
+/* A transpose of shapes around and across the tile size, element by element. */
+static void test_transpose(void)
+{
+    const size_t shapes[][2] = {{1, 1}, {3, 70}, {33, 32}, {64, 65}, {1, 100}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t rows = shapes[s][0], cols = shapes[s][1];
+        float *in = malloc(rows * cols * sizeof *in), *out = malloc(rows * cols * sizeof *out);
+        for (size_t i = 0; i < rows * cols; i++)
+            in[i] = (float)i;
+        mt_transpose(in, rows, cols, out);
+        int same = 1;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++)
+                same &= out[c * rows + r] == in[r * cols + c];
+        CHECK_MSG(same, "transpose of %zu x %zu", rows, cols);
+        free(in);
+        free(out);
+    }
+}
+
 int main(void)
 {
     mt_kernels_set_threads(2);
+    test_transpose();
     test_linear();
     test_layernorm();
     test_gelu();

@@ -1,5 +1,5 @@
-/* Unit tests of the safetensors reader: a good file read back (shapes, values, metadata, lookups
- * by name), and every malformed variant refused with a message naming the file and the fault. */
+/* Unit tests of the safetensors reader and writer: files read back (shapes, values, metadata,
+ * lookups by name), written ones round-tripped, and every malformed variant refused by name. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +262,68 @@ static void test_bad_ranges(void)
     mt_safetensors_close(f);
 }
 
+/* The writer's output read back by the reader: names needing escapes, a scalar, an empty
+ * tensor, values given in pieces across tensor boundaries, metadata; failures leave no file. */
+static void test_writer(void)
+{
+    char path[128], partial[160];
+    snprintf(path, sizeof path, "%s/written.safetensors", tmp_dir);
+    snprintf(partial, sizeof partial, "%s.partial", path);
+    mt_safetensors_spec specs[] = {
+        {.name = "a \"quoted\"\\name", .ndim = 2, .shape = {2, 3}},
+        {.name = "scalar", .ndim = 0},
+        {.name = "empty", .ndim = 2, .shape = {0, 4}},
+        {.name = "v", .ndim = 1, .shape = {5}},
+    };
+    const char *metadata[] = {"n_head", "4", "note", "tab\there", NULL};
+    float values[12];
+    for (int i = 0; i < 12; i++)
+        values[i] = (float)i * 0.5f - 1.0f;
+    mt_safetensors_writer *w = NULL;
+    CHECK_MSG(mt_safetensors_create(path, specs, 4, metadata, &w) == MT_OK, "%s", mt_last_error());
+    CHECK(mt_safetensors_write(w, values, 4) == MT_OK);     /* part of a */
+    CHECK(mt_safetensors_write(w, values + 4, 5) == MT_OK); /* rest of a, the scalar, 2 of v */
+    CHECK(mt_safetensors_write(w, values + 9, 3) == MT_OK);
+    CHECK(mt_safetensors_write(w, values, 1) != MT_OK);     /* nothing is left to fill */
+    CHECK_MSG(mt_safetensors_finish(w, 1) == MT_OK, "%s", mt_last_error());
+    mt_safetensors *f = NULL;
+    CHECK_MSG(mt_safetensors_open(path, &f) == MT_OK, "%s", mt_last_error());
+    if (f) {
+        CHECK(mt_safetensors_count(f) == 4);
+        int a = mt_safetensors_find(f, "a \"quoted\"\\name"), v = mt_safetensors_find(f, "v");
+        int scalar = mt_safetensors_find(f, "scalar"), empty = mt_safetensors_find(f, "empty");
+        CHECK(a >= 0 && v >= 0 && scalar >= 0 && empty >= 0);
+        float got[12] = {0};
+        if (a >= 0 && v >= 0 && scalar >= 0) {
+            CHECK(mt_safetensors_read_f32(f, a, got) == MT_OK);
+            CHECK(mt_safetensors_read_f32(f, scalar, got + 6) == MT_OK);
+            CHECK(mt_safetensors_read_f32(f, v, got + 7) == MT_OK);
+            CHECK(memcmp(got, values, sizeof got) == 0);
+            CHECK(mt_safetensors_tensor_at(f, scalar)->ndim == 0);
+        }
+        if (empty >= 0)
+            CHECK(mt_safetensors_tensor_at(f, empty)->numel == 0);
+        CHECK(mt_safetensors_metadata_count(f) == 2);
+        const char *key, *value;
+        mt_safetensors_metadata_at(f, 1, &key, &value);
+        CHECK(strcmp(key, "note") == 0 && strcmp(value, "tab\there") == 0);
+        mt_safetensors_close(f);
+    }
+    /* a tensor left short: an error naming it, and neither the file nor its partial remains */
+    unlink(path);
+    CHECK(mt_safetensors_create(path, specs, 4, NULL, &w) == MT_OK);
+    CHECK(mt_safetensors_write(w, values, 3) == MT_OK);
+    CHECK(mt_safetensors_finish(w, 1) != MT_OK);
+    CHECK_MSG(strstr(mt_last_error(), "was not written whole") != NULL, "%s", mt_last_error());
+    CHECK(access(path, F_OK) != 0 && access(partial, F_OK) != 0);
+    /* abandoned on purpose, and a folder that does not exist */
+    CHECK(mt_safetensors_create(path, specs, 4, NULL, &w) == MT_OK);
+    CHECK(mt_safetensors_finish(w, 0) == MT_OK);
+    CHECK(access(path, F_OK) != 0 && access(partial, F_OK) != 0);
+    CHECK(mt_safetensors_create("/nonexistent/x.safetensors", specs, 4, NULL, &w) != MT_OK);
+    CHECK(strstr(mt_last_error(), "/nonexistent/x.safetensors.partial") != NULL);
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mt_test_safetensors.XXXXXX");
@@ -275,6 +337,7 @@ int main(void)
     test_bad_json();
     test_bad_structure();
     test_bad_ranges();
+    test_writer();
     const char *names[] = {"good", "empty", "none", "bad", "gaps"};
     char path[128];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
