@@ -133,11 +133,14 @@ mt_status mt_ckpt_shard_open(const mt_ckpt_meta *meta, int file, int *fd);
 /* Reads piece `piece` into out (piece bytes) and verifies its checksum. */
 mt_status mt_ckpt_piece_read(const mt_ckpt_meta *meta, int piece, int fd, void *out);
 
-/* Reads pieces of one checkpoint: each shard file is opened and its header checked once, on
- * first use; every piece read is verified against its checksum. */
+/* Reads pieces of one checkpoint: each shard file is opened and its header checked on first
+ * use (at most MT_CKPT_READER_MAX_OPEN at once); every piece read is verified against its
+ * checksum. */
+enum { MT_CKPT_READER_MAX_OPEN = 64 };
 typedef struct mt_ckpt_reader {
     const mt_ckpt_meta *meta;
-    int *fds;      /* per file; -1 until opened */
+    int *fds;      /* per file; -1 when not open */
+    int open;      /* how many are */
     float *buffer; /* the last piece read */
     size_t buffer_bytes;
 } mt_ckpt_reader;

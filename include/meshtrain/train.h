@@ -86,6 +86,11 @@ typedef struct mt_train_summary {
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress, FILE *sample_out,
                        mt_train_summary *summary);
 
+/* cfg with the model shape a run will take from its checkpoint (--resume, or auto) or its
+ * --init file, as one process reads them: what the launcher checks the mesh against before
+ * any worker starts. Errors are the run's (a contradicting key, a damaged file, ...). */
+mt_status mt_train_peek_shape(mt_config *cfg);
+
 /* The threads to use: cfg->threads, or the cores available divided by LOCAL_WORLD_SIZE. */
 int mt_train_threads(const mt_config *cfg);
 

@@ -139,13 +139,16 @@ int cli_train(int argc, char **argv)
     mt_job_env job;
     if (mt_job_env_detect(NULL, NULL, &job))
         return cli_report_error("train");
+    /* the shape a checkpoint or an --init file fixes, for the checks before any worker starts
+     * (the workers read them again, as ranks) */
+    mt_config shaped = cfg;
+    if ((dry || job.world_size <= 1) && mt_train_peek_shape(&shaped))
+        return cli_report_error("train");
     if (dry)
-        return dry_run(&cfg, &job);
+        return dry_run(&shaped, &job);
     if (job.launcher == MT_JOB_NONE && cfg.nproc > 1) {
         mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
-        /* before any worker starts; a resumed run's shape is the checkpoint's, which the
-         * workers check once they have read it */
-        if (!cfg.resume[0] && mt_mesh_shape_resolve(&shape, cfg.nproc, cfg.layers, cfg.heads))
+        if (mt_mesh_shape_resolve(&shape, cfg.nproc, shaped.layers, shaped.heads))
             return cli_report_error("train");
         mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1,
                                    .max_restarts = cfg.max_restarts};
@@ -155,7 +158,7 @@ int cli_train(int argc, char **argv)
     if (job.world_size > 1)
         return train_as_rank(&cfg);
     mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
-    if (!cfg.resume[0] && mt_mesh_shape_resolve(&shape, 1, cfg.layers, cfg.heads))
+    if (mt_mesh_shape_resolve(&shape, 1, shaped.layers, shaped.heads))
         return cli_report_error("train");
     mt_train_summary summary;
     if (mt_train_run(&cfg, NULL, stdout, stdout, &summary))

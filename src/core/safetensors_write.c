@@ -194,7 +194,7 @@ mt_status mt_safetensors_finish(mt_safetensors_writer *w, int commit)
         char folder[MT_PATH_MAX];
         mt_path_folder(w->path, folder, sizeof folder);
         status = mt_sync_path(folder);
-    } else if (!commit || status) {
+    } else if (w->fd >= 0) { /* ours to remove (a create that failed to open made none) */
         unlink(w->temporary);
     }
     free(w);

@@ -1,6 +1,7 @@
 /* The Hugging Face GPT-2 names of meshtrain's tensors, and how they are laid out there, so that
  * exported models load into GPT-2 code and GPT-2 files start meshtrain runs (--init). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "meshtrain/model.h"
@@ -48,12 +49,16 @@ int mt_gpt_hf_tensor_of(const char *ours, mt_gpt_hf_tensor *out)
     for (size_t i = 0; i < sizeof TOP_LEVEL / sizeof TOP_LEVEL[0]; i++)
         if (strcmp(ours, TOP_LEVEL[i].ours) == 0)
             return found(&TOP_LEVEL[i], "", out);
-    int layer, used = 0;
-    if (sscanf(ours, "h.%d.%n", &layer, &used) != 1 || used == 0 || layer < 0)
+    if (strncmp(ours, "h.", 2) != 0 || ours[2] < '0' || ours[2] > '9')
+        return 0;
+    char *end;
+    long layer = strtol(ours + 2, &end, 10);
+    if (*end != '.' || layer > 1000000)
         return 0;
     char prefix[24];
-    snprintf(prefix, sizeof prefix, "h.%d.", layer);
-    if (strncmp(ours, prefix, strlen(prefix)) != 0)
+    snprintf(prefix, sizeof prefix, "h.%ld.", layer);
+    size_t used = strlen(prefix);
+    if (strncmp(ours, prefix, used) != 0)
         return 0; /* "h.01." and the like are not our names */
     for (size_t i = 0; i < sizeof IN_BLOCK / sizeof IN_BLOCK[0]; i++)
         if (strcmp(ours + used, IN_BLOCK[i].ours) == 0)

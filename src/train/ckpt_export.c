@@ -18,13 +18,17 @@ enum { CONFIG_COUNT = sizeof CONFIG_KEYS / sizeof CONFIG_KEYS[0] };
 typedef struct export_plan {
     mt_gpt_hf_tensor *hf;      /* per tensor of the checkpoint */
     mt_safetensors_spec *specs;
-    size_t largest;            /* elements of the largest tensor */
+    size_t largest, turned;    /* elements of the largest tensor, of the largest transposed */
 } export_plan;
 
 /* Every checkpoint tensor's name, shape and orientation in the file. */
 static mt_status plan_export(const mt_ckpt_meta *meta, export_plan *plan)
 {
     int n = meta->tensor_count;
+    const char *layers = mt_ckpt_meta_config(meta, "layers");
+    if (!layers || n != 4 + 12 * atoi(layers)) /* embeddings, final norm, 12 per block */
+        return mt_fail(MT_EFORMAT, "exporting '%s': %d tensors, where a GPT of %s layers has %d",
+                       meta->dir, n, layers ? layers : "?", layers ? 4 + 12 * atoi(layers) : 0);
     plan->hf = calloc((size_t)n, sizeof *plan->hf);
     plan->specs = calloc((size_t)n, sizeof *plan->specs);
     if (!plan->hf || !plan->specs)
@@ -34,10 +38,15 @@ static mt_status plan_export(const mt_ckpt_meta *meta, export_plan *plan)
         if (!mt_gpt_hf_tensor_of(tensor->name, &plan->hf[t]))
             return mt_fail(MT_EFORMAT, "exporting '%s': tensor '%s' is not one of a GPT's (a "
                                        "checkpoint of another model)", meta->dir, tensor->name);
+        if (plan->hf[t].matrix && tensor->dims < 2)
+            return mt_fail(MT_EFORMAT, "exporting '%s': tensor '%s' has %d dimension; a GPT's "
+                                       "is a matrix", meta->dir, tensor->name, tensor->dims);
         size_t volume = 1, cols = tensor->dims > 1 ? (size_t)tensor->shape[tensor->dims - 1] : 0;
         for (int d = 0; d < tensor->dims; d++)
             volume *= (size_t)tensor->shape[d];
         plan->largest = volume > plan->largest ? volume : plan->largest;
+        if (plan->hf[t].transposed && volume > plan->turned)
+            plan->turned = volume;
         plan->specs[t].name = plan->hf[t].name;
         plan->specs[t].ndim = mt_gpt_hf_shape(&plan->hf[t], cols ? volume / cols : volume, cols,
                                               plan->specs[t].shape);
@@ -88,7 +97,7 @@ mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path,
     metadata[m] = NULL;
     mt_status status = plan_export(meta, &plan);
     float *tensor = status ? NULL : malloc(plan.largest * sizeof *tensor);
-    float *turned = status ? NULL : malloc(plan.largest * sizeof *turned);
+    float *turned = status ? NULL : malloc((plan.turned + 1) * sizeof *turned);
     if (status == MT_OK && (!tensor || !turned))
         status = mt_fail(MT_ENOMEM, "exporting '%s': out of memory for a tensor of %zu values",
                          meta->dir, plan.largest);

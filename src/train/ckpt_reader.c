@@ -2,6 +2,7 @@
  * header checked) once, and any region of a tensor filled from the pieces that overlap it. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "meshtrain/checkpoint.h"
@@ -40,9 +41,20 @@ mt_status mt_ckpt_reader_piece(mt_ckpt_reader *reader, int piece, const float **
         reader->buffer_bytes = (size_t)p->bytes;
     }
     mt_status status;
-    if (reader->fds[p->file] < 0 &&
-        (status = mt_ckpt_shard_open(meta, p->file, &reader->fds[p->file])))
-        return status;
+    if (reader->fds[p->file] < 0 && reader->open >= MT_CKPT_READER_MAX_OPEN) {
+        /* a checkpoint of thousands of ranks must not run out of descriptors: start over */
+        for (int f = 0; f < meta->file_count; f++)
+            if (reader->fds[f] >= 0) {
+                close(reader->fds[f]);
+                reader->fds[f] = -1;
+            }
+        reader->open = 0;
+    }
+    if (reader->fds[p->file] < 0) {
+        if ((status = mt_ckpt_shard_open(meta, p->file, &reader->fds[p->file])))
+            return status;
+        reader->open++;
+    }
     if ((status = mt_ckpt_piece_read(meta, piece, reader->fds[p->file], reader->buffer)))
         return status;
     *data = reader->buffer;
@@ -94,6 +106,10 @@ mt_ckpt_view mt_ckpt_tensor_view(const mt_ckpt_tensor *tensor, float *data, mt_c
 
 mt_status mt_ckpt_locate(const char *path, char *out, size_t capacity)
 {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mt_fail(MT_EIO, "'%s' is not a folder (give a step_<N> folder with a "
+                               "metadata.json, a run's OUT/ckpt folder or its OUT folder)", path);
     char probe[MT_PATH_MAX + 32];
     snprintf(probe, sizeof probe, "%s/metadata.json", path);
     if (access(probe, F_OK) == 0) {

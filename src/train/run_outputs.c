@@ -181,7 +181,15 @@ mt_status trainer_save_model(trainer *tr)
     mt_safetensors_spec *specs = tr->writes ? model_specs(gpt) : NULL;
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/model.safetensors", tr->cfg->out);
-    static const char *const metadata[] = {"format", "pt", NULL};
+    /* GPT-2's config keys, so that --init needs nothing beside the file */
+    char config[5][16];
+    const int values[5] = {tr->cfg->width, tr->cfg->heads, tr->cfg->layers, tr->cfg->context,
+                           tr->cfg->vocab};
+    for (int k = 0; k < 5; k++)
+        snprintf(config[k], sizeof config[k], "%d", values[k]);
+    const char *const metadata[] = {"format", "pt", "n_embd", config[0], "n_head", config[1],
+                                    "n_layer", config[2], "n_positions", config[3],
+                                    "vocab_size", config[4], NULL};
     mt_safetensors_writer *file = NULL;
     mt_status status = MT_OK;
     if (!unit || !copies || !counts || (tr->writes && (!specs || !tensor)))

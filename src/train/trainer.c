@@ -289,6 +289,19 @@ static void print_pipeline(const trainer *tr, FILE *out)
     fputc('\n', out);
 }
 
+mt_status mt_train_peek_shape(mt_config *cfg)
+{
+    mt_ckpt_meta resume;
+    trainer_init init;
+    mt_status status = trainer_resolve_resume(cfg, NULL, &resume);
+    if (status == MT_OK) {
+        status = trainer_resolve_init(cfg, &resume, NULL, &init);
+        mt_safetensors_close(init.file);
+        mt_ckpt_meta_free(&resume);
+    }
+    return status;
+}
+
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                        FILE *sample_out, mt_train_summary *summary)
 {
@@ -331,6 +344,8 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
         fprintf(out, "resumed from '%s' at step %d\n", resumed_from, tr.start_step);
     else if (status == MT_OK && out && initialised)
         fprintf(out, "parameters from '%s'\n", cfg->init);
+    if (status == MT_OK && out && tr.start_step > 0 && cfg->init[0])
+        fprintf(out, "--init '%s' left unread: the run continues its checkpoint\n", cfg->init);
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK && tr.runner)

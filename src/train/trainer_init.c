@@ -16,28 +16,55 @@ static int is_mask_buffer(const char *name)
 }
 
 /* Where tensor `ours` is in the file (-1: nowhere) and in which form: GPT-2's (prefixed with
- * "transformer." in a GPT2LMHeadModel's state dict) or ours. */
-static int find_tensor(const trainer_init *init, const char *ours, mt_gpt_hf_tensor *form)
+ * "transformer." in a GPT2LMHeadModel's state dict; *as_gpt2 1, *form how GPT-2 lays it out)
+ * or ours (*as_gpt2 0: our name and layout). */
+static int find_tensor(const trainer_init *init, const char *ours, mt_gpt_hf_tensor *form,
+                       int *as_gpt2)
 {
     char name[128];
+    *as_gpt2 = 1;
     if (mt_gpt_hf_tensor_of(ours, form)) {
         snprintf(name, sizeof name, "%s%s", init->prefix, form->name);
         int i = mt_safetensors_find(init->file, name);
         if (i >= 0)
             return i;
     }
-    *form = (mt_gpt_hf_tensor){.matrix = 1, .transposed = 0};
-    snprintf(form->name, sizeof form->name, "%s", ours);
+    *as_gpt2 = 0;
     return mt_safetensors_find(init->file, ours);
 }
 
-/* A 2-D tensor's dimension `d` by its name in either form, or -1. */
+/* A 2-D float32 tensor's dimension `d` by its name in either form, or -1. */
 static long long dimension(const trainer_init *init, const char *ours, int d)
 {
     mt_gpt_hf_tensor form;
-    int i = find_tensor(init, ours, &form);
+    int as_gpt2, i = find_tensor(init, ours, &form, &as_gpt2);
     const mt_safetensors_tensor *t = i >= 0 ? mt_safetensors_tensor_at(init->file, i) : NULL;
-    return t && t->ndim == 2 ? t->shape[d] : -1;
+    return t && t->ndim == 2 && t->dtype == MT_SAFETENSORS_F32 ? t->shape[d] : -1;
+}
+
+/* The value of __metadata__ key `key`, or NULL. */
+static const char *metadata_value(const mt_safetensors *file, const char *key)
+{
+    for (int i = 0; i < mt_safetensors_metadata_count(file); i++) {
+        const char *name, *value;
+        mt_safetensors_metadata_at(file, i, &name, &value);
+        if (strcmp(name, key) == 0)
+            return value;
+    }
+    return NULL;
+}
+
+/* GPT-2's config in the metadata, where present, must describe the tensors: a file missing
+ * a block's tensors never loads as a shallower model. */
+static mt_status check_metadata(const trainer_init *init, const char *key, long long found)
+{
+    const char *said = metadata_value(init->file, key);
+    char *end = NULL;
+    long long value = said ? strtoll(said, &end, 10) : found;
+    if (said && (!*said || *end || value != found))
+        return mt_fail(MT_EFORMAT, "'%s': its metadata says %s %s, its tensors %lld",
+                       mt_safetensors_path(init->file), key, said, found);
+    return MT_OK;
 }
 
 /* The model's shape from the file: vocab and width from wte, context from wpe, layers from
@@ -48,23 +75,26 @@ static mt_status adopt_shape(mt_config *cfg, const trainer_init *init)
     long long vocab = dimension(init, "wte.weight", 0), width = dimension(init, "wte.weight", 1);
     long long context = dimension(init, "wpe.weight", 0);
     if (vocab < 1 || width < 1 || context < 1)
-        return mt_fail(MT_EFORMAT, "'%s': no 2-D wte.weight and wpe.weight (not a GPT's "
-                                   "parameters)", path);
+        return mt_fail(MT_EFORMAT, "'%s': no 2-D float32 wte.weight and wpe.weight (not a "
+                                   "GPT's parameters in float32)", path);
     int layers = 0;
     char ln[32];
     mt_gpt_hf_tensor form;
-    for (;; layers++) {
+    for (int as_gpt2;; layers++) {
         snprintf(ln, sizeof ln, "h.%d.ln1.weight", layers);
-        if (find_tensor(init, ln, &form) < 0)
+        if (find_tensor(init, ln, &form, &as_gpt2) < 0)
             break;
     }
-    const char *heads = NULL;
-    for (int i = 0; i < mt_safetensors_metadata_count(init->file); i++) {
-        const char *key, *value;
-        mt_safetensors_metadata_at(init->file, i, &key, &value);
-        if (strcmp(key, "n_head") == 0)
-            heads = value;
-    }
+    const char *heads = metadata_value(init->file, "n_head");
+    mt_status status = check_metadata(init, "vocab_size", vocab);
+    if (status == MT_OK)
+        status = check_metadata(init, "n_embd", width);
+    if (status == MT_OK)
+        status = check_metadata(init, "n_positions", context);
+    if (status == MT_OK)
+        status = check_metadata(init, "n_layer", layers);
+    if (status)
+        return status;
     if (!heads && !mt_config_given(cfg, "heads"))
         return mt_fail(MT_EINVAL, "'%s': the file does not say its heads (no n_head in "
                                   "its metadata): give --heads", path);
@@ -72,13 +102,12 @@ static mt_status adopt_shape(mt_config *cfg, const trainer_init *init)
     snprintf(source, sizeof source, "the --init file '%s'", path);
     const char *keys[] = {"vocab", "width", "context", "layers"};
     long long values[] = {vocab, width, context, layers};
-    mt_status status = MT_OK;
     for (int k = 0; status == MT_OK && k < 4; k++) {
         snprintf(value, sizeof value, "%lld", values[k]);
-        status = trainer_adopt_key(cfg, keys[k], value, source);
+        status = trainer_adopt_key(cfg, keys[k], value, source, "the model shape");
     }
     if (status == MT_OK && heads)
-        status = trainer_adopt_key(cfg, "heads", heads, source);
+        status = trainer_adopt_key(cfg, "heads", heads, source, "the model shape");
     return status;
 }
 
@@ -110,7 +139,7 @@ static mt_status check_leftovers(const trainer_init *init, const mt_gpt *gpt, co
         if (used[i] || is_mask_buffer(t->name))
             continue;
         mt_gpt_hf_tensor form;
-        int wte = find_tensor(init, "wte.weight", &form);
+        int as_gpt2, wte = find_tensor(init, "wte.weight", &form, &as_gpt2);
         const mt_safetensors_tensor *tied = mt_safetensors_tensor_at(init->file, wte);
         if (strcmp(t->name, "lm_head.weight") == 0 && t->bytes == tied->bytes &&
             memcmp(t->data, tied->data, t->bytes) == 0)
@@ -126,12 +155,13 @@ static mt_status check_leftovers(const trainer_init *init, const mt_gpt *gpt, co
 
 /* Parameter p's tensor from the file, whole and in our orientation, into values. */
 static mt_status read_tensor(const trainer_init *init, const mt_param_info *p, int i,
-                             const mt_gpt_hf_tensor *form, float *values, float *scratch)
+                             const mt_gpt_hf_tensor *form, int as_gpt2, float *values,
+                             float *scratch)
 {
     const mt_safetensors_tensor *t = mt_safetensors_tensor_at(init->file, i);
     int64_t want[2] = {p->rows, p->cols};
     int dims = p->cols ? 2 : 1;
-    if (form->name[0] && strcmp(form->name, p->name) != 0)
+    if (as_gpt2)
         dims = mt_gpt_hf_shape(form, (size_t)p->rows, (size_t)p->cols, want);
     int same = t->ndim == dims;
     for (int d = 0; same && d < dims; d++)
@@ -148,7 +178,7 @@ static mt_status read_tensor(const trainer_init *init, const mt_param_info *p, i
                                    "[%s]", mt_safetensors_path(init->file), t->name, had,
                        p->name, wanted);
     }
-    if (!form->transposed)
+    if (!as_gpt2 || !form->transposed)
         return mt_safetensors_read_f32(init->file, i, values);
     mt_status status = mt_safetensors_read_f32(init->file, i, scratch);
     if (status == MT_OK)
@@ -179,19 +209,22 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init)
 {
     const mt_gpt *gpt = &tr->gpt;
     int count = mt_safetensors_count(init->file);
-    size_t largest = 0;
+    size_t largest = 0, turned = 1; /* the largest tensor, and the largest GPT-2 transposes */
     for (int i = 0; i < gpt->param_count; i++) {
         size_t n = mt_param_shard_global(&gpt->params[i].shard);
+        mt_gpt_hf_tensor hf;
         largest = n > largest ? n : largest;
+        if (mt_gpt_hf_tensor_of(gpt->params[i].name, &hf) && hf.transposed && n > turned)
+            turned = n;
     }
     char *used = calloc((size_t)count + 1, 1);
-    float *values = malloc(largest * sizeof *values), *scratch = malloc(largest * sizeof *scratch);
+    float *values = malloc(largest * sizeof *values), *scratch = malloc(turned * sizeof *scratch);
     mt_status status = used && values && scratch
                            ? MT_OK
                            : mt_fail(MT_ENOMEM, "--init '%s': out of memory", tr->cfg->init);
     for (int p = 0; status == MT_OK && p < gpt->param_count; p++) {
         mt_gpt_hf_tensor form;
-        int i = find_tensor(init, gpt->params[p].name, &form);
+        int as_gpt2, i = find_tensor(init, gpt->params[p].name, &form, &as_gpt2);
         if (i < 0) {
             mt_gpt_hf_tensor_of(gpt->params[p].name, &form);
             status = mt_fail(MT_EFORMAT, "'%s' has no tensor '%s%s' (nor '%s')",
@@ -201,7 +234,7 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init)
         used[i] = 1;
         if (gpt->holding[gpt->params[p].unit] == MT_UNIT_ABSENT)
             continue; /* another stage's */
-        if ((status = read_tensor(init, &gpt->params[p], i, &form, values, scratch)) == MT_OK)
+        if ((status = read_tensor(init, &gpt->params[p], i, &form, as_gpt2, values, scratch)) == MT_OK)
             take_part(tr, p, values);
     }
     if (status == MT_OK)

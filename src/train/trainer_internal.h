@@ -144,10 +144,10 @@ mt_status trainer_agree(mt_comm *comm, mt_status mine, const char *what);
  * start), and cfg with the model shape and optimizer settings taken from it (a key given that
  * contradicts the checkpoint is an error naming both). */
 mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *meta);
-/* Sets cfg's `key` to `value`, which `source` ("the checkpoint 'DIR'") fixes; the key given
- * with another value is an error naming both. */
+/* Sets cfg's `key` to `value`, which `source` ("the checkpoint 'DIR'") fixes along with what
+ * `fixes` says ("the model shape"); the key given with another value is an error naming both. */
 mt_status trainer_adopt_key(mt_config *cfg, const char *key, const char *value,
-                            const char *source);
+                            const char *source, const char *fixes);
 /* After the model exists: this rank's parameters and Adam moments from the checkpoint,
  * reading only the pieces it needs, each verified (collective: an error anywhere fails all). */
 mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta);

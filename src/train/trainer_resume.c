@@ -58,7 +58,7 @@ static mt_status take_key(mt_config *cfg, const char *key, const char *value, co
 }
 
 mt_status trainer_adopt_key(mt_config *cfg, const char *key, const char *value,
-                            const char *source)
+                            const char *source, const char *fixes)
 {
     mt_config theirs = *cfg;
     mt_status status = mt_config_set(&theirs, key, value, source);
@@ -69,10 +69,8 @@ mt_status trainer_adopt_key(mt_config *cfg, const char *key, const char *value,
     mt_config_format(&theirs, key, kept, sizeof kept);
     if (mt_config_given(cfg, key) && strcmp(asked, kept) != 0)
         return mt_fail(MT_EINVAL, "config key '%s': %s contradicts %s, trained with %s (it "
-                                  "fixes the model shape%s: leave the key out)", key,
-                       asked, source, kept,
-                       strncmp(source, "the checkpoint", 14) == 0 ? " and optimizer settings"
-                                                                  : "");
+                                  "fixes %s: leave the key out)", key, asked, source, kept,
+                       fixes);
     return take_key(cfg, key, value, source); /* parsed above already */
 }
 
@@ -86,7 +84,8 @@ static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
         if (!saved)
             return mt_fail(MT_EFORMAT, "checkpoint metadata '%s/metadata.json': config key '%s' "
                                        "is missing", meta->dir, key);
-        mt_status status = trainer_adopt_key(cfg, key, saved, where);
+        mt_status status = trainer_adopt_key(cfg, key, saved, where,
+                                             "the model shape and optimizer settings");
         if (status)
             return status;
     }

@@ -11,10 +11,13 @@
                                                lm_head.weight and the attention mask buffers
     check_export.py loss FILE DATA EVAL_SEQS LOSS
                                                FILE loaded into the PyTorch GPT of
-                                               tests/ref/check_gpt.py gives validation loss LOSS
-                                               (meshtrain's, over the same windows) within 1e-5
+                                               tests/ref/check_gpt.py, and run by a GPT-2 forward
+                                               written against its own names (Conv1D: x @ W + b),
+                                               gives validation loss LOSS (meshtrain's, over the
+                                               same windows) within 1e-5
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -161,6 +164,34 @@ def validation_windows(data, context, eval_seqs):
     return inputs, targets
 
 
+def gpt2_forward(t, heads, inputs, targets):
+    """Hugging Face GPT-2's forward pass (GPT2LMHeadModel, gelu_new, tied head) on the file's
+    own tensors: Conv1D layers compute x @ W + b with W stored (in, out); c_attn's output
+    columns are q, k, v, each of heads contiguous head_size columns."""
+    import torch
+    import torch.nn.functional as F
+    def ln(x, prefix):
+        return F.layer_norm(x, (x.shape[-1],), t[prefix + ".weight"], t[prefix + ".bias"], eps=1e-5)
+    def conv1d(x, prefix):
+        return x @ t[prefix + ".weight"] + t[prefix + ".bias"]
+    B, T = inputs.shape
+    C = t["wte.weight"].shape[1]
+    x = t["wte.weight"][inputs] + t["wpe.weight"][:T]
+    layers = sum(1 for name in t if name.endswith(".ln_1.weight"))
+    for i in range(layers):
+        h = f"h.{i}."
+        q, k, v = conv1d(ln(x, h + "ln_1"), h + "attn.c_attn").split(C, dim=2)
+        q, k, v = (z.view(B, T, heads, C // heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(C // heads)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + conv1d(y, h + "attn.c_proj")
+        m = F.gelu(conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
+        x = x + conv1d(m, h + "mlp.c_proj")
+    logits = ln(x, "ln_f") @ t["wte.weight"].T
+    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+
+
 def loss(path, data, eval_seqs, expected):
     import torch
     import check_gpt
@@ -172,13 +203,20 @@ def loss(path, data, eval_seqs, expected):
               for (name, shape) in check_gpt.parameter_shapes(cfg)
               for value in [ours_from_export(tensors)[name]]}
     inputs, targets = validation_windows(data, cfg.context, eval_seqs)
+    as_gpt2 = {name: torch.tensor(value, dtype=torch.float64) for name, value in tensors.items()}
+    inputs, targets = torch.from_numpy(inputs), torch.from_numpy(targets)
     with torch.no_grad():
-        _, got = check_gpt.gpt_forward(params, cfg, torch.from_numpy(inputs), torch.from_numpy(targets))
-    relative = abs(got.item() - expected) / abs(expected)
-    verdict = "ok" if relative <= 1e-5 else "FAIL"
-    print(f"{verdict} {path} in PyTorch (float64): validation loss {got.item():.7f} over "
-          f"{len(inputs)} windows, meshtrain's {expected:.7f}, relative difference {relative:.1e}")
-    if verdict != "ok":
+        _, ours = check_gpt.gpt_forward(params, cfg, inputs, targets)
+        theirs = gpt2_forward(as_gpt2, cfg.heads, inputs, targets)
+    failed = False
+    for what, got in (("the parity test's GPT", ours), ("a GPT-2 forward on its names", theirs)):
+        relative = abs(got.item() - expected) / abs(expected)
+        verdict = "ok" if relative <= 1e-5 else "FAIL"
+        failed |= verdict != "ok"
+        print(f"{verdict} {path} in {what} (PyTorch, float64): validation loss {got.item():.7f} "
+              f"over {len(inputs)} windows, meshtrain's {expected:.7f}, relative difference "
+              f"{relative:.1e}")
+    if failed:
         sys.exit(1)
 
 

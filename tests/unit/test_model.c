@@ -283,7 +283,7 @@ static void test_gpt2_names(void)
     mt_gpt gpt;
     mt_gpt_shape shape = {61, 8, 2, 2, 16};
     CHECK(mt_gpt_create(&gpt, &shape, 1) == MT_OK);
-    int transposed = 0;
+    int transposed = 0, named = 0;
     for (int i = 0; i < gpt.param_count; i++) {
         const mt_param_info *p = &gpt.params[i];
         mt_gpt_hf_tensor hf;
@@ -291,19 +291,20 @@ static void test_gpt2_names(void)
         int64_t dims[2];
         int n = mt_gpt_hf_shape(&hf, (size_t)p->rows, (size_t)p->cols, dims);
         transposed += hf.transposed;
-        if (strcmp(p->name, "h.1.attn.qkv.weight") == 0)
+        if (strcmp(p->name, "h.1.attn.qkv.weight") == 0 && ++named)
             CHECK(strcmp(hf.name, "h.1.attn.c_attn.weight") == 0 && n == 2 && dims[0] == 16 &&
                   dims[1] == 48);
-        if (strcmp(p->name, "h.0.attn.qkv.bias") == 0)
+        if (strcmp(p->name, "h.0.attn.qkv.bias") == 0 && ++named)
             CHECK(strcmp(hf.name, "h.0.attn.c_attn.bias") == 0 && n == 1 && dims[0] == 48);
-        if (strcmp(p->name, "h.0.mlp.proj.weight") == 0)
+        if (strcmp(p->name, "h.0.mlp.proj.weight") == 0 && ++named)
             CHECK(strcmp(hf.name, "h.0.mlp.c_proj.weight") == 0 && dims[0] == 64 && dims[1] == 16);
-        if (strcmp(p->name, "wte.weight") == 0)
+        if (strcmp(p->name, "wte.weight") == 0 && ++named)
             CHECK(!hf.transposed && n == 2 && dims[0] == 61 && dims[1] == 16);
-        if (strcmp(p->name, "lnf.bias") == 0)
+        if (strcmp(p->name, "lnf.bias") == 0 && ++named)
             CHECK(strcmp(hf.name, "ln_f.bias") == 0 && n == 1);
     }
     CHECK(transposed == 4 * shape.layers); /* the four linear weights of every block */
+    CHECK(named == 5);                     /* every tensor checked above was found */
     mt_gpt_hf_tensor hf;
     const char *foreign[] = {"h.01.ln1.weight", "h.-1.ln1.weight", "h.0.ln_1.weight",
                              "lm_head.weight", "h.0.attn.qkv.weightx", "h."};
