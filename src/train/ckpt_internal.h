@@ -22,6 +22,9 @@ uint64_t ckpt_plan_layout(ckpt_shard_plan *plan);
  * and fsyncs the folder. die_halfway: SIGKILL this process halfway (a test's fault). */
 mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan *plan,
                            int die_halfway);
+/* mt_ckpt_meta_read on text already in memory (`length` bytes of metadata.json of checkpoint
+ * folder `dir`, which errors name and meta->dir keeps): the same checks and messages. */
+mt_status ckpt_meta_parse(const char *dir, const char *text, size_t length, mt_ckpt_meta *meta);
 /* N of a folder named step_<N>, else -1. */
 int ckpt_step_of_name(const char *name);
 

@@ -6,10 +6,12 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_internal.h"
 #include "meshtrain/checkpoint.h"
 #include "meshtrain/files.h"
 
@@ -387,7 +389,7 @@ static mt_status read_document(const reader *r, json_t *root)
     return check_tiling(r);
 }
 
-mt_status mt_ckpt_meta_read(const char *dir, mt_ckpt_meta *meta)
+mt_status ckpt_meta_parse(const char *dir, const char *text, size_t length, mt_ckpt_meta *meta)
 {
     *meta = (mt_ckpt_meta){0};
     char path[MT_PATH_MAX + 32];
@@ -395,21 +397,68 @@ mt_status mt_ckpt_meta_read(const char *dir, mt_ckpt_meta *meta)
         return mt_fail(MT_EINVAL, "checkpoint folder '%s': path too long", dir);
     snprintf(path, sizeof path, "%s/metadata.json", dir);
     json_error_t error;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
-    if (!root) {
-        FILE *exists = fopen(path, "r");
-        if (!exists)
-            return mt_fail(MT_EIO, "'%s' is not a committed checkpoint: cannot read '%s': %s",
-                           dir, path, strerror(errno));
-        fclose(exists);
+    json_t *root = json_loadb(text, length, JSON_REJECT_DUPLICATES, &error);
+    if (!root)
         return mt_fail(MT_EFORMAT, "checkpoint metadata '%s': not valid JSON at line %d, "
                                    "column %d: %s", path, error.line, error.column, error.text);
-    }
     reader r = {path, meta};
     mt_status status = read_document(&r, root);
     json_decref(root);
     if (status)
         mt_ckpt_meta_free(meta);
+    return status;
+}
+
+/* The whole of an open file into a new buffer (*text, *length); errno set on failure. */
+static int read_whole(FILE *file, char **text, size_t *length)
+{
+    size_t capacity = 1 << 16, used = 0;
+    char *buffer = malloc(capacity);
+    while (buffer) {
+        used += fread(buffer + used, 1, capacity - used, file);
+        if (used < capacity)
+            break;
+        char *bigger = capacity <= SIZE_MAX / 2 ? realloc(buffer, capacity * 2) : NULL;
+        if (!bigger) {
+            free(buffer);
+            buffer = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        buffer = bigger;
+        capacity *= 2;
+    }
+    if (buffer && ferror(file)) {
+        int cause = errno;
+        free(buffer);
+        buffer = NULL;
+        errno = cause ? cause : EIO;
+    }
+    *text = buffer;
+    *length = used;
+    return buffer != NULL;
+}
+
+mt_status mt_ckpt_meta_read(const char *dir, mt_ckpt_meta *meta)
+{
+    *meta = (mt_ckpt_meta){0};
+    char path[MT_PATH_MAX + 32];
+    if (snprintf(meta->dir, sizeof meta->dir, "%s", dir) >= (int)sizeof meta->dir)
+        return mt_fail(MT_EINVAL, "checkpoint folder '%s': path too long", dir);
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    errno = 0;
+    FILE *file = fopen(path, "r");
+    char *text = NULL;
+    size_t length = 0;
+    int whole = file && read_whole(file, &text, &length);
+    int cause = errno ? errno : EIO;
+    if (file)
+        fclose(file);
+    if (!whole)
+        return mt_fail(MT_EIO, "'%s' is not a committed checkpoint: cannot read '%s': %s", dir,
+                       path, strerror(cause));
+    mt_status status = ckpt_meta_parse(dir, text, length, meta);
+    free(text);
     return status;
 }
 
