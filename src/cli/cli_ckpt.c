@@ -54,20 +54,17 @@ static void print_layout(const mt_ckpt_meta *meta)
 /* Every tensor, its shape, and per state the pieces as "rank<R> <box>". */
 static void print_tensors(const mt_ckpt_meta *meta)
 {
-    long long values = 0;
+    size_t values = 0;
+    mt_ckpt_box whole;
     for (int t = 0; t < meta->tensor_count; t++) {
-        long long n = 1;
-        for (int d = 0; d < meta->tensors[t].dims; d++)
-            n *= meta->tensors[t].shape[d];
-        values += n;
+        mt_ckpt_tensor_view(&meta->tensors[t], NULL, &whole);
+        values += mt_ckpt_box_volume(&whole);
     }
-    printf("tensors: %d, %lld parameters; %d pieces in %d shard files\n", meta->tensor_count,
+    printf("tensors: %d, %zu parameters; %d pieces in %d shard files\n", meta->tensor_count,
            values, meta->piece_count, meta->file_count);
     for (int t = 0; t < meta->tensor_count; t++) {
         const mt_ckpt_tensor *tensor = &meta->tensors[t];
-        mt_ckpt_box whole = {.dims = tensor->dims};
-        for (int d = 0; d < tensor->dims; d++)
-            whole.extent[d] = tensor->shape[d];
+        mt_ckpt_tensor_view(tensor, NULL, &whole);
         char box[128];
         mt_ckpt_box_format(&whole, box, sizeof box);
         printf("  %s %s\n", tensor->name, box);

@@ -2,7 +2,6 @@
  * first, then each tensor's values as they come, into PATH.partial, renamed over PATH at the end. */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include "meshtrain/config.h"
 #include "meshtrain/files.h"
 #include "meshtrain/safetensors.h"
+#include "meshtrain/text.h"
 
 struct mt_safetensors_writer {
     char path[MT_PATH_MAX], temporary[MT_PATH_MAX + 16];
@@ -20,49 +20,20 @@ struct mt_safetensors_writer {
     uint64_t left; /* values still owed to the current tensor */
 };
 
-typedef struct text {
-    char *data;
-    size_t used, capacity;
-    int failed;
-} text;
-
-static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...)
-{
-    for (;;) {
-        va_list args;
-        va_start(args, fmt);
-        int n = t->failed ? 0 : vsnprintf(t->data + t->used, t->capacity - t->used, fmt, args);
-        va_end(args);
-        if (t->failed || n < 0 || (size_t)n < t->capacity - t->used) {
-            t->used += n > 0 ? (size_t)n : 0;
-            t->failed |= n < 0;
-            return;
-        }
-        char *grown = realloc(t->data, t->capacity * 2 + (size_t)n);
-        if (!grown) {
-            t->failed = 1;
-            return;
-        }
-        t->data = grown;
-        t->capacity = t->capacity * 2 + (size_t)n;
-    }
-}
-
 /* A JSON string: quotes, backslashes and control characters escaped. */
-static void put_string(text *t, const char *s)
+static void put_string(mt_text *t, const char *s)
 {
-    put(t, "\"");
+    mt_text_add(t, "\"");
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\')
-            put(t, "\\%c", c);
+            mt_text_add(t, "\\%c", c);
         else if (c < 0x20)
-            put(t, "\\u%04x", c);
+            mt_text_add(t, "\\u%04x", c);
         else
-            put(t, "%c", c);
+            mt_text_add(t, "%c", c);
     }
-    put(t, "\"");
+    mt_text_add(t, "\"");
 }
 
 static uint64_t numel_of(const mt_safetensors_spec *spec)
@@ -76,35 +47,35 @@ static uint64_t numel_of(const mt_safetensors_spec *spec)
 /* The header: __metadata__, then every tensor in order with its byte range, padded with
  * spaces to a multiple of 8 so the data area starts aligned. */
 static mt_status build_header(const mt_safetensors_writer *w, const char *const *metadata,
-                              text *t)
+                              mt_text *t)
 {
-    put(t, "{");
+    mt_text_add(t, "{");
     if (metadata && metadata[0]) {
-        put(t, "\"__metadata__\":{");
+        mt_text_add(t, "\"__metadata__\":{");
         for (int i = 0; metadata[i] && metadata[i + 1]; i += 2) {
-            put(t, "%s", i ? "," : "");
+            mt_text_add(t, "%s", i ? "," : "");
             put_string(t, metadata[i]);
-            put(t, ":");
+            mt_text_add(t, ":");
             put_string(t, metadata[i + 1]);
         }
-        put(t, "}");
+        mt_text_add(t, "}");
     }
     uint64_t at = 0;
     for (int i = 0; i < w->count; i++) {
         const mt_safetensors_spec *spec = &w->tensors[i];
         uint64_t bytes = numel_of(spec) * sizeof(float);
-        put(t, "%s", i || (metadata && metadata[0]) ? "," : "");
+        mt_text_add(t, "%s", i || (metadata && metadata[0]) ? "," : "");
         put_string(t, spec->name);
-        put(t, ":{\"dtype\":\"F32\",\"shape\":[");
+        mt_text_add(t, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < spec->ndim; d++)
-            put(t, "%s%lld", d ? "," : "", (long long)spec->shape[d]);
-        put(t, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+            mt_text_add(t, "%s%lld", d ? "," : "", (long long)spec->shape[d]);
+        mt_text_add(t, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
             (unsigned long long)(at + bytes));
         at += bytes;
     }
-    put(t, "}");
-    while (!t->failed && t->used % 8)
-        put(t, " ");
+    mt_text_add(t, "}");
+    while (!t->failed && t->length % 8)
+        mt_text_add(t, " ");
     return t->failed ? mt_fail(MT_ENOMEM, "'%s': out of memory for the header", w->path) : MT_OK;
 }
 
@@ -134,18 +105,17 @@ mt_status mt_safetensors_create(const char *path, const mt_safetensors_spec *ten
             return mt_fail(MT_EINVAL, "'%s': tensor '%s' has %d dimensions", path,
                            tensors[i].name, tensors[i].ndim);
         }
-    text header = {.data = malloc(4096), .capacity = 4096, .failed = 0};
-    header.failed = !header.data;
+    mt_text header = {0};
     mt_status status = build_header(w, metadata, &header);
     w->fd = status ? -1 : open(w->temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (status == MT_OK && w->fd < 0)
         status = mt_fail(MT_EIO, "cannot write '%s': %s", w->temporary, strerror(errno));
     unsigned char length[8];
     for (int i = 0; i < 8; i++)
-        length[i] = (unsigned char)((uint64_t)header.used >> (8 * i)); /* little-endian */
+        length[i] = (unsigned char)((uint64_t)header.length >> (8 * i)); /* little-endian */
     if (status == MT_OK && (status = mt_write_all(w->fd, length, 8, w->temporary)) == MT_OK)
-        status = mt_write_all(w->fd, header.data, header.used, w->temporary);
-    free(header.data);
+        status = mt_write_all(w->fd, header.data, header.length, w->temporary);
+    mt_text_free(&header);
     if (status) {
         mt_safetensors_finish(w, 0);
         return status;

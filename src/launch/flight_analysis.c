@@ -4,12 +4,12 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../comm/comm_internal.h"
+#include "meshtrain/text.h"
 
 /* Bounds on what a dump may hold: anything past them is junk, not a bigger job. */
 enum { MAX_WORLD = 1 << 20, MAX_COMMS = 4096, MAX_CALLS = 1024, MAX_FIELDS = 24,
@@ -33,37 +33,6 @@ typedef struct dump {
     int n_comms;
 } dump;
 
-/* ---- growing text, for findings of any length ---------------------------------------- */
-
-typedef struct text {
-    char *s;
-    size_t n, capacity;
-} text;
-
-static void add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(text *t, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = t->capacity - t->n;
-        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? room : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0)
-            return;
-        if ((size_t)k < room) {
-            t->n += (size_t)k;
-            return;
-        }
-        size_t capacity = (t->capacity + (size_t)k + 1) * 2;
-        char *grown = realloc(t->s, capacity);
-        if (!grown)
-            return;
-        t->s = grown;
-        t->capacity = capacity;
-    }
-}
-
 /* Ranks as "rank 2" or "ranks 0,1,3" (runs of three or more as "4-9"); sorted first. */
 static int compare_ints(const void *a, const void *b)
 {
@@ -72,18 +41,18 @@ static int compare_ints(const void *a, const void *b)
 }
 
 /* Returns n, for verbs that agree with it. */
-static int add_ranks(text *t, int *ranks, int n)
+static int add_ranks(mt_text *t, int *ranks, int n)
 {
     qsort(ranks, (size_t)n, sizeof *ranks, compare_ints);
-    add(t, n == 1 ? "rank " : "ranks ");
+    mt_text_add(t, n == 1 ? "rank " : "ranks ");
     for (int i = 0; i < n; i++) {
         int j = i;
         while (j + 1 < n && ranks[j + 1] == ranks[j] + 1)
             j++;
         if (j - i >= 2)
-            add(t, "%s%d-%d", i ? "," : "", ranks[i], ranks[j]);
+            mt_text_add(t, "%s%d-%d", i ? "," : "", ranks[i], ranks[j]);
         else
-            add(t, "%s%d", i ? "," : "", ranks[j = i]);
+            mt_text_add(t, "%s%d", i ? "," : "", ranks[j = i]);
         i = j;
     }
     return n;
@@ -249,7 +218,7 @@ static void free_dump(dump *d)
 }
 
 /* Reads the dump of world rank `rank`; on failure says why in *why (line numbers from 1). */
-static int parse_dump(FILE *f, int rank, dump *d, text *why)
+static int parse_dump(FILE *f, int rank, dump *d, mt_text *why)
 {
     char line[MT_FLIGHT_LINE_MAX + 2];
     int number = 0, ended = 0, comms_capacity = 0, saw_rank = 0;
@@ -259,11 +228,11 @@ static int parse_dump(FILE *f, int rank, dump *d, text *why)
         if (got == 0)
             break;
         if (got < 0) {
-            add(why, "line %d is longer than %d characters", number, MT_FLIGHT_LINE_MAX);
+            mt_text_add(why, "line %d is longer than %d characters", number, MT_FLIGHT_LINE_MAX);
             return 0;
         }
         if (ended) {
-            add(why, "line %d follows the end line", number);
+            mt_text_add(why, "line %d follows the end line", number);
             return 0;
         }
         char *rest = strchr(line, ' ');
@@ -275,18 +244,18 @@ static int parse_dump(FILE *f, int rank, dump *d, text *why)
         fields fl;
         if (number == 1) {
             if (strcmp(word, "meshtrain-flight") != 0) {
-                add(why, "not a flight recorder dump");
+                mt_text_add(why, "not a flight recorder dump");
                 return 0;
             }
             if (strcmp(rest, "1") != 0) {
-                add(why, "format version '%.20s' (this build reads 1)", rest);
+                mt_text_add(why, "format version '%.20s' (this build reads 1)", rest);
                 return 0;
             }
         } else if (strcmp(word, "rank") == 0) {
             char *end;
             long r = strtol(rest, &end, 10);
             if (end == rest || *end || r != rank) {
-                add(why, "line %d: it says rank '%.20s'", number, rest);
+                mt_text_add(why, "line %d: it says rank '%.20s'", number, rest);
                 return 0;
             }
             saw_rank = 1;
@@ -295,14 +264,14 @@ static int parse_dump(FILE *f, int rank, dump *d, text *why)
             /* for people reading the file */
         } else if (strcmp(word, "comm") == 0) {
             if (d->n_comms == MAX_COMMS) {
-                add(why, "more than %d communicators", MAX_COMMS);
+                mt_text_add(why, "more than %d communicators", MAX_COMMS);
                 return 0;
             }
             if (d->n_comms == comms_capacity) {
                 int capacity = comms_capacity ? 2 * comms_capacity : 8;
                 comm_view *grown = realloc(d->comms, (size_t)capacity * sizeof *grown);
                 if (!grown) {
-                    add(why, "out of memory");
+                    mt_text_add(why, "out of memory");
                     return 0;
                 }
                 d->comms = grown;
@@ -311,7 +280,7 @@ static int parse_dump(FILE *f, int rank, dump *d, text *why)
             comm_view *c = &d->comms[d->n_comms];
             memset(c, 0, sizeof *c);
             if (!split_fields(rest, &fl) || !parse_comm(&fl, d, c)) {
-                add(why, "line %d: a malformed comm record", number);
+                mt_text_add(why, "line %d: a malformed comm record", number);
                 return 0;
             }
             d->n_comms++;
@@ -319,18 +288,18 @@ static int parse_dump(FILE *f, int rank, dump *d, text *why)
             comm_view *c = d->n_comms ? &d->comms[d->n_comms - 1] : NULL;
             call one;
             if (!c || !split_fields(rest, &fl) || !parse_call(&fl, c, &one)) {
-                add(why, "line %d: a malformed call record", number);
+                mt_text_add(why, "line %d: a malformed call record", number);
                 return 0;
             }
             if (c->n_calls == MAX_CALLS) {
-                add(why, "more than %d calls for one communicator", MAX_CALLS);
+                mt_text_add(why, "more than %d calls for one communicator", MAX_CALLS);
                 return 0;
             }
             if (c->n_calls == 0 || !((c->n_calls - 1) & c->n_calls)) { /* 1, 2, 4, ... */
                 call *grown = realloc(c->calls, (size_t)(c->n_calls ? 2 * c->n_calls : 1) *
                                                     sizeof *grown);
                 if (!grown) {
-                    add(why, "out of memory");
+                    mt_text_add(why, "out of memory");
                     return 0;
                 }
                 c->calls = grown;
@@ -339,14 +308,14 @@ static int parse_dump(FILE *f, int rank, dump *d, text *why)
         } else if (strcmp(word, "end") == 0 && !*rest) {
             ended = 1;
         } else {
-            add(why, "line %d: unknown record '%.20s'", number, word);
+            mt_text_add(why, "line %d: unknown record '%.20s'", number, word);
             return 0;
         }
     }
     if (!ended)
-        add(why, "it ends before its end line");
+        mt_text_add(why, "it ends before its end line");
     else if (!saw_rank)
-        add(why, "it does not say its rank");
+        mt_text_add(why, "it does not say its rank");
     return ended && saw_rank;
 }
 
@@ -423,12 +392,12 @@ static int same_call(const call *a, const call *b)
            (!mt_op_is_rooted(a->kind) || a->root == b->root);
 }
 
-static void add_call(text *t, const call *c)
+static void add_call(mt_text *t, const call *c)
 {
     char description[256];
     mt_op_describe(c->kind, c->seq, c->count, c->varies, c->dtype, c->redop, c->root,
                    description, sizeof description);
-    add(t, "%s", description);
+    mt_text_add(t, "%s", description);
 }
 
 static const call *find_collective(const comm_view *v, uint64_t seq)
@@ -448,17 +417,17 @@ static const call *last_collective(const comm_view *v)
     return last;
 }
 
-static void finding(FILE *out, int *findings, text *t)
+static void finding(FILE *out, int *findings, mt_text *t)
 {
-    fprintf(out, "flight recorder: %s\n", t->s ? t->s : "");
+    fprintf(out, "flight recorder: %s\n", t->data ? t->data : "");
     fflush(out);
-    t->n = 0;
+    t->length = 0;
     (*findings)++;
 }
 
 /* Members that are not in the target call, grouped by what they last did there: "rank 2
  * never entered it (its last call there: all-reduce #16, done)". */
-static void add_absent(text *t, const group *g, dump *dumps, const int *positions, int n,
+static void add_absent(mt_text *t, const group *g, dump *dumps, const int *positions, int n,
                        const char *verb)
 {
     int *done = calloc((size_t)n, sizeof *done), *ranks = malloc((size_t)n * sizeof *ranks);
@@ -476,14 +445,14 @@ static void add_absent(text *t, const group *g, dump *dumps, const int *position
                 ranks[k++] = world_rank_of(g, positions[j]);
             }
         }
-        add(t, "; ");
+        mt_text_add(t, "; ");
         add_ranks(t, ranks, k);
         if (last)
-            add(t, " %s it (%s last call there: %s #%llu, %s)", verb, k == 1 ? "its" : "their",
+            mt_text_add(t, " %s it (%s last call there: %s #%llu, %s)", verb, k == 1 ? "its" : "their",
                 mt_op_name(last->kind), (unsigned long long)last->seq,
                 mt_flight_state_name(last->state));
         else
-            add(t, " %s it (%s no collective call there)", verb, k == 1 ? "it made" : "they made");
+            mt_text_add(t, " %s it (%s no collective call there)", verb, k == 1 ? "it made" : "they made");
     }
     free(done);
     free(ranks);
@@ -540,7 +509,7 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
             (count == best && world_rank_of(g, v) < world_rank_of(g, reference)))
             best = count, reference = v;
     }
-    text t = {0};
+    mt_text t = {0};
     for (int v = 0; v < n; v++) { /* each other variant: a mismatch */
         if (reference < 0 || variant[v] != v || v == reference)
             continue;
@@ -551,13 +520,13 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
             if (cls[p] == 1 && variant[p] == reference)
                 list[m++] = world_rank_of(g, p);
         }
-        add(&t, "comm %s: ", g->first->name);
+        mt_text_add(&t, "comm %s: ", g->first->name);
         add_ranks(&t, ranks, k);
-        add(&t, " called ");
+        mt_text_add(&t, " called ");
         add_call(&t, at[v]);
-        add(&t, " while ");
+        mt_text_add(&t, " while ");
         add_ranks(&t, list, m);
-        add(&t, " called ");
+        mt_text_add(&t, " called ");
         add_call(&t, at[reference]);
         finding(out, findings, &t);
     }
@@ -569,10 +538,10 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
         past += cls[p] == 3;
     }
     if (reference < 0) {
-        free(t.s);
+        free(t.data);
         goto out;
     }
-    add(&t, "comm %s (%d ranks): ", g->first->name, n);
+    mt_text_add(&t, "comm %s (%d ranks): ", g->first->name, n);
     if (behind || past || missing) {
         int k = 0, finished = 0;
         for (int p = 0; p < n; p++)
@@ -581,12 +550,12 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
             else if (cls[p] == 1 && variant[p] == reference)
                 list[finished++] = world_rank_of(g, p);
         int waiting = add_ranks(&t, ranks, k);
-        add(&t, " %s in ", waiting == 1 ? "waits" : "wait");
+        mt_text_add(&t, " %s in ", waiting == 1 ? "waits" : "wait");
         add_call(&t, at[reference]);
         if (finished) {
-            add(&t, "; ");
+            mt_text_add(&t, "; ");
             add_ranks(&t, list, finished);
-            add(&t, " finished it");
+            mt_text_add(&t, " finished it");
         }
         for (int kind = 2; kind <= 3; kind++) {
             k = 0;
@@ -604,16 +573,16 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
             else
                 unknown += cls[p] == 0;
         if (k) {
-            add(&t, "; no usable dump from ");
+            mt_text_add(&t, "; no usable dump from ");
             add_ranks(&t, ranks, k);
         }
         if (unknown)
-            add(&t, "; no usable dump from %d other member%s", unknown, unknown > 1 ? "s" : "");
+            mt_text_add(&t, "; no usable dump from %d other member%s", unknown, unknown > 1 ? "s" : "");
     } else if (in == n) {
         /* Everyone is in it: not a missing rank but the transport, or a rank stuck inside. */
-        add(&t, "every rank entered ");
+        mt_text_add(&t, "every rank entered ");
         add_call(&t, at[reference]);
-        add(&t, " and it did not finish everywhere:");
+        mt_text_add(&t, " and it did not finish everywhere:");
         static const int states[] = {MT_FLIGHT_FAILED, MT_FLIGHT_STARTED, MT_FLIGHT_ISSUED,
                                      MT_FLIGHT_DONE};
         const char *sep = " ";
@@ -624,23 +593,23 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
                     ranks[k++] = world_rank_of(g, p);
             if (!k)
                 continue;
-            add(&t, "%s%s on ", sep, mt_flight_state_name(states[s]));
+            mt_text_add(&t, "%s%s on ", sep, mt_flight_state_name(states[s]));
             add_ranks(&t, ranks, k);
             sep = ", ";
         }
     } else {
-        free(t.s);
+        free(t.data);
         goto out; /* only mismatches, reported above */
     }
     finding(out, findings, &t);
-    free(t.s);
+    free(t.data);
 out:
     free(at), free(cls), free(list), free(ranks), free(variant);
 }
 
-static void add_transfer(text *t, const group *g, const call *c)
+static void add_transfer(mt_text *t, const group *g, const call *c)
 {
-    add(t, "%s %s rank %d (count %llu, %s, tag %d)", mt_op_name(c->kind),
+    mt_text_add(t, "%s %s rank %d (count %llu, %s, tag %d)", mt_op_name(c->kind),
         c->kind == MT_OP_SEND ? "to" : "from", world_rank_of(g, c->peer),
         (unsigned long long)c->count, mt_dtype_name(c->dtype), c->tag);
 }
@@ -649,7 +618,7 @@ static void add_transfer(text *t, const group *g, const call *c)
 static void analyze_transfers(const group *g, dump *dumps, FILE *out, int *findings)
 {
     int reported = 0, more = 0;
-    text t = {0};
+    mt_text t = {0};
     for (int p = 0; p < g->size; p++) {
         const comm_view *v = view_of(g, dumps, p);
         for (int i = 0; v && i < v->n_calls; i++) {
@@ -661,9 +630,9 @@ static void analyze_transfers(const group *g, dump *dumps, FILE *out, int *findi
                 continue;
             }
             int peer = world_rank_of(g, c->peer);
-            add(&t, "comm %s: rank %d waits in ", g->first->name, world_rank_of(g, p));
+            mt_text_add(&t, "comm %s: rank %d waits in ", g->first->name, world_rank_of(g, p));
             add_transfer(&t, g, c);
-            add(&t, " (its transfer #%llu there, %s); ", (unsigned long long)c->seq,
+            mt_text_add(&t, " (its transfer #%llu there, %s); ", (unsigned long long)c->seq,
                 mt_flight_state_name(c->state));
             const comm_view *pv = view_of(g, dumps, c->peer);
             const call *last = NULL;
@@ -673,24 +642,24 @@ static void analyze_transfers(const group *g, dump *dumps, FILE *out, int *findi
                     (!last || pv->calls[j].seq > last->seq))
                     last = &pv->calls[j];
             if (!pv && g->dump_of[c->peer] < 0)
-                add(&t, "no dump from rank %d", peer);
+                mt_text_add(&t, "no dump from rank %d", peer);
             else if (!last)
-                add(&t, "rank %d made no %s to rank %d there", peer, mt_op_name(wanted),
+                mt_text_add(&t, "rank %d made no %s to rank %d there", peer, mt_op_name(wanted),
                     world_rank_of(g, p));
             else {
-                add(&t, "rank %d's last: ", peer);
+                mt_text_add(&t, "rank %d's last: ", peer);
                 add_transfer(&t, g, last);
-                add(&t, ", %s", mt_flight_state_name(last->state));
+                mt_text_add(&t, ", %s", mt_flight_state_name(last->state));
             }
             finding(out, findings, &t);
             reported++;
         }
     }
     if (more) {
-        add(&t, "comm %s: %d more unfinished transfers", g->first->name, more);
+        mt_text_add(&t, "comm %s: %d more unfinished transfers", g->first->name, more);
         finding(out, findings, &t);
     }
-    free(t.s);
+    free(t.data);
 }
 
 /* Gathers the views of one communicator id across all dumps into g. Returns 0 when out of
@@ -710,7 +679,7 @@ static int build_group(const comm_view *first, dump *dumps, int n_dumps, group *
     if (g->world_of[0] < 0 && strcmp(first->id, "world") == 0)
         for (int p = 0; p < g->size; p++) /* the world's members are the world ranks */
             g->world_of[p] = p;
-    text t = {0};
+    mt_text t = {0};
     for (int r = 0; r < n_dumps && !g->inconsistent; r++) {
         for (int i = 0; dumps[r].state == 1 && i < dumps[r].n_comms; i++) {
             const comm_view *v = &dumps[r].comms[i];
@@ -718,7 +687,7 @@ static int build_group(const comm_view *first, dump *dumps, int n_dumps, group *
                 continue;
             if (v->size != g->size || g->dump_of[v->rank] >= 0 ||
                 (g->world_of[v->rank] >= 0 && g->world_of[v->rank] != r)) {
-                add(&t, "comm %s: the dumps disagree on its members (rank %d's says it is "
+                mt_text_add(&t, "comm %s: the dumps disagree on its members (rank %d's says it is "
                         "member %d of %d); not analysed", first->name, r, v->rank, v->size);
                 finding(out, findings, &t);
                 g->inconsistent = 1;
@@ -727,26 +696,26 @@ static int build_group(const comm_view *first, dump *dumps, int n_dumps, group *
             g->dump_of[v->rank] = r;
         }
     }
-    free(t.s);
+    free(t.data);
     return 1;
 }
 
 static void analyze(dump *dumps, int n_dumps, int world_size, FILE *out, int *findings)
 {
-    text t = {0};
+    mt_text t = {0};
     int *ranks = malloc((size_t)world_size * sizeof *ranks);
     int k = 0;
     for (int r = 0; ranks && r < world_size; r++)
         if (r >= n_dumps || dumps[r].state == 0)
             ranks[k++] = r;
     if (k) {
-        add(&t, "no dump from ");
+        mt_text_add(&t, "no dump from ");
         add_ranks(&t, ranks, k);
-        add(&t, " (dead before it could write one, or not a meshtrain worker)");
+        mt_text_add(&t, " (dead before it could write one, or not a meshtrain worker)");
         finding(out, findings, &t);
     }
     free(ranks);
-    free(t.s);
+    free(t.data);
     /* Every communicator once: the world, then the program's other communicators in the
      * order the dumps list them, then a back end's own ones, only when the program's show
      * nothing (their calls run inside the program's, so they would repeat its findings). */
@@ -813,13 +782,13 @@ mt_status mt_flight_analyze(const char *dir, int world_size, FILE *out)
     if (n_dumps && !dumps)
         st = mt_fail(MT_ENOMEM, "flight recorder: out of memory");
     int findings = 0;
-    text t = {0};
+    mt_text t = {0};
     for (int i = 0; st == MT_OK && i < n_present; i++) {
         int rank = present[i];
         char file[32];
         snprintf(file, sizeof file, "rank%d.flight", rank);
         if (world_size > 0 && rank >= world_size) {
-            add(&t, "%s: rank %d is outside a world of %d ranks; skipped", file, rank,
+            mt_text_add(&t, "%s: rank %d is outside a world of %d ranks; skipped", file, rank,
                 world_size);
             finding(out, &findings, &t);
             continue;
@@ -837,19 +806,19 @@ mt_status mt_flight_analyze(const char *dir, int world_size, FILE *out)
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, file);
         FILE *f = fopen(path, "r");
-        text why = {0};
+        mt_text why = {0};
         dumps[rank].state = f && parse_dump(f, rank, &dumps[rank], &why) ? 1 : -1;
         if (!f)
-            add(&why, "%s", strerror(errno));
+            mt_text_add(&why, "%s", strerror(errno));
         if (f)
             fclose(f);
         found++;
         if (dumps[rank].state < 0) {
             free_dump(&dumps[rank]);
-            add(&t, "%s: %s; skipped", file, why.s ? why.s : "unreadable");
+            mt_text_add(&t, "%s: %s; skipped", file, why.data ? why.data : "unreadable");
             finding(out, &findings, &t);
         }
-        free(why.s);
+        free(why.data);
     }
     free(present);
     if (st == MT_OK) {
@@ -863,7 +832,7 @@ mt_status mt_flight_analyze(const char *dir, int world_size, FILE *out)
         }
         analyze(dumps, n_dumps, world_size, out, &findings);
         if (findings == 0) {
-            add(&t, "%d dump%s read: every call recorded has finished", found,
+            mt_text_add(&t, "%d dump%s read: every call recorded has finished", found,
                 found == 1 ? "" : "s");
             finding(out, &findings, &t);
         }
@@ -871,7 +840,7 @@ mt_status mt_flight_analyze(const char *dir, int world_size, FILE *out)
     for (int r = 0; r < n_dumps; r++)
         free_dump(&dumps[r]);
     free(dumps);
-    free(t.s);
+    free(t.data);
     return st;
 }
 

@@ -41,9 +41,10 @@ static mt_status plan_export(const mt_ckpt_meta *meta, export_plan *plan)
         if (plan->hf[t].matrix && tensor->dims < 2)
             return mt_fail(MT_EFORMAT, "exporting '%s': tensor '%s' has %d dimension; a GPT's "
                                        "is a matrix", meta->dir, tensor->name, tensor->dims);
-        size_t volume = 1, cols = tensor->dims > 1 ? (size_t)tensor->shape[tensor->dims - 1] : 0;
-        for (int d = 0; d < tensor->dims; d++)
-            volume *= (size_t)tensor->shape[d];
+        mt_ckpt_box whole;
+        mt_ckpt_tensor_view(tensor, NULL, &whole);
+        size_t volume = mt_ckpt_box_volume(&whole);
+        size_t cols = tensor->dims > 1 ? (size_t)tensor->shape[tensor->dims - 1] : 0;
         plan->largest = volume > plan->largest ? volume : plan->largest;
         if (plan->hf[t].transposed && volume > plan->turned)
             plan->turned = volume;

@@ -134,13 +134,13 @@ mt_status trainer_resolve_init(mt_config *cfg, const mt_ckpt_meta *resume, mt_co
 static mt_status check_leftovers(const trainer_init *init, const mt_gpt *gpt, const char *used)
 {
     const char *path = mt_safetensors_path(init->file);
+    mt_gpt_hf_tensor form;
+    int as_gpt2, wte = find_tensor(init, "wte.weight", &form, &as_gpt2);
+    const mt_safetensors_tensor *tied = mt_safetensors_tensor_at(init->file, wte);
     for (int i = 0; i < mt_safetensors_count(init->file); i++) {
         const mt_safetensors_tensor *t = mt_safetensors_tensor_at(init->file, i);
         if (used[i] || is_mask_buffer(t->name))
             continue;
-        mt_gpt_hf_tensor form;
-        int as_gpt2, wte = find_tensor(init, "wte.weight", &form, &as_gpt2);
-        const mt_safetensors_tensor *tied = mt_safetensors_tensor_at(init->file, wte);
         if (strcmp(t->name, "lm_head.weight") == 0 && t->bytes == tied->bytes &&
             memcmp(t->data, tied->data, t->bytes) == 0)
             continue;

@@ -13,8 +13,7 @@ quick=${2:-}
 scratch=
 source "$(dirname "$0")/genesis_setup.sh"
 check=(/usr/bin/python3 "$here/ckpt_tensors.py")
-failed=0
-fail() { echo "FAIL $*"; failed=1; }
+source "$here/expect.sh"
 
 job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 4 --width 64
      --batch 24 --steps 12 --warmup 2 --lr 3e-3 --eval_every 6 --eval_seqs 10
@@ -24,14 +23,6 @@ train() { "$meshtrain" train "${job[@]}" "$@"; }
 same_metrics() {
   diff <(cut -d, -f1-4 "$1/metrics.jsonl"; grep -o '"val_loss[^}]*' "$1/metrics.jsonl") \
        <(cut -d, -f1-4 "$2/metrics.jsonl"; grep -o '"val_loss[^}]*' "$2/metrics.jsonl") >/dev/null
-}
-# Runs a command that must fail with a message matching $1 (an extended regex).
-must_fail() {
-  local pattern=$1 log="$scratch/fail.log"; shift
-  if "$@" >"$log" 2>&1; then fail "succeeded: $*"; return; fi
-  grep -Eq "$pattern" "$log" || { fail "no '$pattern' in the output of: $*"; cat "$log"; }
-  grep -q "AddressSanitizer\|runtime error" "$log" && { fail "sanitizer report: $*"; cat "$log"; }
-  return 0
 }
 
 # --- one process: resume bitwise, and every kind of bad input -----------------------------

@@ -11,28 +11,15 @@ meshtrain=$1
 quick=${2:-}
 source "$(dirname "$0")/genesis_setup.sh"
 check=(/usr/bin/python3 "$here/check_export.py")
-failed=0
-fail() { echo "FAIL $*"; failed=1; }
-must_fail() {
-  local pattern=$1 log="$scratch/fail.log"; shift
-  if "$@" >"$log" 2>&1; then fail "succeeded: $*"; return 0; fi
-  grep -Eq "$pattern" "$log" || { fail "no '$pattern' in the output of: $*"; cat "$log"; }
-  grep -q "AddressSanitizer\|runtime error" "$log" && { fail "sanitizer report: $*"; cat "$log"; }
-  return 0
-}
+source "$here/expect.sh"
 
 job=(--data "$scratch/data" --vocab 257 --context 16 --layers 4 --heads 4 --width 32
      --batch 24 --warmup 2 --lr 5e-4 --eval_seqs 11 --sample_tokens 0 --threads 1)
-train() {
-  local out=$1; shift
-  timeout 240 "$meshtrain" train "${job[@]}" --out "$out" "$@" > "$out.log" 2>&1 ||
-    { fail "the run into $out failed"; tail -n 20 "$out.log"; return 1; }
-}
 mesh=(--nproc 8 --dp 2 --pp 2 --tp 2 --sp on --microbatches 2 --zero 1)
 [ -n "$quick" ] && mesh=(--nproc 4 --tp 2 --pp 2 --sp on --microbatches 2)
 
 src="$scratch/src"
-train "$src" --steps 6 --save_every 6 --eval_every 6 "${mesh[@]}" || exit 1
+train_into "$src" --steps 6 --save_every 6 --eval_every 6 "${mesh[@]}" || exit 1
 ckpt="$src/ckpt/step_6"
 
 # --- ckpt inspect ------------------------------------------------------------------------------
@@ -66,11 +53,11 @@ must_fail "rank1.shard': tensor '.*' \(param .*checksum" "$meshtrain" export --c
 # --- train --init --------------------------------------------------------------------------
 # lr 0: one step changes nothing, so OUT/model.safetensors is what --init loaded
 frozen=(--steps 1 --lr 0 --min_lr 0 --eval_every 0)
-train "$scratch/init_one" --init "$model" "${frozen[@]}" && "${check[@]}" model "$model" "$scratch/init_one" || failed=1
-train "$scratch/init_mesh" --init "$model" "${frozen[@]}" "${mesh[@]}" && "${check[@]}" model "$model" "$scratch/init_mesh" || failed=1
+train_into "$scratch/init_one" --init "$model" "${frozen[@]}" && "${check[@]}" model "$model" "$scratch/init_one" || failed=1
+train_into "$scratch/init_mesh" --init "$model" "${frozen[@]}" "${mesh[@]}" && "${check[@]}" model "$model" "$scratch/init_mesh" || failed=1
 grep -q "parameters from '$model'" "$scratch/init_mesh.log" || fail "--init not reported"
 "${check[@]}" lmhead "$model" "$scratch/lmhead.safetensors" > /dev/null
-train "$scratch/init_lmhead" --init "$scratch/lmhead.safetensors" "${frozen[@]}" && "${check[@]}" model "$model" "$scratch/init_lmhead" || failed=1
+train_into "$scratch/init_lmhead" --init "$scratch/lmhead.safetensors" "${frozen[@]}" && "${check[@]}" model "$model" "$scratch/init_lmhead" || failed=1
 # our own names (model.safetensors, which carries GPT-2's config keys too)
 "$meshtrain" train --data "$scratch/data" --init "$src/model.safetensors" --out "$scratch/init_ours" \
   --threads 1 --sample_tokens 0 "${frozen[@]}" > "$scratch/init_ours.log" 2>&1 || fail "--init of a model.safetensors"
@@ -80,8 +67,8 @@ must_fail "config key 'heads': 8 contradicts the --init file .*, trained with 4"
 echo "ok --init: GPT-2 names, a GPT2LMHeadModel state dict and model.safetensors load bitwise on one process and 3D"
 
 # trained from the file: the 3D layout as one process, within 1e-5
-train "$scratch/from_one" --init "$model" --steps 6 --eval_every 3 || failed=1
-train "$scratch/from_mesh" --init "$model" --steps 6 --eval_every 3 "${mesh[@]}" || failed=1
+train_into "$scratch/from_one" --init "$model" --steps 6 --eval_every 3 || failed=1
+train_into "$scratch/from_mesh" --init "$model" --steps 6 --eval_every 3 "${mesh[@]}" || failed=1
 /usr/bin/python3 "$here/compare_runs.py" "$scratch/from_one" "$scratch/from_mesh" 1e-5 || failed=1
 
 must_fail "config key 'width': 64 contradicts the --init file '.*gpt2.safetensors', trained with 32" \
@@ -92,7 +79,7 @@ must_fail "cannot open '.*missing.safetensors'" "$meshtrain" train --data "$scra
 # a shape only the file gives: the launcher's checks before any worker starts use it (tp 3
 # divides 3 heads; the default 4 it does not)
 three="$scratch/three"
-"$meshtrain" train "${job[@]}" --layers 2 --heads 3 --width 24 --steps 1 --save_every 1 --out "$three" > "$three.log" 2>&1 || fail "a 3-head run"
+train_into "$three" --layers 2 --heads 3 --width 24 --steps 1 --save_every 1
 "$meshtrain" export --ckpt "$three" --out "$three.safetensors" > /dev/null || fail "export of the 3-head run"
 "$meshtrain" train --data "$scratch/data" --init "$three.safetensors" --nproc 3 --tp 3 --threads 1 \
   --sample_tokens 0 "${frozen[@]}" --out "$scratch/init_tp3" > "$scratch/init_tp3.log" 2>&1 || { fail "--init on tp 3"; tail -3 "$scratch/init_tp3.log"; }
