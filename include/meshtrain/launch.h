@@ -10,9 +10,15 @@
 
 typedef struct mt_launch_options {
     int nproc;                /* workers on this node */
-    /* Several nodes (hosts, or network namespaces): this launcher starts ranks
-     * node_rank * nproc .. + nproc - 1 of nnodes * nproc. 0 or 1: one node. */
+    /* Several nodes (hosts, or network namespaces), each known by its node_rank (node 0 hosts
+     * the store). An attempt runs on the nodes that meet for it, numbered densely: the g-th of
+     * them starts ranks g * nproc .. + nproc - 1. nnodes 0 or 1: one node. */
     int nnodes, node_rank;
+    /* Elastic: an attempt may start with as few as min_nnodes nodes (0: nnodes, all), so a
+     * restart goes on without a lost node. Once min_nnodes are in, the others get
+     * last_call_seconds more (0: 30) unless they are known to have left. */
+    int min_nnodes;
+    double last_call_seconds;
     /* The store: node 0 binds master_host:master_port, every launcher and worker connects
      * there. One node: NULL means 127.0.0.1, port 0 a free one. */
     const char *master_host;

@@ -50,6 +50,9 @@ typedef struct mt_store_server_config {
 /* Starts a server thread. A port in use is an error that says so (another job's store?). */
 mt_status mt_store_server_start(const mt_store_server_config *config, mt_store_server **out);
 int mt_store_server_port(const mt_store_server *server);
+/* An elastic job's next round runs on another world: ranks joining from now on must give this
+ * size (ranks already joined are not asked again). */
+void mt_store_server_set_world_size(mt_store_server *server, int world_size);
 void mt_store_server_stop(mt_store_server *server);
 
 /* ---- Client ---- */

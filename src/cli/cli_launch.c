@@ -8,7 +8,7 @@
 #include "meshtrain/launch.h"
 
 static const char USAGE[] =
-    "usage: meshtrain launch --nproc-per-node N [--nnodes M --node-rank I --master HOST:PORT]\n"
+    "usage: meshtrain launch --nproc-per-node N [--nnodes [MIN:]M --node-rank I --master HOST:PORT]\n"
     "                        [--max-restarts K] [--secret-file FILE] [options] -- COMMAND...\n"
     "\n"
     "Starts N workers running COMMAND with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
@@ -20,7 +20,12 @@ static const char USAGE[] =
     "\n"
     "  --nproc-per-node N   workers on this node\n"
     "  --nnodes M           nodes in the job (default 1); each runs one launcher\n"
-    "  --node-rank I        this node's index, 0..M-1 (node 0 hosts the store)\n"
+    "  --nnodes MIN:M       elastic: an attempt starts on the nodes that meet for it, at least\n"
+    "                       MIN, ranks renumbered densely; a restart goes on without a lost\n"
+    "                       node (the program resumes on the smaller world)\n"
+    "  --last-call SECONDS  elastic: once MIN nodes are in, how long the others get unless\n"
+    "                       known to have left (default 30)\n"
+    "  --node-rank I        this node's index, 0..M-1 (node 0 hosts the store and must live)\n"
     "  --master HOST:PORT   where node 0's store listens (several nodes: required; one node:\n"
     "                       default 127.0.0.1 and a free port). Nothing listens beyond\n"
     "                       loopback unless this names another address.\n"
@@ -43,6 +48,30 @@ static int parse_seconds(const char *flag, const char *text, double *out)
         return 0;
     }
     *out = v;
+    return 1;
+}
+
+/* "M" or "MIN:M" into the options' node counts. */
+static int parse_nnodes(const char *text, mt_launch_options *o)
+{
+    const char *colon = strchr(text, ':');
+    o->min_nnodes = 0;
+    if (!colon)
+        return cli_parse_int("launch", "--nnodes", text, 1, 65536, &o->nnodes);
+    char least[16];
+    if ((size_t)(colon - text) >= sizeof least) {
+        fprintf(stderr, "meshtrain launch: error: --nnodes '%s' is not M or MIN:M\n", text);
+        return 0;
+    }
+    snprintf(least, sizeof least, "%.*s", (int)(colon - text), text);
+    if (!cli_parse_int("launch", "--nnodes MIN", least, 1, 65536, &o->min_nnodes) ||
+        !cli_parse_int("launch", "--nnodes M", colon + 1, 1, 65536, &o->nnodes))
+        return 0;
+    if (o->min_nnodes > o->nnodes) {
+        fprintf(stderr, "meshtrain launch: error: --nnodes %s: MIN %d is above M %d\n", text,
+                o->min_nnodes, o->nnodes);
+        return 0;
+    }
     return 1;
 }
 
@@ -84,7 +113,9 @@ int cli_launch(int argc, char **argv)
         if (strcmp(flag, "--nproc-per-node") == 0)
             ok = cli_parse_int("launch", flag, value, 1, 4096, &o.nproc);
         else if (strcmp(flag, "--nnodes") == 0)
-            ok = cli_parse_int("launch", flag, value, 1, 65536, &o.nnodes);
+            ok = parse_nnodes(value, &o);
+        else if (strcmp(flag, "--last-call") == 0)
+            ok = parse_seconds(flag, value, &o.last_call_seconds);
         else if (strcmp(flag, "--node-rank") == 0)
             ok = cli_parse_int("launch", flag, value, 0, 65535, &o.node_rank);
         else if (strcmp(flag, "--master") == 0) {

@@ -344,6 +344,11 @@ mt_status mt_store_server_start(const mt_store_server_config *config, mt_store_s
 
 int mt_store_server_port(const mt_store_server *server) { return server->port; }
 
+void mt_store_server_set_world_size(mt_store_server *server, int world_size)
+{
+    atomic_store(&server->service.world_size, world_size);
+}
+
 void mt_store_server_stop(mt_store_server *server)
 {
     if (!server)

@@ -13,7 +13,7 @@ void store_service_init(store_service *s, const mt_store_secret *secret, int wor
 {
     memset(s, 0, sizeof *s);
     s->secret = *secret;
-    s->world_size = world_size;
+    atomic_init(&s->world_size, world_size);
     s->launchers = launchers;
 }
 
@@ -237,7 +237,7 @@ static void handle_join(store_service *s, store_peer *p)
         return;
     }
     const store_join *w = &p->who;
-    int expected_count = w->role == MT_STORE_RANK       ? s->world_size
+    int expected_count = w->role == MT_STORE_RANK       ? atomic_load(&s->world_size)
                          : w->role == MT_STORE_LAUNCHER ? s->launchers
                                                         : 0;
     if (expected_count > 0 && w->count != (uint32_t)expected_count) {

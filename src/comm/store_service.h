@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_STORE_SERVICE_H
 #define MESHTRAIN_STORE_SERVICE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,7 +38,10 @@ typedef struct store_peer {
 
 typedef struct store_service {
     mt_store_secret secret;
-    int world_size, launchers; /* 0: not checked */
+    /* 0: not checked. The world follows an elastic job from round to round: the launcher
+     * sets it from its own thread while this one serves joins. */
+    atomic_int world_size;
+    int launchers;
     store_entry *entries;
     size_t entry_count, entry_capacity;
     store_peer **peers; /* every live peer, for waking waiters and spotting duplicates */

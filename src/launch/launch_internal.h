@@ -1,5 +1,5 @@
-/* What the launcher's files share: one node's set of worker processes (workers.c) and the
- * prefixer of their output lines (output.c); launcher.c drives both. */
+/* What the launcher's files share: one node's set of worker processes (workers.c), the
+ * prefixer of their output lines (output.c) and each attempt's rendezvous (rendezvous.c). */
 #ifndef MESHTRAIN_LAUNCH_INTERNAL_H
 #define MESHTRAIN_LAUNCH_INTERNAL_H
 
@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "meshtrain/status.h"
+#include "meshtrain/store.h"
 
 /* ---- output.c: "[rank] " before each line, one write() per line so that lines of different
  * workers never interleave mid-line. */
@@ -71,5 +72,38 @@ void worker_set_release(worker_set *s);
 const worker *worker_set_first_failure(const worker_set *s);
 /* "exited with code 3", "was killed by signal 9 (Killed)", "could not execute 'x': ..." */
 void worker_describe_end(const worker_set *s, const worker *w, char *out, size_t capacity);
+
+/* ---- rendezvous.c: which launchers run an attempt. Launchers are known by their --node-rank;
+ * an attempt's members get dense group ranks, so its world is members x nproc. */
+typedef struct rendezvous {
+    mt_store *store;
+    mt_store_server *server; /* node 0: told each round's world before anyone can join it */
+    int node;                /* this launcher's --node-rank */
+    int min_nodes, max_nodes; /* --nnodes MIN:MAX (equal when fixed) */
+    int nproc, max_restarts;
+    double join_timeout;     /* how long a round may wait for its first MIN nodes */
+    double last_call;        /* then, how long for the rest of the nodes it expects */
+    const char *host;
+} rendezvous;
+
+typedef struct launch_round {
+    int attempt;
+    int count;       /* nodes running the attempt */
+    int *members;    /* their --node-rank, ascending (node 0 first): group rank = index */
+    int group_rank;  /* this node's */
+} launch_round;
+
+/* Node 0 publishes --nnodes, --nproc-per-node and --max-restarts; every other launcher checks
+ * that it was given the same (a mismatch would make the job's ranks disagree on its world). */
+mt_status rendezvous_agree_settings(const rendezvous *r);
+/* "2" or "1:4", as --nnodes was given. */
+void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity);
+/* Announces this launcher for the attempt and returns its members. Node 0 closes the round
+ * once every node is in, or at least MIN are and the rest expected (the previous attempt's
+ * members, every node the first time) left the job or missed the last call; it fails the
+ * round, for every launcher, when MIN can no longer be reached or within the join timeout. */
+mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
+                           launch_round *out);
+void launch_round_free(launch_round *round);
 
 #endif

@@ -1,6 +1,6 @@
-/* The launcher's life: host (node 0) or join the job's store, meet the other nodes' launchers,
- * run the workers, spread the first failure to every node, analyse the flight recorder dumps,
- * and restart the whole job up to --max-restarts times. */
+/* The launcher's life: host (node 0) or join the job's store, meet the other nodes' launchers
+ * (rendezvous.c), run the workers, spread the first failure to every node, analyse the flight
+ * recorder dumps, and restart the whole job up to --max-restarts times, on the nodes left. */
 #define _GNU_SOURCE /* signalfd, mkdtemp, strsignal */
 #include <dirent.h>
 #include <errno.h>
@@ -30,6 +30,8 @@ static const double TERM_TO_KILL_SECONDS = 2.0;
 static const double STORE_POLL_SECONDS = 0.2;
 /* Launchers wait this long for each other and for the store unless told otherwise. */
 static const double DEFAULT_JOIN_SECONDS = 300.0;
+/* An elastic round that has its MIN nodes waits this long for the rest (torchrun's default). */
+static const double DEFAULT_LAST_CALL_SECONDS = 30.0;
 /* Workers asked for a flight recorder dump get this long to write it. */
 static const double DUMP_SECONDS = 1.0;
 
@@ -37,7 +39,10 @@ typedef struct agent {
     const mt_launch_options *o;
     char *const *argv;
     FILE *report;
+    /* The current attempt's: its nodes, world, and this node's first rank. */
     int nodes, nproc, world, first_rank;
+    rendezvous rdv;
+    launch_round round;
     char host[256];
     char master_host[256];
     int master_port;
@@ -146,9 +151,11 @@ static mt_status open_store(agent *a)
 {
     const mt_launch_options *o = a->o;
     if (o->node_rank == 0) {
+        /* Each round sets the world it runs on; until then, the largest. */
         mt_store_server_config sc = {.host = a->master_host, .port = a->master_port,
-                                     .secret = &a->secret, .world_size = a->world,
-                                     .launchers = a->nodes};
+                                     .secret = &a->secret,
+                                     .world_size = a->rdv.max_nodes * a->nproc,
+                                     .launchers = a->rdv.max_nodes};
         mt_status st = mt_store_server_start(&sc, &a->server);
         if (st)
             return mt_fail_context(st, "launch: hosting the job's store");
@@ -156,7 +163,8 @@ static mt_status open_store(agent *a)
     }
     mt_store_config c = {.host = a->master_host, .port = a->master_port,
                          .timeout_seconds = a->join_timeout, .secret = &a->secret,
-                         .role = MT_STORE_LAUNCHER, .id = o->node_rank, .count = a->nodes};
+                         .role = MT_STORE_LAUNCHER, .id = o->node_rank,
+                         .count = a->rdv.max_nodes};
     double deadline = mt_clock_seconds() + a->join_timeout;
     mt_status st;
     for (;;) {
@@ -195,40 +203,14 @@ static void key_of(char *out, size_t capacity, int attempt, const char *what, in
         snprintf(out, capacity, "launch/%d/%s", attempt, what);
 }
 
-/* Every node's launcher announces itself and waits for the others, so that no node starts
- * an attempt's workers before every node is ready for it. */
-static mt_status meet_other_nodes(agent *a, int attempt)
+/* The job's failure is the first one published, except that a death by signal or a lost node
+ * replaces an exit code: a rank killed from outside makes its peers exit with errors a moment
+ * later, and whichever launcher reaps first must not name a peer instead of the cause. The
+ * stored value is "<priority>|<description>". */
+static int failure_priority(const attempt_outcome *out)
 {
-    char key[64];
-    key_of(key, sizeof key, attempt, "node", a->o->node_rank);
-    mt_status st = mt_store_set(a->store, key, a->host, strlen(a->host) + 1);
-    if (st || a->nodes == 1)
-        return st;
-    char (*keys)[64] = calloc((size_t)a->nodes, sizeof *keys);
-    const char **list = calloc((size_t)a->nodes, sizeof *list);
-    if (!keys || !list) {
-        free(keys);
-        free(list);
-        return mt_fail(MT_ENOMEM, "launch: out of memory");
-    }
-    for (int n = 0; n < a->nodes; n++) {
-        key_of(keys[n], sizeof keys[n], attempt, "node", n);
-        list[n] = keys[n];
-    }
-    st = mt_store_wait(a->store, list, a->nodes, a->join_timeout);
-    free(keys);
-    free(list);
-    if (st)
-        return mt_fail_context(st, "launch: waiting %.0f s for the launchers of all %d nodes",
-                               a->join_timeout, a->nodes);
-    return MT_OK;
+    return out->signal || out->failed_rank < 0 ? 2 : 1;
 }
-
-/* The job's failure is the first one published, except that a death by signal replaces an
- * exit code: a rank killed from outside makes its peers exit with errors a moment later, and
- * whichever launcher reaps first must not name a peer instead of the cause. The stored value
- * is "<priority>|<description>". */
-static int failure_priority(const attempt_outcome *out) { return out->signal ? 2 : 1; }
 
 static void publish_failure(agent *a, int attempt, attempt_outcome *out)
 {
@@ -269,6 +251,31 @@ static int read_failure(agent *a, int attempt, char *text, size_t capacity)
     return 1;
 }
 
+/* Whether the launcher of `node` has closed its connection (the server noted it). */
+static int launcher_gone(agent *a, int node, int *gone)
+{
+    char key[64], host[256];
+    size_t got = 0;
+    snprintf(key, sizeof key, "launcher/%d/closed", node);
+    return mt_store_try_get(a->store, key, host, sizeof host, &got, gone) == MT_OK;
+}
+
+/* Another node's launcher left before the attempt ended: its node is lost (or its launcher
+ * killed), and with it any word of its workers. That is the job's failure, published above
+ * the exit codes of the ranks that lost their peers. */
+static void node_lost(agent *a, int attempt, int node, attempt_outcome *out)
+{
+    attempt_outcome lost = {.failed = 1, .failed_rank = -1};
+    snprintf(lost.failure, sizeof lost.failure,
+             "the launcher of node %d disconnected before its workers ended (node lost?)", node);
+    publish_failure(a, attempt, &lost);
+    if (!out->failed) {
+        out->failed = 1;
+        out->failed_rank = -1;
+        memcpy(out->failure, lost.failure, sizeof out->failure);
+    }
+}
+
 /* A failure elsewhere in the job, or the store itself gone: returns 1 and fills out. */
 static int failure_elsewhere(agent *a, int attempt, attempt_outcome *out)
 {
@@ -277,6 +284,27 @@ static int failure_elsewhere(agent *a, int attempt, attempt_outcome *out)
         snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
                  a->o->node_rank, mt_last_error());
     return found != 0;
+}
+
+/* While the workers run, no launcher of the attempt leaves: one that did was lost with its
+ * node. Returns 1 (and fills out) when one is gone or the store cannot tell. */
+static int other_node_lost(agent *a, int attempt, attempt_outcome *out)
+{
+    for (int i = 0; i < a->round.count; i++) {
+        int node = a->round.members[i], gone = 0;
+        if (node == a->o->node_rank)
+            continue;
+        if (!launcher_gone(a, node, &gone)) {
+            snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
+                     a->o->node_rank, mt_last_error());
+            return 1;
+        }
+        if (gone) {
+            node_lost(a, attempt, node, out);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* ---- one attempt ---- */
@@ -377,7 +405,8 @@ static void watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
             return;
         if (!out->failed && now >= next_poll) {
             next_poll = now + STORE_POLL_SECONDS;
-            out->failed = failure_elsewhere(a, attempt, out);
+            out->failed = failure_elsewhere(a, attempt, out) ||
+                          other_node_lost(a, attempt, out);
         }
         if (out->failed && c.started < 0) {
             c.started = now;
@@ -422,7 +451,7 @@ static char **worker_variables(const agent *a, int attempt)
                  asprintf(&w[7], "MT_STORE_HOSTED=1") > 0 &&
                  asprintf(&w[8], "MT_RESTART_COUNT=%d", attempt) > 0 &&
                  asprintf(&w[9], "MT_FLIGHT_RECORDER_DIR=%s", a->dump_dir) > 0 &&
-                 asprintf(&w[10], "GROUP_RANK=%d", a->o->node_rank) > 0 &&
+                 asprintf(&w[10], "GROUP_RANK=%d", a->round.group_rank) > 0 &&
                  asprintf(&w[11], "MT_COMM_TCP_HOST=%s", a->tcp_host) > 0;
         if (!ok)
             return v; /* the NULL left in the table is reported by the caller */
@@ -514,15 +543,6 @@ static void lost_store(agent *a, attempt_outcome *out)
              a->o->node_rank, mt_last_error());
 }
 
-/* 1 when the launcher of `node` has closed its connection (the server noted it). */
-static int launcher_gone(agent *a, int node, int *gone)
-{
-    char key[64], host[256];
-    size_t got = 0;
-    snprintf(key, sizeof key, "launcher/%d/closed", node);
-    return mt_store_try_get(a->store, key, host, sizeof host, &got, gone) == MT_OK;
-}
-
 /* Waits until every node's launcher finished the attempt (or disconnected), so that node 0
  * keeps the store up while others still use it and every node learns of a late failure. */
 static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
@@ -533,7 +553,8 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
         lost_store(a, out);
         return;
     }
-    for (int node = 0; node < a->nodes; node++) {
+    for (int i = 0; i < a->round.count; i++) {
+        int node = a->round.members[i];
         for (;;) {
             char value[8];
             size_t got = 0;
@@ -550,12 +571,7 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
             if (found)
                 break;
             if (gone) {
-                if (!out->failed) {
-                    out->failed = 1;
-                    snprintf(out->failure, sizeof out->failure,
-                             "the launcher of node %d disconnected before its workers ended",
-                             node);
-                }
+                node_lost(a, attempt, node, out);
                 break;
             }
             nap(0.1);
@@ -570,8 +586,8 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
 static void wait_for_launchers_to_leave(agent *a)
 {
     double deadline = mt_clock_seconds() + (a->join_timeout < 30 ? a->join_timeout : 30);
-    for (int node = 1; node < a->nodes; node++) {
-        int gone = 0;
+    for (int i = 1; i < a->round.count; i++) {
+        int node = a->round.members[i], gone = 0;
         while (launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline) {
             nap(0.02);
         }
@@ -609,6 +625,11 @@ static mt_status check_options(const mt_launch_options *o, char *const argv[])
     if (!argv || !argv[0] || !argv[0][0])
         return mt_fail(MT_EINVAL, "launch: no command to run (put it after --)");
     int nodes = o->nnodes > 1 ? o->nnodes : 1;
+    if (o->min_nnodes < 0 || o->min_nnodes > nodes)
+        return mt_fail(MT_EINVAL, "launch: --nnodes %d:%d: the least nodes must be 1..%d",
+                       o->min_nnodes, nodes, nodes);
+    if (!(o->last_call_seconds >= 0))
+        return mt_fail(MT_EINVAL, "launch: --last-call must be non-negative seconds");
     if (o->node_rank < 0 || o->node_rank >= nodes)
         return mt_fail(MT_EINVAL, "launch: --node-rank %d is outside 0..%d", o->node_rank,
                        nodes - 1);
@@ -633,13 +654,18 @@ static mt_status check_options(const mt_launch_options *o, char *const argv[])
 static mt_status setup(agent *a)
 {
     const mt_launch_options *o = a->o;
-    a->nodes = o->nnodes > 1 ? o->nnodes : 1;
     a->nproc = o->nproc;
-    a->world = a->nodes * o->nproc;
-    a->first_rank = o->node_rank * o->nproc;
     a->report = o->report ? o->report : stderr;
     a->join_timeout = o->join_timeout > 0 ? o->join_timeout : DEFAULT_JOIN_SECONDS;
     gethostname(a->host, sizeof a->host - 1);
+    int max_nodes = o->nnodes > 1 ? o->nnodes : 1;
+    a->rdv = (rendezvous){
+        .node = o->node_rank, .min_nodes = o->min_nnodes > 0 ? o->min_nnodes : max_nodes,
+        .max_nodes = max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
+        .join_timeout = a->join_timeout,
+        .last_call = o->last_call_seconds > 0 ? o->last_call_seconds : DEFAULT_LAST_CALL_SECONDS,
+        .host = a->host};
+    a->round = (launch_round){.group_rank = -1};
     snprintf(a->master_host, sizeof a->master_host, "%s",
              o->master_host && o->master_host[0] ? o->master_host : "127.0.0.1");
     a->master_port = o->master_port;
@@ -650,6 +676,10 @@ static mt_status setup(agent *a)
         st = prepare_dump_dir(a);
     if (st == MT_OK)
         st = open_store(a);
+    a->rdv.store = a->store;
+    a->rdv.server = a->server;
+    if (st == MT_OK)
+        st = rendezvous_agree_settings(&a->rdv);
     return st;
 }
 
@@ -661,15 +691,40 @@ static void teardown(agent *a, int keep_dumps)
     }
     mt_store_close(a->store);
     mt_store_server_stop(a->server);
+    launch_round_free(&a->round);
     if (a->dump_dir[0] && a->dump_dir_is_temporary && !keep_dumps)
         remove_dumps(a->dump_dir, 1);
     memset(&a->secret, 0, sizeof a->secret);
 }
 
+/* Meets the other launchers for the attempt and takes this node's place in it: a job that
+ * lost nodes runs on those left, its ranks renumbered densely. */
+static mt_status begin_attempt(agent *a, int attempt)
+{
+    launch_round round;
+    mt_status st = rendezvous_round(&a->rdv, attempt, attempt ? &a->round : NULL, &round);
+    if (st)
+        return st;
+    int changed = attempt ? round.count != a->round.count : round.count < a->rdv.max_nodes;
+    launch_round_free(&a->round);
+    a->round = round;
+    a->nodes = round.count;
+    a->world = round.count * a->nproc;
+    a->first_rank = round.group_rank * a->nproc;
+    if (changed) {
+        char nnodes[32];
+        rendezvous_describe_nnodes(&a->rdv, nnodes, sizeof nnodes);
+        say(a, "attempt %d runs on %d node%s of --nnodes %s, %d workers: this node (%d) has "
+               "ranks %d-%d", attempt, a->nodes, a->nodes > 1 ? "s" : "", nnodes, a->world,
+            a->o->node_rank, a->first_rank, a->first_rank + a->nproc - 1);
+    }
+    return MT_OK;
+}
+
 static mt_status run_attempts(agent *a, mt_launch_result *result)
 {
     for (int attempt = 0;; attempt++) {
-        mt_status st = meet_other_nodes(a, attempt);
+        mt_status st = begin_attempt(a, attempt);
         attempt_outcome out = {.failed_rank = -1};
         if (st == MT_OK)
             st = run_workers(a, attempt, &out);

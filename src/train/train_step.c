@@ -17,14 +17,15 @@ mt_status trainer_read_fault(trainer *tr)
         return MT_OK;
     char kind[24];
     int rank, step, used = 0;
-    static const char *const names = "nan_loss, nan_grad, skew, skew_norm, kill, kill_in_shard, "
-                                     "kill_after_shard, kill_before_commit";
+    static const char *const names = "nan_loss, nan_grad, skew, skew_norm, kill, kill_node, "
+                                     "kill_in_shard, kill_after_shard, kill_before_commit";
     if (sscanf(text, "%23[a-z_]@%d:%d%n", kind, &rank, &step, &used) != 3 || text[used] != '\0')
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP with KIND one "
                                   "of %s", text, names);
     static const struct { const char *name; fault_kind kind; } kinds[] = {
         {"nan_loss", FAULT_NAN_LOSS}, {"nan_grad", FAULT_NAN_GRAD}, {"skew", FAULT_SKEW},
-        {"skew_norm", FAULT_SKEW_NORM}, {"kill", FAULT_KILL}, {"kill_in_shard", FAULT_KILL_IN_SHARD},
+        {"skew_norm", FAULT_SKEW_NORM}, {"kill", FAULT_KILL}, {"kill_node", FAULT_KILL_NODE},
+        {"kill_in_shard", FAULT_KILL_IN_SHARD},
         {"kill_after_shard", FAULT_KILL_AFTER_SHARD}, {"kill_before_commit", FAULT_KILL_BEFORE_COMMIT}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(kind, kinds[i].name) == 0)

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "meshtrain/clock.h"
 #include "meshtrain/files.h"
@@ -218,7 +219,9 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     const mt_config *cfg = tr->cfg;
     double start = mt_clock_seconds();
     for (int step = tr->start_step + 1; step <= cfg->steps; step++) {
-        if (trainer_fault_now(tr, FAULT_KILL, step))
+        if (trainer_fault_now(tr, FAULT_KILL_NODE, step))
+            kill(getppid(), SIGKILL); /* MT_INJECT_FAULT: the node's launcher dies first */
+        if (trainer_fault_now(tr, FAULT_KILL, step) || trainer_fault_now(tr, FAULT_KILL_NODE, step))
             raise(SIGKILL); /* MT_INJECT_FAULT: a worker dies */
         double step_start = mt_clock_seconds();
         step_record record = {.step = step, .val_loss = NAN};

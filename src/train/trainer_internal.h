@@ -18,13 +18,14 @@
  * (that rank's loss becomes NaN), nan_grad (its gradients do), skew (one of its parameters
  * moves after the update, as a silent corruption would) or skew_norm (the same for the final
  * norm's weight, which every tensor-parallel rank holds whole); kill (SIGKILL at the start of
- * the step), kill_in_shard (halfway through writing its shard of that step's checkpoint),
+ * the step), kill_node (the same, to its parent first: under meshtrain launch, the node's
+ * launcher, so the whole node is lost), kill_in_shard (halfway through writing its shard of that step's checkpoint),
  * kill_after_shard (its shard durable, before the ranks agree) and kill_before_commit (world
  * rank 0: the metadata written, before the folder's rename commits it). Only the first attempt
  * of a restarted job (MT_RESTART_COUNT 0 or unset) meets it. */
 typedef enum fault_kind {
     FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM, FAULT_KILL,
-    FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT
+    FAULT_KILL_NODE, FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT
 } fault_kind;
 typedef struct fault {
     fault_kind kind;

@@ -3,7 +3,9 @@
 # launcher in each (node 0 hosts the store on its veth address), two workers per node.
 # Checks that a job succeeds over hier and tcp, that a failure on one node stops both nodes
 # and both name it, that a wrong secret and a second launcher with the same --node-rank are
-# refused while the right job still runs, and that nothing is left behind: no process in
+# refused while the right job still runs, that under --nnodes 1:2 the loss of node 1 (every
+# process in its namespace killed) restarts the job on node 0 alone, and that nothing is left
+# behind: no process in
 # either namespace, no mt-* segment in either node's /dev/shm (each launcher gets a private
 # /dev/shm, as two hosts would have), no flight recorder folder after a success.
 # Every rank listens on its own namespace's veth address (MT_COMM_TCP_HOST), over hier too:
@@ -86,8 +88,8 @@ launcher() {
   shift
   ip netns exec "$ns" env MT_COMM_TIMEOUT=10 TMPDIR="$out/tmp" MT_COMM_TCP_HOST="$addr" \
     "${vars[@]}" bash -c "$inner" inner "$out/$label.node$node" \
-    timeout -k 2 25 "$mt" launch --nnodes 2 --node-rank "$node" --master "$addr_a:$port" \
-    --secret-file "$secret" --nproc-per-node 2 --join-timeout 20 -- "$@" \
+    timeout -k 2 25 "$mt" launch --nnodes "$nnodes" --node-rank "$node" --master "$addr_a:$port" \
+    --secret-file "$secret" --nproc-per-node 2 --join-timeout 20 "${extra[@]}" -- "$@" \
     > "$out/$label.node$node" 2>&1 &
 }
 
@@ -152,6 +154,7 @@ check_ranks() {
 }
 
 port=$((29500 + $$ % 1000)) # a fresh port for every job (the namespaces are private anyway)
+nnodes=2 extra=() # what every launcher is given, besides its node and the command
 check=("$mt" check --tp 2 --rounds 3)
 begin=$EPOCHREALTIME
 
@@ -258,5 +261,35 @@ read_status twin "$started"
 ok "the job itself went on: both launchers exited 0"
 check_ranks twin tcp
 check_clean twin success
+
+echo "== 4. elastic: under --nnodes 1:2 --max-restarts 1, node 1 is lost whole (every process in"
+echo "       its namespace killed) while the job runs; node 0 restarts it alone, on 2 ranks"
+nnodes=1:2 extra=(--max-restarts 1)
+port=$((port + 1))
+started=$EPOCHREALTIME
+pids=()
+for node in 0 1; do
+  launcher elastic $node "$out/secret" MT_COMM_BACKEND=tcp -- sh -c \
+    '"$0" check --tp 2 --rounds 3 || exit; [ "$MT_RESTART_COUNT" = 0 ] && exec sleep 30; exit 0' "$mt"
+  pids+=($!)
+done
+for _ in $(seq 100); do
+  grep -q '^\[2\] rank 2 of 4' "$out/elastic.node1" && break
+  sleep 0.1
+done
+grep -q '^\[2\] rank 2 of 4' "$out/elastic.node1" || { show elastic; fail "elastic: the job did not start"; }
+for pid in $(ip netns pids "$ns_b"); do kill -KILL "$pid" 2> /dev/null; done
+wait "${pids[@]}" 2> /dev/null # (bash would announce node 1's killed launcher)
+read_status elastic "$started"
+[ "$rc0" = 0 ] || { show elastic; fail "elastic: node 0 exited $rc0, not 0"; }
+awk -v a="$took0" 'BEGIN { exit !(a < 20) }' || { show elastic; fail "elastic: node 0 took ${took0} s"; }
+for want in "the launcher of node 1 disconnected before its workers ended" \
+            "restarting the job \(1 of 1\)" \
+            "attempt 1 runs on 1 node of --nnodes 1:2, 2 workers: this node \(0\) has ranks 0-1" \
+            "^\[1\] rank 1 of 2 on .*\(tcp\).* correct"; do
+  grep -Eq -e "$want" "$out/elastic.node0" || { show elastic; fail "elastic: node 0 never said '$want'"; }
+done
+ok "node 0 named the lost node, restarted alone and ranks 0-1 of 2 ran correctly (${took0} s)"
+check_clean elastic failure
 
 echo "meshtrain launch across two network namespaces: ok ($(elapsed "$begin" "$EPOCHREALTIME") s)"

@@ -8,7 +8,7 @@ fail() { echo "FAIL $*"; failed=1; }
 must_fail() {
   local pattern=$1 log="$scratch/fail.log"; shift
   if "$@" >"$log" 2>&1; then fail "succeeded: $*"; return 0; fi
-  grep -Eq "$pattern" "$log" || { fail "no '$pattern' in the output of: $*"; cat "$log"; }
+  grep -Eq -e "$pattern" "$log" || { fail "no '$pattern' in the output of: $*"; cat "$log"; }
   grep -q "AddressSanitizer\|runtime error" "$log" && { fail "sanitizer report: $*"; cat "$log"; }
   return 0
 }

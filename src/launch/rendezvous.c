@@ -1,0 +1,278 @@
+/* Which launchers run each attempt of a job: every live launcher announces itself, node 0
+ * closes the round (all nodes in, or the missing ones gone, or the last call over) and
+ * publishes the members; group ranks are dense, so a job that lost a node runs on fewer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "launch_internal.h"
+#include "meshtrain/clock.h"
+
+/* How often node 0 looks at the round's announcements. */
+static const double ROUND_POLL_SECONDS = 0.05;
+/* Others wait for node 0's verdict this much longer than node 0 may take to give it. */
+static const double VERDICT_MARGIN_SECONDS = 10.0;
+
+static void nap(double seconds)
+{
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void round_key(char *out, size_t capacity, int attempt, const char *what, int node)
+{
+    if (node >= 0)
+        snprintf(out, capacity, "launch/%d/%s/%d", attempt, what, node);
+    else
+        snprintf(out, capacity, "launch/%d/%s", attempt, what);
+}
+
+void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
+{
+    if (r->min_nodes == r->max_nodes)
+        snprintf(out, capacity, "%d", r->max_nodes);
+    else
+        snprintf(out, capacity, "%d:%d", r->min_nodes, r->max_nodes);
+}
+
+/* ---- settings every launcher must share ---- */
+
+static const char SETTINGS_KEY[] = "launch/settings";
+
+static void settings_text(const rendezvous *r, char *out, size_t capacity)
+{
+    char nnodes[32];
+    rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
+    snprintf(out, capacity, "--nnodes %s --nproc-per-node %d --max-restarts %d", nnodes,
+             r->nproc, r->max_restarts);
+}
+
+mt_status rendezvous_agree_settings(const rendezvous *r)
+{
+    char mine[160], theirs[160];
+    settings_text(r, mine, sizeof mine);
+    if (r->node == 0)
+        return mt_store_set(r->store, SETTINGS_KEY, mine, strlen(mine) + 1);
+    size_t got = 0;
+    mt_status st = mt_store_get(r->store, SETTINGS_KEY, theirs, sizeof theirs - 1, &got);
+    if (st)
+        return mt_fail_context(st, "launch: node %d reading node 0's settings", r->node);
+    theirs[got < sizeof theirs ? got : sizeof theirs - 1] = '\0';
+    if (strcmp(mine, theirs) != 0)
+        return mt_fail(MT_EINVAL, "launch: node %d was started with %s, but node 0 with %s: "
+                                  "every launcher of a job needs the same", r->node, mine, theirs);
+    return MT_OK;
+}
+
+/* ---- the round ---- */
+
+void launch_round_free(launch_round *round)
+{
+    free(round->members);
+    *round = (launch_round){.group_rank = -1};
+}
+
+/* "0, 2, 3" into out (cut with "..." when long). */
+static void list_nodes(const int *nodes, int n, char *out, size_t capacity)
+{
+    size_t used = 0;
+    int i = 0;
+    out[0] = '\0';
+    for (; i < n && used + 16 < capacity; i++)
+        used += (size_t)snprintf(out + used, capacity - used, "%s%d", i ? ", " : "", nodes[i]);
+    if (i < n)
+        snprintf(out + used, capacity - used, ", ...");
+}
+
+/* Parses node 0's verdict "0,1,3" (or "!reason") into the round; `node` finds its group rank. */
+static mt_status parse_members(const char *text, int attempt, int node, int max_nodes,
+                               launch_round *out)
+{
+    if (text[0] == '!')
+        return mt_fail(MT_EPEER, "%s", text + 1);
+    out->members = calloc((size_t)max_nodes, sizeof *out->members);
+    if (!out->members)
+        return mt_fail(MT_ENOMEM, "launch: out of memory");
+    out->attempt = attempt;
+    out->group_rank = -1;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || id < 0 || id >= max_nodes || out->count >= max_nodes ||
+            (out->count > 0 && id <= out->members[out->count - 1]) || (*end && *end != ','))
+            return mt_fail(MT_EPEER, "launch: attempt %d's members '%s' are malformed", attempt,
+                           text);
+        if (id == node)
+            out->group_rank = out->count;
+        out->members[out->count++] = (int)id;
+        p = *end ? end + 1 : end;
+    }
+    if (out->count == 0 || out->members[0] != 0)
+        return mt_fail(MT_EPEER, "launch: attempt %d's members '%s' leave out node 0", attempt,
+                       text);
+    return MT_OK;
+}
+
+typedef enum node_state { NODE_UNSEEN, NODE_IN, NODE_GONE } node_state;
+
+/* The state of one node in the round: announced, or its launcher's connection gone. */
+static mt_status look_at(const rendezvous *r, int attempt, int node, node_state *state)
+{
+    char key[64], host[256];
+    size_t got = 0;
+    int found = 0;
+    round_key(key, sizeof key, attempt, "node", node);
+    mt_status st = mt_store_try_get(r->store, key, host, sizeof host, &got, &found);
+    if (st || found) {
+        *state = found ? NODE_IN : *state;
+        return st;
+    }
+    snprintf(key, sizeof key, "launcher/%d/closed", node);
+    st = mt_store_try_get(r->store, key, host, sizeof host, &got, &found);
+    if (st == MT_OK && found)
+        *state = NODE_GONE;
+    return st;
+}
+
+/* Node 0's side: waits until the round can close, then returns its members (or an error
+ * that says why the job cannot go on, which the others get too). */
+static mt_status close_round(const rendezvous *r, int attempt, const launch_round *previous,
+                             char *verdict, size_t capacity)
+{
+    int max = r->max_nodes;
+    node_state *state = calloc((size_t)max, sizeof *state);
+    /* A restart waits for the previous attempt's nodes; the first attempt for all of them. */
+    unsigned char *expected = calloc((size_t)max, 1);
+    int *listed = calloc((size_t)max, sizeof *listed);
+    if (!state || !expected || !listed) {
+        free(state);
+        free(expected);
+        free(listed);
+        return mt_fail(MT_ENOMEM, "launch: out of memory");
+    }
+    for (int n = 0; n < max; n++)
+        expected[n] = previous == NULL;
+    for (int i = 0; previous && i < previous->count; i++)
+        expected[previous->members[i]] = 1;
+    char nnodes[32];
+    rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
+    double start = mt_clock_seconds(), min_reached = -1;
+    mt_status st = MT_OK;
+    for (;;) {
+        int in = 0, gone = 0, awaited = 0;
+        for (int n = 0; n < max && st == MT_OK; n++) {
+            if (state[n] != NODE_IN)
+                st = look_at(r, attempt, n, &state[n]);
+            in += state[n] == NODE_IN;
+            gone += state[n] == NODE_GONE;
+            awaited += expected[n] && state[n] == NODE_UNSEEN;
+        }
+        if (st)
+            break;
+        double now = mt_clock_seconds();
+        if (in >= r->min_nodes && min_reached < 0)
+            min_reached = now;
+        int closed = in == max || (in >= r->min_nodes &&
+                                   (awaited == 0 || now >= min_reached + r->last_call));
+        if (closed) {
+            int count = 0;
+            for (int n = 0; n < max; n++)
+                if (state[n] == NODE_IN)
+                    listed[count++] = n;
+            size_t used = 0;
+            verdict[0] = '\0';
+            for (int i = 0; i < count && used < capacity; i++)
+                used += (size_t)snprintf(verdict + used, capacity - used, "%s%d", i ? "," : "",
+                                         listed[i]);
+            if (used >= capacity)
+                st = mt_fail(MT_ENOMEM, "launch: the members of %d nodes do not fit", count);
+            break;
+        }
+        char missing[200];
+        int count = 0;
+        if (max - gone < r->min_nodes) {
+            for (int n = 0; n < max; n++)
+                if (state[n] == NODE_GONE)
+                    listed[count++] = n;
+            list_nodes(listed, count, missing, sizeof missing);
+            st = mt_fail(MT_EPEER, "launch: attempt %d cannot start: the launcher of node%s %s "
+                                   "left the job, and --nnodes %s needs at least %d nodes%s",
+                         attempt, count > 1 ? "s" : "", missing, nnodes, r->min_nodes,
+                         r->min_nodes == max ? " (--nnodes MIN:MAX lets a job go on with fewer)"
+                                             : "");
+            break;
+        }
+        if (now >= start + r->join_timeout) {
+            for (int n = 0; n < max; n++)
+                if (state[n] != NODE_IN)
+                    listed[count++] = n;
+            list_nodes(listed, count, missing, sizeof missing);
+            st = mt_fail(MT_EPEER, "launch: waiting %.0f s for the launchers of attempt %d: "
+                                   "%d of the %d nodes that --nnodes %s needs came (missing: "
+                                   "node%s %s)", r->join_timeout, attempt, in, r->min_nodes,
+                         nnodes, count > 1 ? "s" : "", missing);
+            break;
+        }
+        nap(ROUND_POLL_SECONDS);
+    }
+    free(state);
+    free(expected);
+    free(listed);
+    return st;
+}
+
+mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
+                           launch_round *out)
+{
+    *out = (launch_round){.group_rank = -1};
+    char key[64];
+    round_key(key, sizeof key, attempt, "node", r->node);
+    mt_status st = mt_store_set(r->store, key, r->host, strlen(r->host) + 1);
+    if (st)
+        return mt_fail_context(st, "launch: node %d announcing itself", r->node);
+    /* A verdict lists at most every node, each in at most 6 characters. */
+    size_t capacity = (size_t)r->max_nodes * 7 + 512;
+    char *verdict = malloc(capacity);
+    if (!verdict)
+        return mt_fail(MT_ENOMEM, "launch: out of memory");
+    round_key(key, sizeof key, attempt, "members", -1);
+    if (r->node == 0) {
+        st = close_round(r, attempt, previous, verdict, capacity - 1);
+        if (st == MT_OK)
+            st = parse_members(verdict, attempt, 0, r->max_nodes, out);
+        if (st == MT_OK && r->server)
+            mt_store_server_set_world_size(r->server, out->count * r->nproc);
+        if (st) /* the others learn why instead of waiting out their timeout */
+            snprintf(verdict, capacity, "!%s", mt_last_error());
+        mt_status told = mt_store_set(r->store, key, verdict, strlen(verdict) + 1);
+        if (st == MT_OK)
+            st = told;
+    } else {
+        size_t got = 0;
+        double wait = r->join_timeout + r->last_call + VERDICT_MARGIN_SECONDS;
+        const char *keys[] = {key};
+        st = mt_store_wait(r->store, keys, 1, wait);
+        if (st == MT_OK)
+            st = mt_store_get(r->store, key, verdict, capacity - 1, &got);
+        if (st)
+            st = mt_fail_context(st, "launch: node %d waiting %.0f s for node 0 to start "
+                                     "attempt %d", r->node, wait, attempt);
+        else {
+            verdict[got < capacity ? got : capacity - 1] = '\0';
+            st = parse_members(verdict, attempt, r->node, r->max_nodes, out);
+        }
+        if (st == MT_OK && out->group_rank < 0) {
+            char members[200];
+            list_nodes(out->members, out->count, members, sizeof members);
+            st = mt_fail(MT_EPEER, "launch: node %d came too late: attempt %d of the job "
+                                   "started without it, on node%s %s", r->node, attempt,
+                         out->count > 1 ? "s" : "", members);
+        }
+    }
+    free(verdict);
+    if (st)
+        launch_round_free(out);
+    return st;
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Elastic restarts: two launchers (nodes) on loopback train dp4 x zero 2 under --nnodes 1:2;
+# node 1 is lost whole at step 8 (its rank 2 kills its launcher, then itself), and node 0
+# restarts alone, resumes step 6 on dp 2 and ends within 1e-5 of the uninterrupted dp 4 run.
+# The same loss under a fixed --nnodes 2 fails at once, saying why; the last call starts a job
+# without a missing node, and that node, come late, is refused; a round short of MIN fails
+# within the join timeout; launchers with different --nnodes are refused; bad --nnodes values.
+# usage: elastic.sh MESHTRAIN   (also under the sanitizers: a small job)
+set -euo pipefail
+meshtrain=$1
+scratch=
+source "$(dirname "$0")/genesis_setup.sh"
+source "$here/expect.sh"
+
+job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 4 --width 64
+     --batch 24 --steps 12 --warmup 2 --lr 3e-3 --eval_every 6 --eval_seqs 10
+     --sample_tokens 0 --threads 1 --save_every 3 --zero 2)
+umask 077
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$scratch/secret"
+umask 022
+port=$((20000 + $$ % 20000))
+
+# node LOG NODE LAUNCH-OPTIONS... -- COMMAND...: one launcher of the job on 127.0.0.1:$port in
+# the background ($! its pid), bounded in time, its output in LOG.
+node() {
+  local log=$1 rank=$2
+  shift 2
+  # (in a subshell that exits with the status, so bash does not announce a killed launcher)
+  (
+    timeout -k 2 150 "$meshtrain" launch --node-rank "$rank" --master "127.0.0.1:$port" \
+      --secret-file "$scratch/secret" --nproc-per-node 2 --join-timeout 60 "$@" > "$log" 2>&1
+    exit $?
+  ) 2> /dev/null &
+}
+# wait_for VAR PID: waits for the launcher and sets VAR to its exit status.
+wait_for() { local rc=0; wait "$2" || rc=$?; printf -v "$1" %s "$rc"; }
+expect_in() { # FILE PATTERN WHAT
+  grep -Eq -e "$2" "$1" || { fail "$3: no '$2' in $1"; sed 's/^/    /' "$1" | tail -n 25; }
+}
+
+# --- a node lost whole: the job goes on, on the node left ---------------------------------
+reference="$scratch/uninterrupted"
+train_into "$reference" --nproc 4
+out="$scratch/elastic"
+port=$((port + 1))
+MT_INJECT_FAULT=kill_node@2:8 node "$out.node0" 0 --nnodes 1:2 --max-restarts 1 -- \
+  "$meshtrain" train "${job[@]}" --out "$out"
+pid0=$!
+MT_INJECT_FAULT=kill_node@2:8 node "$out.node1" 1 --nnodes 1:2 --max-restarts 1 -- \
+  "$meshtrain" train "${job[@]}" --out "$out"
+pid1=$!
+wait_for rc0 $pid0; wait_for rc1 $pid1
+[ "$rc1" = 137 ] || fail "node 1's launcher was to die of SIGKILL (137), not exit $rc1"
+[ "$rc0" = 0 ] || fail "node 0 did not go on alone: exit $rc0"
+expect_in "$out.node0" "the launcher of node 1 disconnected before its workers ended" "lost node"
+expect_in "$out.node0" "restarting the job \(1 of 1\)" "restart"
+expect_in "$out.node0" "attempt 1 runs on 1 node of --nnodes 1:2, 2 workers: this node \(0\) has ranks 0-1" "shrink"
+expect_in "$out.node0" "\[0\] resumed from '.*/ckpt/step_6' at step 6" "resume"
+expect_in "$out.node0" "dp 2, zero 2" "dp 2"
+/usr/bin/python3 "$here/compare_runs.py" "$reference" "$out" 1e-5 || fail "the shrunk job left the run"
+left=$(pgrep -f -- "--out $out" || true)
+[ -z "$left" ] || fail "processes of the lost node left: $(ps -o pid=,args= -p "${left//$'\n'/,}")"
+[ "$failed" = 0 ] && echo "ok node 1 lost at step 8 under --nnodes 1:2: restarted on node 0 alone (dp 2) from step 6, within 1e-5"
+
+# --- the same loss under a fixed --nnodes 2: a clear error at once, not the join timeout ---
+out="$scratch/fixed"
+port=$((port + 1))
+started=$SECONDS
+MT_INJECT_FAULT=kill_node@2:8 node "$out.node0" 0 --nnodes 2 --max-restarts 1 -- \
+  "$meshtrain" train "${job[@]}" --out "$out"
+pid0=$!
+MT_INJECT_FAULT=kill_node@2:8 node "$out.node1" 1 --nnodes 2 --max-restarts 1 -- \
+  "$meshtrain" train "${job[@]}" --out "$out"
+pid1=$!
+wait_for rc0 $pid0; wait_for rc1 $pid1
+[ "$rc0" = 1 ] || fail "fixed --nnodes 2: node 0 exited $rc0, not 1"
+expect_in "$out.node0" "error: launch: attempt 1 cannot start: the launcher of node 1 left the job, and --nnodes 2 needs at least 2 nodes \(--nnodes MIN:MAX lets a job go on with fewer\)" "fixed"
+[ $((SECONDS - started)) -lt 50 ] || fail "fixed --nnodes 2 took $((SECONDS - started)) s to fail"
+[ "$failed" = 0 ] && echo "ok the same loss under --nnodes 2 fails at once ($((SECONDS - started)) s): $(grep -o 'attempt 1 cannot start[^(]*' "$out.node0")"
+
+# --- the last call: a job of 2 nodes under --nnodes 2:3; node 2, late, is refused ----------
+say_rank='echo "rank $RANK of $WORLD_SIZE, group $GROUP_RANK"; sleep 2'
+log="$scratch/lastcall"
+port=$((port + 1))
+node "$log.node0" 0 --nnodes 2:3 --last-call 1 -- sh -c "$say_rank"
+pid0=$!
+node "$log.node1" 1 --nnodes 2:3 --last-call 1 -- sh -c "$say_rank"
+pid1=$!
+for _ in $(seq 150); do
+  grep -q "attempt 0 runs" "$log.node0" && break
+  sleep 0.1
+done
+node "$log.node2" 2 --nnodes 2:3 --last-call 1 -- sh -c "$say_rank"
+wait_for rc2 $!; wait_for rc0 $pid0; wait_for rc1 $pid1
+[ "$rc0 $rc1 $rc2" = "0 0 1" ] || fail "last call: the launchers exited $rc0, $rc1, $rc2 (want 0 0 1)"
+expect_in "$log.node0" "attempt 0 runs on 2 nodes of --nnodes 2:3, 4 workers: this node \(0\) has ranks 0-1" "last call"
+expect_in "$log.node1" "\[3\] rank 3 of 4, group 1" "group rank"
+expect_in "$log.node2" "error: launch: node 2 came too late: attempt 0 of the job started without it, on nodes 0, 1" "late node"
+[ "$failed" = 0 ] && echo "ok --nnodes 2:3 --last-call 1 started on nodes 0 and 1 (4 workers); node 2, late, refused"
+
+# --- short of MIN within the join timeout; settings that differ; bad --nnodes --------------
+port=$((port + 1))
+must_fail "error: launch: waiting 2 s for the launchers of attempt 0: 1 of the 2 nodes that --nnodes 2:3 needs came \(missing: nodes 1, 2\)" \
+  timeout 30 "$meshtrain" launch --nnodes 2:3 --node-rank 0 --master "127.0.0.1:$port" \
+  --secret-file "$scratch/secret" --nproc-per-node 1 --join-timeout 2 -- true
+log="$scratch/differ"
+port=$((port + 1))
+node "$log.node0" 0 --nnodes 1:2 --last-call 30 -- sh -c "$say_rank"
+pid0=$!
+node "$log.node1" 1 --nnodes 2 -- sh -c "$say_rank"
+wait_for rc1 $!; wait_for rc0 $pid0
+[ "$rc0 $rc1" = "0 1" ] || fail "differing --nnodes: the launchers exited $rc0, $rc1 (want 0 1)"
+expect_in "$log.node1" "error: launch: node 1 was started with --nnodes 2 --nproc-per-node 2 --max-restarts 0, but node 0 with --nnodes 1:2 --nproc-per-node 2 --max-restarts 0: every launcher of a job needs the same" "differing settings"
+expect_in "$log.node0" "\[1\] rank 1 of 2, group 0" "node 0 alone"
+for bad in "3:2|MIN 3 is above M 2" "0:2|--nnodes MIN '0'" "x|--nnodes 'x'" "1:|--nnodes M ''"; do
+  must_fail "${bad#*|}" "$meshtrain" launch --nnodes "${bad%%|*}" --nproc-per-node 1 -- true
+done
+[ "$failed" = 0 ] && echo "ok short of MIN, differing settings and bad --nnodes are clear errors"
+exit $failed
