@@ -16,7 +16,7 @@ typedef struct mt_launch_options {
     int nnodes, node_rank;
     /* Elastic: an attempt may start with as few as min_nnodes nodes (0: nnodes, all), so a
      * restart goes on without a lost node. Once min_nnodes are in, the others get
-     * last_call_seconds more (0: 30) unless they are known to have left. */
+     * last_call_seconds more (negative: 30) unless they are known to have left. */
     int min_nnodes;
     double last_call_seconds;
     /* The store: node 0 binds master_host:master_port, every launcher and worker connects

@@ -50,9 +50,10 @@ typedef struct mt_store_server_config {
 /* Starts a server thread. A port in use is an error that says so (another job's store?). */
 mt_status mt_store_server_start(const mt_store_server_config *config, mt_store_server **out);
 int mt_store_server_port(const mt_store_server *server);
-/* An elastic job's next round runs on another world: ranks joining from now on must give this
- * size (ranks already joined are not asked again). */
-void mt_store_server_set_world_size(mt_store_server *server, int world_size);
+/* An elastic job's launchers begin a round (an attempt) on this world: ranks joining from now
+ * on must give its size, and a rank still connected from an earlier round (a worker that
+ * outlived its lost launcher) gives way to a new one that claims its number. */
+void mt_store_server_begin_round(mt_store_server *server, int world_size);
 void mt_store_server_stop(mt_store_server *server);
 
 /* ---- Client ---- */

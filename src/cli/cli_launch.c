@@ -89,7 +89,7 @@ static int parse_master(const char *text, char *host, size_t capacity, int *port
 
 int cli_launch(int argc, char **argv)
 {
-    mt_launch_options o = {.grace_seconds = 3.0, .prefix_output = 1};
+    mt_launch_options o = {.grace_seconds = 3.0, .prefix_output = 1, .last_call_seconds = -1};
     static char master_host[256];
     const char *secret_file = NULL;
     int i = 0;

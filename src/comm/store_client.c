@@ -420,7 +420,7 @@ static mt_status open_connection(mt_store *s, const char *host, int port, double
         if (connected == 1 && is_self_connection(fd))
             connected = 0;
         if (connected == 1) {
-            store_set_nodelay(fd);
+            store_tune_socket(fd);
             s->fd = fd;
             return MT_OK;
         }

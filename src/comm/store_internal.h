@@ -7,8 +7,10 @@
 
 #include "meshtrain/status.h"
 
-/* Disables Nagle: requests are small and latency-bound. */
-void store_set_nodelay(int fd);
+/* Disables Nagle (requests are small and latency-bound) and makes a dead peer's connection
+ * fail within about 30 s even when its host vanished without closing it (keepalive probes,
+ * TCP_USER_TIMEOUT). */
+void store_tune_socket(int fd);
 /* Resolves an IPv4 host name or address ("localhost", "10.0.0.1") with the port set. */
 mt_status store_resolve_ipv4(const char *host, int port, struct sockaddr_in *out);
 

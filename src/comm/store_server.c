@@ -40,11 +40,23 @@ struct mt_store_server {
     struct pollfd *polls; /* sized with connections so the loop never allocates to poll */
 };
 
-/* Requests are small and latency-bound; Nagle would hold each one back for an ACK. */
-void store_set_nodelay(int fd)
+/* A peer whose host vanished (power, panic, a cut cable) closes nothing: without probes its
+ * connection would look alive forever, and a launcher would wait forever for a lost node. */
+static const int DEAD_PEER_SECONDS = 30;
+
+void store_tune_socket(int fd)
 {
-    int one = 1;
+    /* Requests are small and latency-bound; Nagle would hold each one back for an ACK. */
+    int one = 1, idle = DEAD_PEER_SECONDS / 3, interval = DEAD_PEER_SECONDS / 6, probes = 4;
+    unsigned int unacked_ms = DEAD_PEER_SECONDS * 1000u;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* An idle connection is probed (after idle + probes x interval s without an answer it
+     * fails); data left unacknowledged that long fails it too. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_ms, sizeof unacked_ms);
 }
 
 mt_status store_resolve_ipv4(const char *host, int port, struct sockaddr_in *out)
@@ -177,7 +189,7 @@ static int accept_connections(mt_store_server *s)
                 continue;
             return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
         }
-        store_set_nodelay(fd);
+        store_tune_socket(fd);
         if (add_connection(s, fd) != 0) {
             close(fd);
             return -1;
@@ -344,9 +356,10 @@ mt_status mt_store_server_start(const mt_store_server_config *config, mt_store_s
 
 int mt_store_server_port(const mt_store_server *server) { return server->port; }
 
-void mt_store_server_set_world_size(mt_store_server *server, int world_size)
+void mt_store_server_begin_round(mt_store_server *server, int world_size)
 {
     atomic_store(&server->service.world_size, world_size);
+    atomic_fetch_add(&server->service.round, 1);
 }
 
 void mt_store_server_stop(mt_store_server *server)

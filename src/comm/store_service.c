@@ -14,6 +14,7 @@ void store_service_init(store_service *s, const mt_store_secret *secret, int wor
     memset(s, 0, sizeof *s);
     s->secret = *secret;
     atomic_init(&s->world_size, world_size);
+    atomic_init(&s->round, 0);
     s->launchers = launchers;
 }
 
@@ -142,22 +143,44 @@ store_peer *store_peer_open(store_service *s, double join_deadline)
     return p;
 }
 
-/* A launcher whose connection ends leaves "launcher/<node>/closed" (its host) behind: the
- * other launchers learn that it is gone instead of waiting for it forever. */
-static void note_launcher_gone(store_service *s, const store_peer *p)
+/* Sets key to value (text) from the server's side. */
+static void put_text(store_service *s, const char *key, const char *value)
 {
-    char key[64];
-    int key_len = snprintf(key, sizeof key, "launcher/%u/closed", p->who.id);
-    size_t host_len = strlen(p->who.host);
-    unsigned char *data = malloc((size_t)key_len + host_len + 1);
+    size_t key_len = strlen(key), value_len = strlen(value);
+    unsigned char *data = malloc(key_len + value_len + 1);
     if (!data)
         return;
-    memcpy(data, key, (size_t)key_len);
-    memcpy(data + key_len, p->who.host, host_len);
-    if (!put_entry(s, data, (uint32_t)key_len, (uint32_t)host_len))
+    memcpy(data, key, key_len);
+    memcpy(data + key_len, value, value_len);
+    if (!put_entry(s, data, (uint32_t)key_len, (uint32_t)value_len))
         free(data);
     else
         wake_waiters(s);
+}
+
+/* A launcher whose connection ends leaves "launcher/<node>/closed" (its host) behind: the
+ * other launchers learn that it is gone instead of waiting for it forever. The count of such
+ * departures ("launchers/left") lets them poll one key while all is well. */
+static void note_launcher_gone(store_service *s, const store_peer *p)
+{
+    char key[64], count[24];
+    snprintf(key, sizeof key, "launcher/%u/closed", p->who.id);
+    put_text(s, key, p->who.host);
+    s->launchers_left++;
+    snprintf(count, sizeof count, "%llu", (unsigned long long)s->launchers_left);
+    put_text(s, "launchers/left", count);
+}
+
+/* A launcher (re)joining under a node rank is not gone, whatever an earlier one did. */
+static void forget_launcher_gone(store_service *s, const store_peer *p)
+{
+    char key[64];
+    int key_len = snprintf(key, sizeof key, "launcher/%u/closed", p->who.id);
+    store_entry *e = find_entry(s, (const unsigned char *)key, (uint32_t)key_len);
+    if (e) {
+        free(e->data);
+        *e = s->entries[--s->entry_count];
+    }
 }
 
 void store_peer_close(store_service *s, store_peer *p)
@@ -206,14 +229,14 @@ static const char *role_name(uint8_t role)
 }
 
 /* Another live peer that joined as the same rank (or launcher). */
-static const store_peer *find_duplicate(const store_service *s, const store_peer *p)
+static store_peer *find_duplicate(const store_service *s, const store_peer *p)
 {
     if (p->who.role == MT_STORE_TOOL)
         return NULL;
     for (size_t i = 0; i < s->peer_count; i++) {
-        const store_peer *q = s->peers[i];
-        if (q != p && q->joined && q->state != PEER_CLOSED && q->who.role == p->who.role &&
-            q->who.id == p->who.id)
+        store_peer *q = s->peers[i];
+        if (q != p && q->joined && q->state != PEER_CLOSED && q->state != PEER_CLOSING &&
+            q->who.role == p->who.role && q->who.id == p->who.id)
             return q;
     }
     return NULL;
@@ -254,7 +277,14 @@ static void handle_join(store_service *s, store_peer *p)
         store_peer_refuse(p, message);
         return;
     }
-    const store_peer *twin = find_duplicate(s, p);
+    store_peer *twin = find_duplicate(s, p);
+    int round = atomic_load(&s->round);
+    if (twin && w->role == MT_STORE_RANK && twin->round != round) {
+        snprintf(message, sizeof message, "rank %u of an earlier attempt: the job's new round "
+                 "gave its number to pid %u on %s", twin->who.id, w->pid, w->host);
+        store_peer_refuse(twin, message);
+        twin = NULL;
+    }
     if (twin) {
         snprintf(message, sizeof message,
                  "%s %u has already joined this job (pid %u on %s); refusing pid %u on %s: "
@@ -266,6 +296,9 @@ static void handle_join(store_service *s, store_peer *p)
         return;
     }
     p->joined = 1;
+    p->round = round;
+    if (w->role == MT_STORE_LAUNCHER)
+        forget_launcher_gone(s, p);
     unsigned char proof[STORE_MAC_BYTES];
     store_accept_mac(&s->secret, w->nonce, p->nonce, proof);
     reply(p, STORE_OK, proof, sizeof proof);

@@ -26,6 +26,7 @@ typedef struct store_peer {
     int joined;                 /* JOIN accepted: requests are served */
     double join_deadline;       /* the socket layer drops peers that stay silent past it */
     store_join who;             /* valid once joined */
+    int round;                  /* the service's round when it joined */
     unsigned char nonce[STORE_NONCE_BYTES];
     unsigned char header[STORE_HEADER_BYTES];
     size_t header_got;
@@ -41,11 +42,15 @@ typedef struct store_service {
     /* 0: not checked. The world follows an elastic job from round to round: the launcher
      * sets it from its own thread while this one serves joins. */
     atomic_int world_size;
+    /* Bumped when an elastic job's launchers begin a round: a rank still connected from an
+     * earlier one (a worker that outlived its lost launcher) gives way to the new holder. */
+    atomic_int round;
     int launchers;
     store_entry *entries;
     size_t entry_count, entry_capacity;
     store_peer **peers; /* every live peer, for waking waiters and spotting duplicates */
     size_t peer_count, peer_capacity;
+    uint64_t launchers_left; /* launchers whose connection ended ("launchers/left") */
 } store_service;
 
 void store_service_init(store_service *s, const mt_store_secret *secret, int world_size,

@@ -50,7 +50,7 @@ typedef struct worker_set {
 } worker_set;
 
 /* The variables one worker gets on top of the inherited environment ("NAME=value" strings). */
-enum { WORKER_VARIABLES = 12 };
+enum { WORKER_VARIABLES = 13 };
 
 /* Resolves the command, builds each worker's environment from `variables` (count x
  * WORKER_VARIABLES strings, which the set copies) and picks CPUs. */
@@ -84,6 +84,9 @@ typedef struct rendezvous {
     double join_timeout;     /* how long a round may wait for its first MIN nodes */
     double last_call;        /* then, how long for the rest of the nodes it expects */
     const char *host;
+    /* A SIGINT or SIGTERM taken by the launcher (its number), or 0: ends the round. */
+    int (*stop_signal)(void *agent);
+    void *agent;
 } rendezvous;
 
 typedef struct launch_round {

@@ -43,6 +43,8 @@ typedef struct agent {
     int nodes, nproc, world, first_rank;
     rendezvous rdv;
     launch_round round;
+    int attempt; /* the latest one begun */
+    char launchers_left[24]; /* the store's count of departed launchers, as last seen */
     char host[256];
     char master_host[256];
     int master_port;
@@ -287,9 +289,23 @@ static int failure_elsewhere(agent *a, int attempt, attempt_outcome *out)
 }
 
 /* While the workers run, no launcher of the attempt leaves: one that did was lost with its
- * node. Returns 1 (and fills out) when one is gone or the store cannot tell. */
+ * node. Returns 1 (and fills out) when one is gone or the store cannot tell. The members are
+ * looked at only when the store's count of departures moved, so a poll is one request. */
 static int other_node_lost(agent *a, int attempt, attempt_outcome *out)
 {
+    char left[sizeof a->launchers_left];
+    size_t got = 0;
+    int found = 0;
+    if (mt_store_try_get(a->store, "launchers/left", left, sizeof left - 1, &got, &found) !=
+        MT_OK) {
+        snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
+                 a->o->node_rank, mt_last_error());
+        return 1;
+    }
+    left[found ? got : 0] = '\0';
+    if (strcmp(left, a->launchers_left) == 0)
+        return 0;
+    memcpy(a->launchers_left, left, sizeof left);
     for (int i = 0; i < a->round.count; i++) {
         int node = a->round.members[i], gone = 0;
         if (node == a->o->node_rank)
@@ -365,6 +381,14 @@ static int take_signals(agent *a, int *dump_asked)
             *dump_asked = 1;
     }
     return forwarded;
+}
+
+/* The rendezvous's view of the signals: a forwarded one ends a round (a dump request, with
+ * no workers to ask, is dropped). */
+static int stop_signal_of(void *context)
+{
+    int dump_asked = 0;
+    return take_signals(context, &dump_asked);
 }
 
 static void wait_for_events(agent *a, worker_set *s, double seconds)
@@ -452,7 +476,8 @@ static char **worker_variables(const agent *a, int attempt)
                  asprintf(&w[8], "MT_RESTART_COUNT=%d", attempt) > 0 &&
                  asprintf(&w[9], "MT_FLIGHT_RECORDER_DIR=%s", a->dump_dir) > 0 &&
                  asprintf(&w[10], "GROUP_RANK=%d", a->round.group_rank) > 0 &&
-                 asprintf(&w[11], "MT_COMM_TCP_HOST=%s", a->tcp_host) > 0;
+                 asprintf(&w[11], "MT_COMM_TCP_HOST=%s", a->tcp_host) > 0 &&
+                 asprintf(&w[12], "GROUP_WORLD_SIZE=%d", a->nodes) > 0;
         if (!ok)
             return v; /* the NULL left in the table is reported by the caller */
     }
@@ -544,9 +569,13 @@ static void lost_store(agent *a, attempt_outcome *out)
 }
 
 /* Waits until every node's launcher finished the attempt (or disconnected), so that node 0
- * keeps the store up while others still use it and every node learns of a late failure. */
+ * keeps the store up while others still use it and every node learns of a late failure.
+ * After a failure every node stops its workers within the grace period: one that has not
+ * ended the attempt within the join timeout is taken for lost (hung, or cut off without its
+ * connection closing yet). A success has no such bound: rank 0 may still be writing. */
 static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
 {
+    double deadline = mt_clock_seconds() + a->join_timeout;
     char key[64];
     key_of(key, sizeof key, attempt, "ended", a->o->node_rank);
     if (mt_store_set(a->store, key, out->failed ? "failed" : "ok", 3) != MT_OK) {
@@ -570,9 +599,14 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
             }
             if (found)
                 break;
-            if (gone) {
+            if (gone || (out->failed && mt_clock_seconds() > deadline)) {
                 node_lost(a, attempt, node, out);
                 break;
+            }
+            int sig = stop_signal_of(a);
+            if (sig) { /* the workers are gone: nothing to forward; the others see us leave */
+                out->interrupted = sig;
+                return;
             }
             nap(0.1);
         }
@@ -581,16 +615,21 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
         out->failed = failure_elsewhere(a, attempt, out);
 }
 
-/* Node 0, at the end: the store stays up until every other launcher has left it (at most
- * 30 s), so none loses it while it reads the job's last keys. */
+/* Node 0, at the end: the store stays up until every other launcher that came to the last
+ * round has left it (at most 30 s), so none loses it while it reads the job's last keys (a
+ * failed round's reason among them). */
 static void wait_for_launchers_to_leave(agent *a)
 {
     double deadline = mt_clock_seconds() + (a->join_timeout < 30 ? a->join_timeout : 30);
-    for (int i = 1; i < a->round.count; i++) {
-        int node = a->round.members[i], gone = 0;
-        while (launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline) {
+    for (int node = 1; node < a->rdv.max_nodes; node++) {
+        char key[64], host[256];
+        size_t got = 0;
+        int came = 0, gone = 0;
+        key_of(key, sizeof key, a->attempt, "node", node);
+        if (mt_store_try_get(a->store, key, host, sizeof host, &got, &came) != MT_OK)
+            return;
+        while (came && launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline)
             nap(0.02);
-        }
     }
 }
 
@@ -628,8 +667,8 @@ static mt_status check_options(const mt_launch_options *o, char *const argv[])
     if (o->min_nnodes < 0 || o->min_nnodes > nodes)
         return mt_fail(MT_EINVAL, "launch: --nnodes %d:%d: the least nodes must be 1..%d",
                        o->min_nnodes, nodes, nodes);
-    if (!(o->last_call_seconds >= 0))
-        return mt_fail(MT_EINVAL, "launch: --last-call must be non-negative seconds");
+    if (o->last_call_seconds != o->last_call_seconds)
+        return mt_fail(MT_EINVAL, "launch: --last-call is not a number of seconds");
     if (o->node_rank < 0 || o->node_rank >= nodes)
         return mt_fail(MT_EINVAL, "launch: --node-rank %d is outside 0..%d", o->node_rank,
                        nodes - 1);
@@ -663,8 +702,8 @@ static mt_status setup(agent *a)
         .node = o->node_rank, .min_nodes = o->min_nnodes > 0 ? o->min_nnodes : max_nodes,
         .max_nodes = max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
         .join_timeout = a->join_timeout,
-        .last_call = o->last_call_seconds > 0 ? o->last_call_seconds : DEFAULT_LAST_CALL_SECONDS,
-        .host = a->host};
+        .last_call = o->last_call_seconds >= 0 ? o->last_call_seconds : DEFAULT_LAST_CALL_SECONDS,
+        .host = a->host, .stop_signal = stop_signal_of, .agent = a};
     a->round = (launch_round){.group_rank = -1};
     snprintf(a->master_host, sizeof a->master_host, "%s",
              o->master_host && o->master_host[0] ? o->master_host : "127.0.0.1");
@@ -702,6 +741,7 @@ static void teardown(agent *a, int keep_dumps)
 static mt_status begin_attempt(agent *a, int attempt)
 {
     launch_round round;
+    a->attempt = attempt;
     mt_status st = rendezvous_round(&a->rdv, attempt, attempt ? &a->round : NULL, &round);
     if (st)
         return st;
@@ -712,11 +752,15 @@ static mt_status begin_attempt(agent *a, int attempt)
     a->world = round.count * a->nproc;
     a->first_rank = round.group_rank * a->nproc;
     if (changed) {
-        char nnodes[32];
+        char nnodes[32], members[200];
+        size_t used = 0;
         rendezvous_describe_nnodes(&a->rdv, nnodes, sizeof nnodes);
-        say(a, "attempt %d runs on %d node%s of --nnodes %s, %d workers: this node (%d) has "
-               "ranks %d-%d", attempt, a->nodes, a->nodes > 1 ? "s" : "", nnodes, a->world,
-            a->o->node_rank, a->first_rank, a->first_rank + a->nproc - 1);
+        for (int i = 0; i < round.count && used + 16 < sizeof members; i++)
+            used += (size_t)snprintf(members + used, sizeof members - used, "%s%d",
+                                     i ? ", " : "", round.members[i]);
+        say(a, "attempt %d runs on %d node%s of --nnodes %s (%s), %d workers: this node (%d) "
+               "has ranks %d-%d", attempt, a->nodes, a->nodes > 1 ? "s" : "", nnodes, members,
+            a->world, a->o->node_rank, a->first_rank, a->first_rank + a->nproc - 1);
     }
     return MT_OK;
 }
@@ -726,10 +770,16 @@ static mt_status run_attempts(agent *a, mt_launch_result *result)
     for (int attempt = 0;; attempt++) {
         mt_status st = begin_attempt(a, attempt);
         attempt_outcome out = {.failed_rank = -1};
-        if (st == MT_OK)
-            st = run_workers(a, attempt, &out);
         if (st)
             return st;
+        if ((st = run_workers(a, attempt, &out)) != MT_OK && !out.failed) {
+            /* This node could not run its workers (fork, pipes): the others must hear it as
+             * the attempt's failure, not take this node for lost. */
+            snprintf(out.failure, sizeof out.failure, "node %d could not start its workers: %s",
+                     a->o->node_rank, mt_last_error());
+            out.failed = 1;
+            publish_failure(a, attempt, &out);
+        }
         if (out.failed && a->nodes > 1)
             exchange_dumps(a, attempt, 1);
         wait_for_all_nodes(a, attempt, &out);

@@ -1,6 +1,7 @@
 /* Which launchers run each attempt of a job: every live launcher announces itself, node 0
  * closes the round (all nodes in, or the missing ones gone, or the last call over) and
  * publishes the members; group ranks are dense, so a job that lost a node runs on fewer. */
+#define _GNU_SOURCE /* strsignal */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,17 +41,20 @@ void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
 
 static const char SETTINGS_KEY[] = "launch/settings";
 
+/* The timeouts belong here too: a launcher that gave up on a round sooner than node 0 would
+ * leave a job that node 0 goes on with. */
 static void settings_text(const rendezvous *r, char *out, size_t capacity)
 {
     char nnodes[32];
     rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
-    snprintf(out, capacity, "--nnodes %s --nproc-per-node %d --max-restarts %d", nnodes,
-             r->nproc, r->max_restarts);
+    snprintf(out, capacity, "--nnodes %s --nproc-per-node %d --max-restarts %d --join-timeout "
+             "%g --last-call %g", nnodes, r->nproc, r->max_restarts, r->join_timeout,
+             r->last_call);
 }
 
 mt_status rendezvous_agree_settings(const rendezvous *r)
 {
-    char mine[160], theirs[160];
+    char mine[256], theirs[256];
     settings_text(r, mine, sizeof mine);
     if (r->node == 0)
         return mt_store_set(r->store, SETTINGS_KEY, mine, strlen(mine) + 1);
@@ -136,6 +140,53 @@ static mt_status look_at(const rendezvous *r, int attempt, int node, node_state 
     return st;
 }
 
+/* Why the round must end now: a SIGINT or SIGTERM to the launcher. */
+static mt_status check_stop(const rendezvous *r, int attempt)
+{
+    int sig = r->stop_signal ? r->stop_signal(r->agent) : 0;
+    if (sig)
+        return mt_fail(MT_EPEER, "launch: interrupted by signal %d (%s) while the launchers met "
+                                 "for attempt %d", sig, strsignal(sig), attempt);
+    return MT_OK;
+}
+
+/* "node 2" or "nodes 1, 3": those in state `want` (and in `only`, unless NULL), into out;
+ * returns how many. */
+static int name_nodes(const node_state *state, const unsigned char *only, int max,
+                      node_state want, int *scratch, char *out, size_t capacity)
+{
+    int count = 0;
+    for (int n = 0; n < max; n++)
+        if (state[n] == want && (!only || only[n]))
+            scratch[count++] = n;
+    int used = snprintf(out, capacity, "node%s ", count > 1 ? "s" : "");
+    list_nodes(scratch, count, out + used, capacity - (size_t)used);
+    return count;
+}
+
+/* Node 0, about to close: a node that announced and then left (its launcher died during the
+ * last call) is no member; returns 1 when one was found (the round is weighed again). */
+static mt_status recheck_members(const rendezvous *r, node_state *state, int *left)
+{
+    *left = 0;
+    for (int n = 1; n < r->max_nodes; n++) {
+        if (state[n] != NODE_IN)
+            continue;
+        char key[64], host[256];
+        size_t got = 0;
+        int found = 0;
+        snprintf(key, sizeof key, "launcher/%d/closed", n);
+        mt_status st = mt_store_try_get(r->store, key, host, sizeof host, &got, &found);
+        if (st)
+            return st;
+        if (found) {
+            state[n] = NODE_GONE;
+            *left = 1;
+        }
+    }
+    return MT_OK;
+}
+
 /* Node 0's side: waits until the round can close, then returns its members (or an error
  * that says why the job cannot go on, which the others get too). */
 static mt_status close_round(const rendezvous *r, int attempt, const launch_round *previous,
@@ -143,7 +194,8 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
 {
     int max = r->max_nodes;
     node_state *state = calloc((size_t)max, sizeof *state);
-    /* A restart waits for the previous attempt's nodes; the first attempt for all of them. */
+    /* A restart waits for the previous attempt's nodes (no other can come: a launcher that
+     * starts late starts at attempt 0 and is refused); the first attempt for all of them. */
     unsigned char *expected = calloc((size_t)max, 1);
     int *listed = calloc((size_t)max, sizeof *listed);
     if (!state || !expected || !listed) {
@@ -156,17 +208,18 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
         expected[n] = previous == NULL;
     for (int i = 0; previous && i < previous->count; i++)
         expected[previous->members[i]] = 1;
-    char nnodes[32];
+    char nnodes[32], missing[240], left[240];
     rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
     double start = mt_clock_seconds(), min_reached = -1;
     mt_status st = MT_OK;
     for (;;) {
-        int in = 0, gone = 0, awaited = 0;
+        if ((st = check_stop(r, attempt)))
+            break;
+        int in = 0, awaited = 0;
         for (int n = 0; n < max && st == MT_OK; n++) {
             if (state[n] != NODE_IN)
                 st = look_at(r, attempt, n, &state[n]);
             in += state[n] == NODE_IN;
-            gone += state[n] == NODE_GONE;
             awaited += expected[n] && state[n] == NODE_UNSEEN;
         }
         if (st)
@@ -174,9 +227,14 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
         double now = mt_clock_seconds();
         if (in >= r->min_nodes && min_reached < 0)
             min_reached = now;
-        int closed = in == max || (in >= r->min_nodes &&
-                                   (awaited == 0 || now >= min_reached + r->last_call));
-        if (closed) {
+        int closable = in == max || (in >= r->min_nodes &&
+                                     (awaited == 0 || now >= min_reached + r->last_call));
+        if (closable) {
+            int departed = 0;
+            if ((st = recheck_members(r, state, &departed)))
+                break;
+            if (departed)
+                continue;
             int count = 0;
             for (int n = 0; n < max; n++)
                 if (state[n] == NODE_IN)
@@ -190,29 +248,22 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
                 st = mt_fail(MT_ENOMEM, "launch: the members of %d nodes do not fit", count);
             break;
         }
-        char missing[200];
-        int count = 0;
-        if (max - gone < r->min_nodes) {
-            for (int n = 0; n < max; n++)
-                if (state[n] == NODE_GONE)
-                    listed[count++] = n;
-            list_nodes(listed, count, missing, sizeof missing);
-            st = mt_fail(MT_EPEER, "launch: attempt %d cannot start: the launcher of node%s %s "
-                                   "left the job, and --nnodes %s needs at least %d nodes%s",
-                         attempt, count > 1 ? "s" : "", missing, nnodes, r->min_nodes,
+        int gone = name_nodes(state, NULL, max, NODE_GONE, listed, left, sizeof left);
+        if (in + awaited < r->min_nodes) {
+            st = mt_fail(MT_EPEER, "launch: attempt %d cannot start: the launcher of %s left "
+                                   "the job, and --nnodes %s needs at least %d nodes%s",
+                         attempt, left, nnodes, r->min_nodes,
                          r->min_nodes == max ? " (--nnodes MIN:MAX lets a job go on with fewer)"
                                              : "");
             break;
         }
-        if (now >= start + r->join_timeout) {
-            for (int n = 0; n < max; n++)
-                if (state[n] != NODE_IN)
-                    listed[count++] = n;
-            list_nodes(listed, count, missing, sizeof missing);
+        /* The join timeout bounds the wait for MIN; the last call, the rest. */
+        if (in < r->min_nodes && now >= start + r->join_timeout) {
+            name_nodes(state, expected, max, NODE_UNSEEN, listed, missing, sizeof missing);
             st = mt_fail(MT_EPEER, "launch: waiting %.0f s for the launchers of attempt %d: "
                                    "%d of the %d nodes that --nnodes %s needs came (missing: "
-                                   "node%s %s)", r->join_timeout, attempt, in, r->min_nodes,
-                         nnodes, count > 1 ? "s" : "", missing);
+                                   "%s%s%s)", r->join_timeout, attempt, in, r->min_nodes,
+                         nnodes, missing, gone ? "; left: " : "", gone ? left : "");
             break;
         }
         nap(ROUND_POLL_SECONDS);
@@ -243,22 +294,29 @@ mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round 
         if (st == MT_OK)
             st = parse_members(verdict, attempt, 0, r->max_nodes, out);
         if (st == MT_OK && r->server)
-            mt_store_server_set_world_size(r->server, out->count * r->nproc);
+            mt_store_server_begin_round(r->server, out->count * r->nproc);
         if (st) /* the others learn why instead of waiting out their timeout */
             snprintf(verdict, capacity, "!%s", mt_last_error());
         mt_status told = mt_store_set(r->store, key, verdict, strlen(verdict) + 1);
         if (st == MT_OK)
             st = told;
     } else {
+        /* Polled rather than waited for, so that a Ctrl-C is taken at once. */
         size_t got = 0;
+        int found = 0;
         double wait = r->join_timeout + r->last_call + VERDICT_MARGIN_SECONDS;
-        const char *keys[] = {key};
-        st = mt_store_wait(r->store, keys, 1, wait);
-        if (st == MT_OK)
-            st = mt_store_get(r->store, key, verdict, capacity - 1, &got);
+        double deadline = mt_clock_seconds() + wait;
+        while (st == MT_OK && !found) {
+            st = mt_store_try_get(r->store, key, verdict, capacity - 1, &got, &found);
+            if (st == MT_OK && !found && (st = check_stop(r, attempt)) == MT_OK) {
+                if (mt_clock_seconds() > deadline)
+                    st = mt_fail(MT_EPEER, "no word from node 0 after %.0f s", wait);
+                nap(ROUND_POLL_SECONDS);
+            }
+        }
         if (st)
-            st = mt_fail_context(st, "launch: node %d waiting %.0f s for node 0 to start "
-                                     "attempt %d", r->node, wait, attempt);
+            st = mt_fail_context(st, "launch: node %d waiting for node 0 to start attempt %d",
+                                 r->node, attempt);
         else {
             verdict[got < capacity ? got : capacity - 1] = '\0';
             st = parse_members(verdict, attempt, r->node, r->max_nodes, out);

@@ -219,8 +219,10 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     const mt_config *cfg = tr->cfg;
     double start = mt_clock_seconds();
     for (int step = tr->start_step + 1; step <= cfg->steps; step++) {
-        if (trainer_fault_now(tr, FAULT_KILL_NODE, step))
-            kill(getppid(), SIGKILL); /* MT_INJECT_FAULT: the node's launcher dies first */
+        /* MT_INJECT_FAULT: the node's launcher dies first (only meshtrain launch's, never a
+         * shell or another launcher that happens to be the parent) */
+        if (trainer_fault_now(tr, FAULT_KILL_NODE, step) && getenv("MT_STORE_HOSTED"))
+            kill(getppid(), SIGKILL);
         if (trainer_fault_now(tr, FAULT_KILL, step) || trainer_fault_now(tr, FAULT_KILL_NODE, step))
             raise(SIGKILL); /* MT_INJECT_FAULT: a worker dies */
         double step_start = mt_clock_seconds();

@@ -238,6 +238,7 @@ typedef struct world {
     slot slots[MAX_SLOTS];
     int nslots;
     model_table table;
+    unsigned long long launchers_left; /* the "launchers/left" count */
 } world;
 
 static mt_store_secret secret_of(const char *text)
@@ -362,7 +363,9 @@ static void model_join(world *w, slot *sl, const uint8_t *b)
     }
     for (int j = 0; j < w->nslots && role != MT_STORE_TOOL; j++) {
         const slot *q = &w->slots[j];
-        if (q != sl && q->p && q->joined && q->role == role && q->id == id) {
+        /* (one being refused, its ERROR still queued, no longer holds the id) */
+        if (q != sl && q->p && q->joined && q->state != PEER_CLOSING && q->role == role &&
+            q->id == id) {
             model_refuse(sl, "has already joined");
             return;
         }
@@ -372,6 +375,13 @@ static void model_join(world *w, slot *sl, const uint8_t *b)
     sl->id = id;
     memcpy(sl->host, host, host_len);
     sl->host[host_len] = '\0';
+    if (role == MT_STORE_LAUNCHER) { /* a launcher of that node rank is back: not gone */
+        char key[64];
+        int len = snprintf(key, sizeof key, "launcher/%u/closed", id);
+        model_entry *e = model_find(&w->table, (const uint8_t *)key, (uint32_t)len);
+        if (e)
+            model_delete(&w->table, e);
+    }
     uint8_t proof[STORE_MAC_BYTES];
     store_accept_mac(&w->secret, b, sl->server_nonce, proof);
     model_reply(sl, STORE_OK, proof, sizeof proof);
@@ -690,6 +700,8 @@ static void close_slot(world *w, int i)
         int len = snprintf(key, sizeof key, "launcher/%u/closed", sl->id);
         model_put(&w->table, (const uint8_t *)key, (uint32_t)len, sl->host,
                   (uint32_t)strlen(sl->host));
+        len = snprintf(key, sizeof key, "%llu", ++w->launchers_left);
+        model_put(&w->table, (const uint8_t *)"launchers/left", 14, key, (uint32_t)len);
         model_wake(w);
     }
     check_all(w);
@@ -946,6 +958,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     w->secret = secret_of(SECRET);
     w->other_secret = secret_of(OTHER_SECRET);
     store_service_init(&w->s, &w->secret, WORLD, LAUNCHERS);
+    w->launchers_left = 0;
     unsigned config = data[0];
     w->nslots = (int)(config & 3) % 3 + 1;
     for (int i = 0; i < MAX_SLOTS; i++) {

@@ -285,7 +285,7 @@ read_status elastic "$started"
 awk -v a="$took0" 'BEGIN { exit !(a < 20) }' || { show elastic; fail "elastic: node 0 took ${took0} s"; }
 for want in "the launcher of node 1 disconnected before its workers ended" \
             "restarting the job \(1 of 1\)" \
-            "attempt 1 runs on 1 node of --nnodes 1:2, 2 workers: this node \(0\) has ranks 0-1" \
+            "attempt 1 runs on 1 node of --nnodes 1:2 \(0\), 2 workers: this node \(0\) has ranks 0-1" \
             "^\[1\] rank 1 of 2 on .*\(tcp\).* correct"; do
   grep -Eq -e "$want" "$out/elastic.node0" || { show elastic; fail "elastic: node 0 never said '$want'"; }
 done

@@ -642,6 +642,22 @@ static void test_who_may_join(void)
     mt_store_close(rank1);
     sleep_seconds(0.1);
     CHECK_MSG(join_as(port, SECRET, MT_STORE_RANK, 1, 4, &rank1) == MT_OK, "%s", mt_last_error());
+    /* An elastic job's new round on a world of 2: the old world is refused, and rank 1 still
+     * connected from the earlier round (a worker that outlived its lost launcher) gives way
+     * to the new round's rank 1: its connection is closed (the ERROR saying why may be lost
+     * to the reset that the request it had in flight causes). */
+    mt_store_server_begin_round(server, 2);
+    CHECK(join_as(port, SECRET, MT_STORE_RANK, 0, 4, &bad) != MT_OK && !bad);
+    CHECK_MSG(check_contains(mt_last_error(), "this job has 2 ranks"), "%s", mt_last_error());
+    mt_store *successor = NULL;
+    CHECK_MSG(join_as(port, SECRET, MT_STORE_RANK, 1, 2, &successor) == MT_OK, "%s",
+              mt_last_error());
+    CHECK(rank1 && mt_store_set(rank1, "stale", "x", 1) != MT_OK);
+    CHECK(successor && mt_store_set(successor, "fresh", "y", 1) == MT_OK);
+    /* Within one round, a second rank 1 is still refused. */
+    CHECK(join_as(port, SECRET, MT_STORE_RANK, 1, 2, &bad) != MT_OK && !bad);
+    CHECK_MSG(check_contains(mt_last_error(), "rank 1 has already joined"), "%s", mt_last_error());
+    mt_store_close(successor);
     mt_store_close(rank1);
 
     /* A client of this job in front of another job's store: the server cannot prove itself. */
