@@ -4,7 +4,8 @@
 # Checks that a job succeeds over hier and tcp, that a failure on one node stops both nodes
 # and both name it, that a wrong secret and a second launcher with the same --node-rank are
 # refused while the right job still runs, that under --nnodes 1:2 the loss of node 1 (every
-# process in its namespace killed) restarts the job on node 0 alone, and that nothing is left
+# process in its namespace killed) restarts the job on node 0 alone, as does node 1 cut off
+# (its link down: nothing closes, the store's keepalive finds it gone), and that nothing is left
 # behind: no process in
 # either namespace, no mt-* segment in either node's /dev/shm (each launcher gets a private
 # /dev/shm, as two hosts would have), no flight recorder folder after a success.
@@ -88,7 +89,7 @@ launcher() {
   shift
   ip netns exec "$ns" env MT_COMM_TIMEOUT=10 TMPDIR="$out/tmp" MT_COMM_TCP_HOST="$addr" \
     "${vars[@]}" bash -c "$inner" inner "$out/$label.node$node" \
-    timeout -k 2 25 "$mt" launch --nnodes "$nnodes" --node-rank "$node" --master "$addr_a:$port" \
+    timeout -k 2 "$limit" "$mt" launch --nnodes "$nnodes" --node-rank "$node" --master "$addr_a:$port" \
     --secret-file "$secret" --nproc-per-node 2 --join-timeout 20 "${extra[@]}" -- "$@" \
     > "$out/$label.node$node" 2>&1 &
 }
@@ -154,7 +155,7 @@ check_ranks() {
 }
 
 port=$((29500 + $$ % 1000)) # a fresh port for every job (the namespaces are private anyway)
-nnodes=2 extra=() # what every launcher is given, besides its node and the command
+nnodes=2 extra=() limit=25 # what every launcher is given, besides its node and the command
 check=("$mt" check --tp 2 --rounds 3)
 begin=$EPOCHREALTIME
 
@@ -291,5 +292,39 @@ for want in "the launcher of node 1 disconnected before its workers ended" \
 done
 ok "node 0 named the lost node, restarted alone and ranks 0-1 of 2 ran correctly (${took0} s)"
 check_clean elastic failure
+
+echo "== 5. elastic: node 1 cut off (its veth down, every process alive) while the workers sleep:"
+echo "       nothing closes; the store's keepalive probes find it gone and node 0 restarts alone"
+limit=80
+port=$((port + 1))
+started=$EPOCHREALTIME
+pids=()
+for node in 0 1; do
+  launcher cut $node "$out/secret" MT_COMM_BACKEND=tcp -- sh -c \
+    '"$0" check --tp 2 --rounds 3 || exit; [ "$MT_RESTART_COUNT" = 0 ] && exec sleep 70; exit 0' "$mt"
+  pids+=($!)
+done
+for _ in $(seq 100); do
+  grep -q '^\[2\] rank 2 of 4' "$out/cut.node1" && break
+  sleep 0.1
+done
+grep -q '^\[2\] rank 2 of 4' "$out/cut.node1" || { show cut; fail "cut: the job did not start"; }
+cut_at=$EPOCHREALTIME
+ip -n "$ns_b" link set "${tag}vb" down
+wait "${pids[0]}"
+read_status cut "$cut_at"
+[ "$rc0" = 0 ] || { show cut; fail "cut: node 0 exited $rc0, not 0"; }
+awk -v a="$took0" 'BEGIN { exit !(a < 60) }' || { show cut; fail "cut: node 0 took ${took0} s"; }
+for want in "the launcher of node 1 disconnected before its workers ended" \
+            "attempt 1 runs on 1 node of --nnodes 1:2 \(0\)" "^\[1\] rank 1 of 2 on .*correct"; do
+  grep -Eq -e "$want" "$out/cut.node0" || { show cut; fail "cut: node 0 never said '$want'"; }
+done
+ok "node 0 found node 1 gone and finished alone ${took0} s after the cut"
+wait "${pids[1]}" 2> /dev/null
+read_status cut "$cut_at"
+[ "$rc1" != 0 ] && [ "$rc1" != none ] || { show cut; fail "cut: node 1 exited $rc1"; }
+grep -q "lost the job's store" "$out/cut.node1" || { show cut; fail "cut: node 1 did not say it lost the store"; }
+ok "node 1, cut off, ended too (${took1} s after the cut, exit $rc1): it lost the job's store"
+check_clean cut failure
 
 echo "meshtrain launch across two network namespaces: ok ($(elapsed "$begin" "$EPOCHREALTIME") s)"
