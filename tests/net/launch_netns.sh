@@ -109,6 +109,25 @@ run_job() {
   read_status "$label" "$started"
 }
 
+# start_running LABEL SCRIPT: both launchers run sh -c SCRIPT "$mt" in the background (pids
+# in $pids, the start in $started) and return once node 1's rank 2 has said its line.
+start_running() {
+  local label=$1 script=$2
+  port=$((port + 1))
+  started=$EPOCHREALTIME
+  pids=()
+  for node in 0 1; do
+    launcher "$label" $node "$out/secret" MT_COMM_BACKEND=tcp -- sh -c "$script" "$mt"
+    pids+=($!)
+  done
+  for _ in $(seq 100); do
+    grep -q '^\[2\] rank 2 of 4' "$out/$label.node1" && return 0
+    sleep 0.1
+  done
+  show "$label"
+  fail "$label: the job did not start"
+}
+
 read_status() { # LABEL STARTED: rc0, rc1, took0, took1 from the records
   local rc end
   for node in 0 1; do
@@ -237,20 +256,8 @@ check_ranks secret tcp
 check_clean secret success
 
 echo "== 3b. a second launcher claiming --node-rank 1 while the job runs is refused"
-port=$((port + 1))
-started=$EPOCHREALTIME
-pids=()
-for node in 0 1; do
-  launcher twin $node "$out/secret" MT_COMM_BACKEND=tcp -- sh -c \
-    '"$0" check --tp 2 --rounds 3 && exec sleep 3' "$mt"
-  pids+=($!)
-done
-# Rank 2's line means node 1's launcher has joined; its workers now sleep for 3 s.
-for _ in $(seq 100); do
-  grep -q '^\[2\] rank 2 of 4' "$out/twin.node1" && break
-  sleep 0.1
-done
-grep -q '^\[2\] rank 2 of 4' "$out/twin.node1" || { show twin; fail "twin: the job did not start"; }
+# Rank 2's line means node 1's launcher has joined; its workers then sleep for 3 s.
+start_running twin '"$0" check --tp 2 --rounds 3 && exec sleep 3'
 launcher twin2 1 "$out/secret" MT_COMM_BACKEND=tcp -- "${check[@]}"
 wait $! && fail "twin: the second launcher of node 1 was not refused"
 grep -q "node rank 1 has already joined this job.*same --node-rank" "$out/twin2.node1" ||
@@ -266,19 +273,9 @@ check_clean twin success
 echo "== 4. elastic: under --nnodes 1:2 --max-restarts 1, node 1 is lost whole (every process in"
 echo "       its namespace killed) while the job runs; node 0 restarts it alone, on 2 ranks"
 nnodes=1:2 extra=(--max-restarts 1)
-port=$((port + 1))
-started=$EPOCHREALTIME
-pids=()
-for node in 0 1; do
-  launcher elastic $node "$out/secret" MT_COMM_BACKEND=tcp -- sh -c \
-    '"$0" check --tp 2 --rounds 3 || exit; [ "$MT_RESTART_COUNT" = 0 ] && exec sleep 30; exit 0' "$mt"
-  pids+=($!)
-done
-for _ in $(seq 100); do
-  grep -q '^\[2\] rank 2 of 4' "$out/elastic.node1" && break
-  sleep 0.1
-done
-grep -q '^\[2\] rank 2 of 4' "$out/elastic.node1" || { show elastic; fail "elastic: the job did not start"; }
+# (the first attempt's workers sleep: they would never notice the loss themselves)
+sleepy='"$0" check --tp 2 --rounds 3 || exit; [ "$MT_RESTART_COUNT" = 0 ] && exec sleep 70; exit 0'
+start_running elastic "$sleepy"
 for pid in $(ip netns pids "$ns_b"); do kill -KILL "$pid" 2> /dev/null; done
 wait "${pids[@]}" 2> /dev/null # (bash would announce node 1's killed launcher)
 read_status elastic "$started"
@@ -296,19 +293,7 @@ check_clean elastic failure
 echo "== 5. elastic: node 1 cut off (its veth down, every process alive) while the workers sleep:"
 echo "       nothing closes; the store's keepalive probes find it gone and node 0 restarts alone"
 limit=80
-port=$((port + 1))
-started=$EPOCHREALTIME
-pids=()
-for node in 0 1; do
-  launcher cut $node "$out/secret" MT_COMM_BACKEND=tcp -- sh -c \
-    '"$0" check --tp 2 --rounds 3 || exit; [ "$MT_RESTART_COUNT" = 0 ] && exec sleep 70; exit 0' "$mt"
-  pids+=($!)
-done
-for _ in $(seq 100); do
-  grep -q '^\[2\] rank 2 of 4' "$out/cut.node1" && break
-  sleep 0.1
-done
-grep -q '^\[2\] rank 2 of 4' "$out/cut.node1" || { show cut; fail "cut: the job did not start"; }
+start_running cut "$sleepy"
 cut_at=$EPOCHREALTIME
 ip -n "$ns_b" link set "${tag}vb" down
 wait "${pids[0]}"
