@@ -12,4 +12,11 @@ static inline double mt_clock_seconds(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Sleeps about `seconds` (a poll loop's pause; a signal may end it early). */
+static inline void mt_clock_nap(double seconds)
+{
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 #endif

@@ -81,12 +81,6 @@ void cli_verify_end_by_signal(int signal_number)
     raise(signal_number);
 }
 
-static void nap(double seconds)
-{
-    struct timespec t = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
-    nanosleep(&t, NULL);
-}
-
 /* Waits up to `seconds` for the child: 1 when it was reaped (its status in *status), 0 when it
  * is still running, -1 when waitpid fails (errno says why). */
 static int reap_within(pid_t pid, double seconds, int *status)
@@ -100,7 +94,7 @@ static int reap_within(pid_t pid, double seconds, int *status)
             return -1;
         if (mt_clock_seconds() >= until)
             return 0;
-        nap(0.02);
+        mt_clock_nap(0.02);
     }
 }
 

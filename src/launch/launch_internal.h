@@ -90,12 +90,18 @@ typedef struct rendezvous {
 } rendezvous;
 
 typedef struct launch_round {
-    int attempt;
     int count;       /* nodes running the attempt */
     int *members;    /* their --node-rank, ascending (node 0 first): group rank = index */
     int group_rank;  /* this node's */
 } launch_round;
 
+/* The launchers' keys in the store: "launch/<attempt>/<what>[/<node>]" (node < 0: none). */
+void launch_key(char *out, size_t capacity, int attempt, const char *what, int node);
+/* *gone = whether the launcher of `node` has closed its connection (the store notes it under
+ * "launcher/<node>/closed"). */
+mt_status launch_node_gone(mt_store *store, int node, int *gone);
+/* "0, 2, 3" into out (cut with "..." when long). */
+void launch_list_nodes(const int *nodes, int n, char *out, size_t capacity);
 /* Node 0 publishes --nnodes, --nproc-per-node and --max-restarts; every other launcher checks
  * that it was given the same (a mismatch would make the job's ranks disagree on its world). */
 mt_status rendezvous_agree_settings(const rendezvous *r);

@@ -137,12 +137,6 @@ static int request_dumps(agent *a, worker_set *s)
     return asked;
 }
 
-static void nap(double seconds)
-{
-    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- the store ---- */
 
 /* Set by node 0 when the job is over, just before its store stops. */
@@ -187,7 +181,7 @@ static mt_status open_store(agent *a)
             return mt_fail(MT_EPEER, "launch: the store at %s:%d belongs to a job that has "
                                      "finished, and no new one came up within %.0f s",
                            a->master_host, a->master_port, a->join_timeout);
-        nap(0.1);
+        mt_clock_nap(0.1);
     }
     const char *given = getenv("MT_COMM_TCP_HOST");
     if (given && *given)
@@ -195,14 +189,6 @@ static mt_status open_store(agent *a)
     else
         st = mt_store_local_address(a->store, a->tcp_host, sizeof a->tcp_host);
     return st;
-}
-
-static void key_of(char *out, size_t capacity, int attempt, const char *what, int index)
-{
-    if (index >= 0)
-        snprintf(out, capacity, "launch/%d/%s/%d", attempt, what, index);
-    else
-        snprintf(out, capacity, "launch/%d/%s", attempt, what);
 }
 
 /* The job's failure is the first one published, except that a death by signal or a lost node
@@ -217,7 +203,7 @@ static int failure_priority(const attempt_outcome *out)
 static void publish_failure(agent *a, int attempt, attempt_outcome *out)
 {
     char key[64], mine[sizeof out->failure + 4], current[sizeof mine];
-    key_of(key, sizeof key, attempt, "failed", -1);
+    launch_key(key, sizeof key, attempt, "failed", -1);
     snprintf(mine, sizeof mine, "%d|%s", failure_priority(out), out->failure);
     const char *expected = NULL;
     size_t expected_bytes = 0, got = 0;
@@ -239,7 +225,7 @@ static void publish_failure(agent *a, int attempt, attempt_outcome *out)
 static int read_failure(agent *a, int attempt, char *text, size_t capacity)
 {
     char key[64];
-    key_of(key, sizeof key, attempt, "failed", -1);
+    launch_key(key, sizeof key, attempt, "failed", -1);
     size_t got = 0;
     int found = 0;
     if (mt_store_try_get(a->store, key, text, capacity - 1, &got, &found) != MT_OK)
@@ -253,13 +239,10 @@ static int read_failure(agent *a, int attempt, char *text, size_t capacity)
     return 1;
 }
 
-/* Whether the launcher of `node` has closed its connection (the server noted it). */
+/* Whether the launcher of `node` has closed its connection; 0 when the store cannot tell. */
 static int launcher_gone(agent *a, int node, int *gone)
 {
-    char key[64], host[256];
-    size_t got = 0;
-    snprintf(key, sizeof key, "launcher/%d/closed", node);
-    return mt_store_try_get(a->store, key, host, sizeof host, &got, gone) == MT_OK;
+    return launch_node_gone(a->store, node, gone) == MT_OK;
 }
 
 /* Another node's launcher left before the attempt ended: its node is lost (or its launcher
@@ -278,13 +261,23 @@ static void node_lost(agent *a, int attempt, int node, attempt_outcome *out)
     }
 }
 
+/* Marks the job failed because this launcher lost the store (the failure of the job then,
+ * since no node can learn of the others any more). */
+static void lost_store(agent *a, attempt_outcome *out)
+{
+    if (out->failed)
+        return;
+    out->failed = 1;
+    snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
+             a->o->node_rank, mt_last_error());
+}
+
 /* A failure elsewhere in the job, or the store itself gone: returns 1 and fills out. */
 static int failure_elsewhere(agent *a, int attempt, attempt_outcome *out)
 {
     int found = read_failure(a, attempt, out->failure, sizeof out->failure);
     if (found < 0)
-        snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
-                 a->o->node_rank, mt_last_error());
+        lost_store(a, out);
     return found != 0;
 }
 
@@ -298,8 +291,7 @@ static int other_node_lost(agent *a, int attempt, attempt_outcome *out)
     int found = 0;
     if (mt_store_try_get(a->store, "launchers/left", left, sizeof left - 1, &got, &found) !=
         MT_OK) {
-        snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
-                 a->o->node_rank, mt_last_error());
+        lost_store(a, out);
         return 1;
     }
     left[found ? got : 0] = '\0';
@@ -311,8 +303,7 @@ static int other_node_lost(agent *a, int attempt, attempt_outcome *out)
         if (node == a->o->node_rank)
             continue;
         if (!launcher_gone(a, node, &gone)) {
-            snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
-                     a->o->node_rank, mt_last_error());
+            lost_store(a, out);
             return 1;
         }
         if (gone) {
@@ -408,7 +399,7 @@ static void wait_for_events(agent *a, worker_set *s, double seconds)
     if (fds)
         (void)poll(fds, n, ms);
     else
-        nap(ms / 1000.0); /* out of memory: the loop still advances, a little later */
+        mt_clock_nap(ms / 1000.0); /* out of memory: the loop still advances, a little later */
     free(fds);
 }
 
@@ -534,7 +525,7 @@ static void exchange_dumps(agent *a, int attempt, int upload)
         if (mine != upload)
             continue;
         snprintf(path, sizeof path, "%s/rank%d.flight", a->dump_dir, rank);
-        key_of(key, sizeof key, attempt, "dump", rank);
+        launch_key(key, sizeof key, attempt, "dump", rank);
         if (upload) {
             FILE *f = fopen(path, "rb");
             if (!f)
@@ -557,17 +548,6 @@ static void exchange_dumps(agent *a, int attempt, int upload)
     free(buffer);
 }
 
-/* Marks the job failed because this launcher lost the store (the failure of the job then,
- * since no node can learn of the others any more). */
-static void lost_store(agent *a, attempt_outcome *out)
-{
-    if (out->failed)
-        return;
-    out->failed = 1;
-    snprintf(out->failure, sizeof out->failure, "node %d lost the job's store: %s",
-             a->o->node_rank, mt_last_error());
-}
-
 /* Waits until every node's launcher finished the attempt (or disconnected), so that node 0
  * keeps the store up while others still use it and every node learns of a late failure.
  * After a failure every node stops its workers within the grace period: one that has not
@@ -577,7 +557,7 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
 {
     double deadline = mt_clock_seconds() + a->join_timeout;
     char key[64];
-    key_of(key, sizeof key, attempt, "ended", a->o->node_rank);
+    launch_key(key, sizeof key, attempt, "ended", a->o->node_rank);
     if (mt_store_set(a->store, key, out->failed ? "failed" : "ok", 3) != MT_OK) {
         lost_store(a, out);
         return;
@@ -588,7 +568,7 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
             char value[8];
             size_t got = 0;
             int found = 0, gone = 0;
-            key_of(key, sizeof key, attempt, "ended", node);
+            launch_key(key, sizeof key, attempt, "ended", node);
             /* Whether the launcher is gone is read before its "ended" key: it sets the key
              * and then leaves, so "gone" seen first and no key after means it never set it
              * (the other order could see no key, then the departure that followed the set). */
@@ -608,7 +588,7 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
                 out->interrupted = sig;
                 return;
             }
-            nap(0.1);
+            mt_clock_nap(0.1);
         }
     }
     if (!out->failed)
@@ -625,11 +605,11 @@ static void wait_for_launchers_to_leave(agent *a)
         char key[64], host[256];
         size_t got = 0;
         int came = 0, gone = 0;
-        key_of(key, sizeof key, a->attempt, "node", node);
+        launch_key(key, sizeof key, a->attempt, "node", node);
         if (mt_store_try_get(a->store, key, host, sizeof host, &got, &came) != MT_OK)
             return;
         while (came && launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline)
-            nap(0.02);
+            mt_clock_nap(0.02);
     }
 }
 
@@ -753,11 +733,8 @@ static mt_status begin_attempt(agent *a, int attempt)
     a->first_rank = round.group_rank * a->nproc;
     if (changed) {
         char nnodes[32], members[200];
-        size_t used = 0;
         rendezvous_describe_nnodes(&a->rdv, nnodes, sizeof nnodes);
-        for (int i = 0; i < round.count && used + 16 < sizeof members; i++)
-            used += (size_t)snprintf(members + used, sizeof members - used, "%s%d",
-                                     i ? ", " : "", round.members[i]);
+        launch_list_nodes(round.members, round.count, members, sizeof members);
         say(a, "attempt %d runs on %d node%s of --nnodes %s (%s), %d workers: this node (%d) "
                "has ranks %d-%d", attempt, a->nodes, a->nodes > 1 ? "s" : "", nnodes, members,
             a->world, a->o->node_rank, a->first_rank, a->first_rank + a->nproc - 1);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "launch_internal.h"
 #include "meshtrain/clock.h"
@@ -15,18 +14,20 @@ static const double ROUND_POLL_SECONDS = 0.05;
 /* Others wait for node 0's verdict this much longer than node 0 may take to give it. */
 static const double VERDICT_MARGIN_SECONDS = 10.0;
 
-static void nap(double seconds)
-{
-    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
-static void round_key(char *out, size_t capacity, int attempt, const char *what, int node)
+void launch_key(char *out, size_t capacity, int attempt, const char *what, int node)
 {
     if (node >= 0)
         snprintf(out, capacity, "launch/%d/%s/%d", attempt, what, node);
     else
         snprintf(out, capacity, "launch/%d/%s", attempt, what);
+}
+
+mt_status launch_node_gone(mt_store *store, int node, int *gone)
+{
+    char key[64], host[256];
+    size_t got = 0;
+    snprintf(key, sizeof key, "launcher/%d/closed", node);
+    return mt_store_try_get(store, key, host, sizeof host, &got, gone);
 }
 
 void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
@@ -77,8 +78,7 @@ void launch_round_free(launch_round *round)
     *round = (launch_round){.group_rank = -1};
 }
 
-/* "0, 2, 3" into out (cut with "..." when long). */
-static void list_nodes(const int *nodes, int n, char *out, size_t capacity)
+void launch_list_nodes(const int *nodes, int n, char *out, size_t capacity)
 {
     size_t used = 0;
     int i = 0;
@@ -98,7 +98,6 @@ static mt_status parse_members(const char *text, int attempt, int node, int max_
     out->members = calloc((size_t)max_nodes, sizeof *out->members);
     if (!out->members)
         return mt_fail(MT_ENOMEM, "launch: out of memory");
-    out->attempt = attempt;
     out->group_rank = -1;
     const char *p = text;
     while (*p) {
@@ -127,15 +126,13 @@ static mt_status look_at(const rendezvous *r, int attempt, int node, node_state 
     char key[64], host[256];
     size_t got = 0;
     int found = 0;
-    round_key(key, sizeof key, attempt, "node", node);
+    launch_key(key, sizeof key, attempt, "node", node);
     mt_status st = mt_store_try_get(r->store, key, host, sizeof host, &got, &found);
     if (st || found) {
         *state = found ? NODE_IN : *state;
         return st;
     }
-    snprintf(key, sizeof key, "launcher/%d/closed", node);
-    st = mt_store_try_get(r->store, key, host, sizeof host, &got, &found);
-    if (st == MT_OK && found)
+    if ((st = launch_node_gone(r->store, node, &found)) == MT_OK && found)
         *state = NODE_GONE;
     return st;
 }
@@ -160,7 +157,7 @@ static int name_nodes(const node_state *state, const unsigned char *only, int ma
         if (state[n] == want && (!only || only[n]))
             scratch[count++] = n;
     int used = snprintf(out, capacity, "node%s ", count > 1 ? "s" : "");
-    list_nodes(scratch, count, out + used, capacity - (size_t)used);
+    launch_list_nodes(scratch, count, out + used, capacity - (size_t)used);
     return count;
 }
 
@@ -172,11 +169,8 @@ static mt_status recheck_members(const rendezvous *r, node_state *state, int *le
     for (int n = 1; n < r->max_nodes; n++) {
         if (state[n] != NODE_IN)
             continue;
-        char key[64], host[256];
-        size_t got = 0;
         int found = 0;
-        snprintf(key, sizeof key, "launcher/%d/closed", n);
-        mt_status st = mt_store_try_get(r->store, key, host, sizeof host, &got, &found);
+        mt_status st = launch_node_gone(r->store, n, &found);
         if (st)
             return st;
         if (found) {
@@ -266,7 +260,7 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
                          nnodes, missing, gone ? "; left: " : "", gone ? left : "");
             break;
         }
-        nap(ROUND_POLL_SECONDS);
+        mt_clock_nap(ROUND_POLL_SECONDS);
     }
     free(state);
     free(expected);
@@ -279,7 +273,7 @@ mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round 
 {
     *out = (launch_round){.group_rank = -1};
     char key[64];
-    round_key(key, sizeof key, attempt, "node", r->node);
+    launch_key(key, sizeof key, attempt, "node", r->node);
     mt_status st = mt_store_set(r->store, key, r->host, strlen(r->host) + 1);
     if (st)
         return mt_fail_context(st, "launch: node %d announcing itself", r->node);
@@ -288,7 +282,7 @@ mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round 
     char *verdict = malloc(capacity);
     if (!verdict)
         return mt_fail(MT_ENOMEM, "launch: out of memory");
-    round_key(key, sizeof key, attempt, "members", -1);
+    launch_key(key, sizeof key, attempt, "members", -1);
     if (r->node == 0) {
         st = close_round(r, attempt, previous, verdict, capacity - 1);
         if (st == MT_OK)
@@ -311,7 +305,7 @@ mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round 
             if (st == MT_OK && !found && (st = check_stop(r, attempt)) == MT_OK) {
                 if (mt_clock_seconds() > deadline)
                     st = mt_fail(MT_EPEER, "no word from node 0 after %.0f s", wait);
-                nap(ROUND_POLL_SECONDS);
+                mt_clock_nap(ROUND_POLL_SECONDS);
             }
         }
         if (st)
@@ -323,7 +317,7 @@ mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round 
         }
         if (st == MT_OK && out->group_rank < 0) {
             char members[200];
-            list_nodes(out->members, out->count, members, sizeof members);
+            launch_list_nodes(out->members, out->count, members, sizeof members);
             st = mt_fail(MT_EPEER, "launch: node %d came too late: attempt %d of the job "
                                    "started without it, on node%s %s", r->node, attempt,
                          out->count > 1 ? "s" : "", members);
