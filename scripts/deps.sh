@@ -3,12 +3,14 @@
 # apt-get line and fails. Usage: scripts/deps.sh run|test|bench (test adds the reference checks,
 # bench the peer libraries that bench/comm_vs_peers times against).
 set -euo pipefail
-packages=(cmake make gcc libopenblas-openmp-dev libjansson-dev libxxhash-dev bible-kjv)
+# libc6-dev: gcc without recommends lacks the C library's headers and start files.
+packages=(cmake make gcc libc6-dev libopenblas-openmp-dev libjansson-dev libxxhash-dev bible-kjv)
 if [ "${1:-run}" = test ]; then
   # PyTorch and numpy for the parity test and benchmarks; clang and its sanitizer runtime
   # for the ASan/UBSan build of the suite; Open MPI (library and mpirun) for the mpi back end
-  # and its tests; iproute2 (ip netns) for the hier test across network namespaces.
-  packages+=(python3-torch python3-numpy clang libclang-rt-14-dev iproute2 openmpi-bin libopenmpi-dev)
+  # and its tests; iproute2 (ip netns) for the hier test across network namespaces; libomp-14-dev
+  # for clang's omp.h (the runtime stays libgomp, -fopenmp=libgomp).
+  packages+=(python3-torch python3-numpy clang libclang-rt-14-dev libomp-14-dev iproute2 openmpi-bin libopenmpi-dev)
 elif [ "${1:-run}" = bench ]; then
   # Open MPI (mpicc, mpirun) and PyTorch's gloo: the all-reduce peers of bench/comm_vs_peers.
   packages+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
