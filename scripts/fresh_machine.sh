@@ -29,6 +29,9 @@ debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian > "$
   { tail -20 "$root.debootstrap.log" >&2; exit 1; }
 rm -f "$root.debootstrap.log"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# debootstrap writes no /etc/hosts; every installed Debian has one (the installer, cloud images and
+# containers write it), and without it `localhost` does not resolve.
+printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"
 echo "[$(stamp)] bootstrapped in $((SECONDS - started)) s"
 
 # The tree as git sees it: tracked files with their working changes, plus new files not ignored.

@@ -39,7 +39,7 @@ static const char USAGE[] =
     "Layout keys (--nproc --dp --tp --pp --sp --zero --schedule --chunks --balance --bucket_mb\n"
     "--recompute --trace) go to the layout run only, every other key to both runs. Unless keys\n"
     "say otherwise the model is --vocab 256 --layers 4 --heads 4 --width 64 --context 16, with\n"
-    "--warmup 2 --lr 1e-3 --eps 1e-5 --threads 1, fitted to the layout: layers a multiple of\n"
+    "--warmup 2 --lr 1e-3 --eps 1e-4 --threads 1, fitted to the layout: layers a multiple of\n"
     "pp x chunks, heads a multiple of tp (width 16 per head), context a multiple of tp, 2 x pp\n"
     "micro-batches under pp, and a batch of 2 sequences per micro-batch and replica. The\n"
     "reference is one process over the same global batch in micro-batches of the size each\n"

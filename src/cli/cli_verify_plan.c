@@ -18,15 +18,17 @@ static const char *const LAYOUT_KEYS[] = {"nproc",  "dp",      "tp",        "pp"
 enum { LAYOUT_KEY_COUNT = sizeof LAYOUT_KEYS / sizeof LAYOUT_KEYS[0] };
 
 /* The small model's keys that do not depend on the layout (the user's keys override them).
- * AdamW's eps is 1e-5, not the default 1e-8: the first update of an element is
+ * AdamW's eps is 1e-4, not the default 1e-8: the first update of an element is
  * lr g / (|g| + eps), which for a gradient of a few eps turns the rounding of a sum that a
- * layout orders differently into differences of 1e-4 relative to a zero-initialised bias's
- * small norm. Measured over 96 correct layouts (tp 2-4, dp, pp; 4 and 10 steps; 4 seeds),
- * eps 1e-8 put 13 past 1e-5 and eps 1e-5 none (largest 3.7e-6), while the losses moved by
- * 0.1%: only near-zero gradients are damped, not what a layout bug would change. */
+ * layout orders differently into differences of 1e-5 and more relative to a zero-initialised
+ * bias's small norm, and how large depends on the sgemm kernel the CPU gets. Measured on an AMD
+ * EPYC under OpenBLAS's Haswell and Zen kernels (7 layouts of 2 and 4 ranks, 2 and 10 steps):
+ * eps 1e-5 put 4 of 28 past 1e-5 (largest 1.81e-5), eps 1e-4 none (largest 2.5e-6), while the
+ * losses agree within 1e-7 either way: only near-zero gradients are damped, not what a layout
+ * bug would change. */
 static const char *const SMALL_MODEL[][2] = {
     {"vocab", "256"},       {"steps", "10"},        {"warmup", "2"},
-    {"lr", "1e-3"},         {"eps", "1e-5"},        {"eval_every", "0"},
+    {"lr", "1e-3"},         {"eps", "1e-4"},        {"eval_every", "0"},
     {"sample_tokens", "0"}, {"threads", "1"},       {"check_every", "5"},
     {"log_every", "1"},
 };
