@@ -10,9 +10,11 @@ slurm_nodes=0
 
 slurm_log() { echo "slurm_cluster: $*" >&2; }
 
-# Ports that no other cluster on this host uses: a block picked from this shell's pid.
+# Ports that no other cluster on this host uses: a pair picked from this shell's pid, below the
+# 20000-29999 that meshtrain derives from job ids (which start at a random FirstJobId, so two
+# runs of the test rarely meet the same port).
 slurm_ports() {
-  local base=$((20000 + ($$ % 2000) * 4))
+  local base=$((16000 + ($$ % 1000) * 2))
   ctld_port=$base
   slurmd_port=$((base + 1))
 }
@@ -21,9 +23,10 @@ slurm_write_conf() {
   local dir=$1 nodes_lines=$2 node_names=$3
   mkdir -p "$dir/state" "$dir/log"
   local n
-  for n in mtnode0 mtnode1 mtnode2; do mkdir -p "$dir/spool/$n"; done
+  for n in "$ctld_name" mtnode1 mtnode2; do mkdir -p "$dir/spool/$n"; done
   cat > "$dir/slurm.conf" <<EOF
 ClusterName=mtest
+FirstJobId=$((1000 + RANDOM % 8000))
 SlurmctldHost=$ctld_name($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
@@ -124,10 +127,10 @@ slurm_start() {
   ctld_name=$(hostname -s)
   ctld_addr=127.0.0.1
   slurm_write_conf "$SLURM_SCRATCH" \
-    "NodeName=mtnode0 NodeHostname=$ctld_name NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN" \
-    mtnode0
+    "NodeName=$ctld_name NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
+NodeName=mtspare NodeAddr=127.0.0.2 CPUs=8 RealMemory=1000 State=DOWN" "$ctld_name,mtspare"
   slurm_spawn slurmctld.out slurmctld -D -c -f "$SLURM_CONF"
-  slurm_spawn slurmd.out slurmd -D -N mtnode0 -f "$SLURM_CONF"
+  slurm_spawn slurmd.out slurmd -D -N "$ctld_name" -f "$SLURM_CONF"
   slurm_nodes=1
   slurm_wait_idle 1
 }
@@ -158,7 +161,7 @@ slurm_two_nodes() {
   ctld_name=$(hostname -s)
   ctld_addr="$sub.1"
   slurm_write_conf "$SLURM_SCRATCH" \
-    "NodeName=mtnode[1-2] NodeAddr=$sub.[2-3] CPUs=4 RealMemory=1000 State=UNKNOWN" \
+    "NodeName=mtnode[1-2] NodeAddr=$sub.[2-3] CPUs=8 RealMemory=1000 State=UNKNOWN" \
     "mtnode[1-2]"
   slurm_spawn slurmctld.out slurmctld -D -c -f "$SLURM_CONF"
   for n in 1 2; do
