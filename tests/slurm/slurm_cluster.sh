@@ -86,7 +86,7 @@ slurm_start_munge() {
   slurm_log "munged did not come up"; cat "$dir/log/munged.log" >&2; return 1
 }
 
-# Waits until sinfo reports every node idle.
+# Waits until sinfo reports this many nodes idle.
 slurm_wait_idle() {
   local want=$1 i states pid
   for i in $(seq 150); do
@@ -94,7 +94,7 @@ slurm_wait_idle() {
       kill -0 "$pid" 2> /dev/null || { slurm_log "a daemon (pid $pid) has ended"; break 2; }
     done
     states=$(sinfo -h -N -o '%t' 2>/dev/null | sort | uniq -c | tr -s ' ')
-    [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | wc -l)" = "$want" ] && return 0
+    [ "$(sinfo -h -N -t idle -o '%N' 2> /dev/null | sort -u | wc -l)" = "$want" ] && return 0
     sleep 0.2
   done
   slurm_log "the nodes are not idle: $states"
@@ -127,8 +127,7 @@ slurm_start() {
   ctld_name=$(hostname -s)
   ctld_addr=127.0.0.1
   slurm_write_conf "$SLURM_SCRATCH" \
-    "NodeName=$ctld_name NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN
-NodeName=mtspare NodeAddr=127.0.0.2 CPUs=8 RealMemory=1000 State=DOWN" "$ctld_name,mtspare"
+    "NodeName=$ctld_name NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN" "$ctld_name"
   slurm_spawn slurmctld.out slurmctld -D -c -f "$SLURM_CONF"
   slurm_spawn slurmd.out slurmd -D -N "$ctld_name" -f "$SLURM_CONF"
   slurm_nodes=1
