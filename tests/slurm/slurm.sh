@@ -3,7 +3,7 @@
 # the example batch scripts train what `meshtrain train --nproc` trains, srun -n 8 on a 3D mesh
 # too, scancel stops every rank and the job resumes from its last checkpoint, a rank killed
 # under srun makes the others fail (naming it) well within the communicator's timeout, and
-# meshtrain launch inside a batch job restarts it. Two slurmd in network namespaces carry the
+# meshtrain launch inside a batch job restarts it, a stale MASTER_PORT is named in seconds. Two slurmd in network namespaces carry the
 # multi-node example where this host allows it; elsewhere it runs on the one node.
 # usage: slurm.sh MESHTRAIN SOURCE_DIR   (exit 77: Slurm is not installed)
 set -euo pipefail
@@ -126,6 +126,28 @@ else
     cat "$kill_log"
   fi
 fi
+
+# --- a stale MASTER_PORT: something listens there and never speaks ----------------------
+# A program that accepts nothing (the kernel completes connections into its backlog) on the
+# controller's address, which every node reaches: rank 0 cannot host the store there, the other
+# rank gives up on the silent listener after a quarter of the timeout, srun fails.
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen(8)
+print(s.getsockname()[1], flush=True); time.sleep(120)' "$ctld_addr" > "$scratch/stale_port" &
+stale_pid=$!
+for _ in $(seq 50); do [ -s "$scratch/stale_port" ] && break; sleep 0.1; done
+started=$(date +%s)
+if MASTER_ADDR=$ctld_addr MASTER_PORT=$(cat "$scratch/stale_port") MT_COMM_TIMEOUT=8 \
+     timeout 60 srun -N 1 -n 2 "$meshtrain" train "${job[@]}" --out "$scratch/stale" \
+     > "$scratch/stale.log" 2>&1; then
+  fail "srun with a stale MASTER_PORT exited 0"
+elif grep -q "sent no greeting within 2.0 s: another program holds this port" "$scratch/stale.log"; then
+  echo "ok   a stale MASTER_PORT: named within $(($(date +%s) - started)) s, srun fails"
+else
+  fail "a stale MASTER_PORT was not named"; cat "$scratch/stale.log"
+fi
+kill "$stale_pid" 2> /dev/null || true
+wait "$stale_pid" 2> /dev/null || true
 
 # --- elastic.sbatch: meshtrain launch inside the job restarts after a rank dies -----------
 if MT_INJECT_FAULT=kill@1:7 WORKERS=4 sbatch_wait elastic "$examples/elastic.sbatch" \
