@@ -14,6 +14,7 @@ source "$source_dir/tests/train/genesis_setup.sh"
 source "$here/../train/expect.sh"
 source "$here/slurm_cluster.sh"
 trap 'slurm_stop; rm -rf "$scratch"' EXIT
+trap 'exit 143' TERM INT   # ctest's timeout or Ctrl-C: the daemons and namespaces still go
 slurm_start "${MT_TEST_SLURM_MODE:-two}"   # one: a single slurmd
 echo "ok   a Slurm cluster of $slurm_nodes node(s) is up"
 
