@@ -22,7 +22,8 @@ typedef struct mt_comm_config {
     double timeout_seconds;     /* a peer silent this long is an error [MT_COMM_TIMEOUT, 300] */
     const char *algorithm;      /* "auto", "oneshot" or "twoshot" [MT_COMM_ALGORITHM, auto] */
     bool debug;                 /* full call fingerprints across ranks [MT_COMM_DEBUG=1] */
-    const char *tcp_host;       /* IPv4 address tcp listens on [MT_COMM_TCP_HOST, 127.0.0.1] */
+    const char *tcp_host;       /* IPv4 address tcp listens on [MT_COMM_TCP_HOST, else this
+                                 * host's address toward the store] */
     /* What makes two ranks one host for hier: "boot" (hostname and boot id), "netns" (also
      * the network namespace, so namespaces on one machine count as hosts) or "name:<host>"
      * (the caller names it) [MT_COMM_HOST_IDENTITY, boot] */

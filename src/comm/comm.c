@@ -113,7 +113,7 @@ static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c,
     if (!c->algorithm)
         c->algorithm = getenv("MT_COMM_ALGORITHM");
     if (!c->tcp_host)
-        c->tcp_host = env_or("MT_COMM_TCP_HOST", "127.0.0.1");
+        c->tcp_host = env_or("MT_COMM_TCP_HOST", NULL);
     if (!c->host_identity)
         c->host_identity = env_or("MT_COMM_HOST_IDENTITY", "boot");
     const char *debug = getenv("MT_COMM_DEBUG");
@@ -134,6 +134,15 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
     mt_comm_bootstrap_result boot = {0};
     if (!builder->identify)
         st = mt_comm_bootstrap(&c, &boot);
+    /* Without MT_COMM_TCP_HOST, tcp listens on this host's address on the way to the store:
+     * loopback when the store is local, else an address the other hosts reach too (srun across
+     * nodes starts the ranks with no launcher to pick one). */
+    char tcp_host[64] = "127.0.0.1";
+    if (st == MT_OK && !c.tcp_host && boot.store &&
+        mt_store_local_address(boot.store, tcp_host, sizeof tcp_host) != MT_OK)
+        snprintf(tcp_host, sizeof tcp_host, "127.0.0.1");
+    if (!c.tcp_host)
+        c.tcp_host = tcp_host;
     if (st)
         return mt_fail_context(st, "creating the world communicator (%s)", builder->name);
     if ((st = mt_comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm))) {

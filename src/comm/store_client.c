@@ -436,14 +436,32 @@ static mt_status open_connection(mt_store *s, const char *host, int port, double
     }
 }
 
+/* How long a listener may stay silent before it is taken for another program: a store greets
+ * as soon as it accepts, while a stale process holding the port (a reused MASTER_PORT) accepts
+ * through the kernel's backlog and never speaks; waiting the whole timeout for it would look
+ * like a hang. */
+static double greeting_limit(double timeout)
+{
+    double quarter = timeout / 4;
+    return quarter < 10 ? quarter : 10;
+}
+
 /* HELLO in, JOIN out, the server's proof in. */
 static mt_status authenticate(mt_store *s, const mt_store_config *c, double deadline)
 {
     const char *doing = "joining: reading the greeting";
     unsigned char raw[STORE_HEADER_BYTES], hello[STORE_HELLO_BYTES];
     int err = 0;
-    io_result r = recv_all(s->fd, raw, sizeof raw, deadline, &err);
+    double limit = greeting_limit(s->timeout);
+    double greeted_by = mt_clock_seconds() + limit;
+    io_result r = recv_all(s->fd, raw, sizeof raw, greeted_by < deadline ? greeted_by : deadline,
+                           &err);
     store_header h = store_header_decode(raw);
+    if (r == IO_TIMEOUT)
+        return mt_fail(MT_EPEER, "store %s: something accepts connections there but sent no "
+                                 "greeting within %.1f s: another program holds this port (a "
+                                 "stale MASTER_PORT?); pick a free port",
+                       s->address, limit);
     if (r != IO_DONE)
         return io_failure(s, r, err, doing, NULL, s->timeout);
     if (h.magic != STORE_MAGIC || h.command != STORE_HELLO || h.value_len != STORE_HELLO_BYTES)

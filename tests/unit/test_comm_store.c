@@ -379,6 +379,29 @@ static void test_connect_retry(void)
     mt_store_server_stop(server);
 }
 
+/* ---- 6b. a listener that never greets (a stale port) is named soon, not at the timeout ---- */
+
+static void test_silent_listener(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+          listen(fd, 4) == 0 && getsockname(fd, (struct sockaddr *)&addr, &len) == 0);
+    /* Never accepted: the kernel completes the connection, nobody ever writes. A 4 s timeout
+     * gives up on the greeting after a quarter of it. */
+    mt_store *store = NULL;
+    double t0 = mt_clock_seconds();
+    mt_status st = tool_connect("127.0.0.1", ntohs(addr.sin_port), 4.0, &store);
+    double elapsed = mt_clock_seconds() - t0;
+    CHECK(st == MT_EPEER && store == NULL);
+    CHECK_MSG(check_contains(mt_last_error(), "no greeting") &&
+                  check_contains(mt_last_error(), "another program holds this port"),
+              "%s", mt_last_error());
+    CHECK_MSG(elapsed >= 0.9 && elapsed < 2.5, "gave up after %.3f s", elapsed);
+    close(fd);
+}
+
 /* ---- 7. hostile bytes on a raw socket close that client only ---- */
 
 /* The documented wire format (src/comm/store_wire.h), written out independently. */
@@ -986,6 +1009,7 @@ int main(int argc, char **argv)
     test_value_limits();
     test_get_timeout();
     test_connect_retry();
+    test_silent_listener();
     test_garbage();
     test_who_may_join();
     test_other_commands();
