@@ -43,7 +43,8 @@ pids=()
 for node in 0 1; do
   ns=$ns_a host=$hole
   [ $node = 1 ] && ns=$ns_b host=$addr_b
-  ip netns exec "$ns" env TMPDIR="$out/tmp" MT_COMM_BACKEND=tcp MT_COMM_TIMEOUT=$timeout_s MT_COMM_TCP_HOST=$host \
+  ip netns exec "$ns" env TMPDIR="$out/tmp" MT_COMM_BACKEND=tcp MT_COMM_TIMEOUT=$timeout_s \
+    MT_COMM_TCP_HOST=$host \
     timeout -k 2 60 "$mt" launch --nnodes 2 --node-rank $node --master "$addr_a:$port" \
     --secret-file "$out/secret" --nproc-per-node 1 --join-timeout 20 -- "$mt" check --rounds 1 \
     > "$out/node$node" 2>&1 &

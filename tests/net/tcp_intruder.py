@@ -2,7 +2,7 @@
 # listener it is told about, and sweeps the nodes' ephemeral ports while the job trains.
 # Usage: tcp_intruder.py TARGETS_FILE REPORT_FILE STOP_FILE HOST...
 # TARGETS_FILE gains "host port" lines (listeners found by the test); each is attacked once with
-# a bare connect-and-close (a scan), an old-form hello claiming rank 1 with the world's id, a
+# a bare connect-and-close (a scan), a bare hello frame claiming rank 1 with the world's id, a
 # handshake-form hello with a made-up MAC, garbage, and a silent connection held until the run ends (6 s at most). REPORT_FILE
 # gets "<kind> <host>:<port> <local port> <challenged|not challenged>" per connection.
 import os
@@ -56,9 +56,9 @@ def attack(host, port):
         scan = dial(host, port)
         report("scan", host, port, scan, False)
         scan.close()
-        old = dial(host, port)
-        old.sendall(frame(HELLO, 0, 1, 0, WORLD_ID, 0))
-        report("forged-old", host, port, old, challenged(old))
+        bare = dial(host, port)
+        bare.sendall(frame(HELLO, 0, 1, 0, WORLD_ID, 0))
+        report("forged-bare", host, port, bare, challenged(bare))
         new = dial(host, port)
         got = challenged(new)
         new.sendall(frame(HELLO, 1, 1, 64, WORLD_ID, 0) + os.urandom(64))
@@ -73,7 +73,7 @@ def attack(host, port):
             if os.path.exists(stop_file):
                 break
             time.sleep(0.1)
-        for s in (old, new, junk, silent):
+        for s in (bare, new, junk, silent):
             s.close()
     except OSError as e:  # the listener closed meanwhile: the mesh was complete
         with lock, open(report_file, "a") as f:

@@ -3,7 +3,7 @@
 # node 0 and node 1 of the job and a host without the secret. While the job builds its meshes
 # (node 1's workers start 3 s late, so node 0's listeners wait for them) the intruder attacks every
 # listener the test finds (a scan's connect-and-close, a forged hello with the world's id in the
-# old and the handshake form, garbage, a silent connection) and sweeps both nodes' ephemeral
+# bare and the handshake form, garbage, a silent connection) and sweeps both nodes' ephemeral
 # ports while the job trains. The losses must equal those of a run without the intruder, and
 # the job's log must name every connection it refused.
 # Needs root (ip netns) and python3. Usage: tcp_intruder_netns.sh MESHTRAIN
@@ -134,7 +134,7 @@ for backend in tcp hier; do
     { diff <(losses "$out/$backend-clean.run") <(losses "$out/$backend-attacked.run");
       fail "$backend: the losses differ from the clean run's"; }
   echo "  ok: $(losses "$out/$backend-clean.run" | wc -l) losses equal the clean run's"
-  for kind in forged-old forged garbage silent; do
+  for kind in forged-bare forged garbage silent; do
     awk -v k=$kind '$1 == k && $4 == "challenged" { found = 1 } END { exit !found }' \
       "$out/report" ||
       { sed 's/^/    [intruder] /' "$out/report"; show "$backend-attacked"
@@ -145,7 +145,8 @@ for backend in tcp hier; do
     [ "$state" = challenged ] || continue
     grep -q "refused a connection from $addr_i:$lport:" "$out/$backend-attacked.node0" \
       "$out/$backend-attacked.node1" ||
-      { show "$backend-attacked"; fail "$backend: the $kind connection from port $lport to $target is not named"; }
+      { show "$backend-attacked"
+        fail "$backend: the $kind connection from port $lport to $target is not named"; }
     named=$((named + 1))
   done < <(awk '$4 == "challenged"' "$out/report")
   echo "  ok: all $named intruder connections that reached a listener are named, e.g.:"

@@ -122,8 +122,8 @@ static void strangers_during_mesh_build(void)
     struct sockaddr_in a;
     rank0_address(port, &secret, &a);
 
-    /* In rank 0's backlog before any real rank: silent, a forged hello of the old form and
-     * one of the handshake's form without the key, garbage, connect-and-close. */
+    /* In rank 0's backlog before any real rank: silent, a bare hello frame claiming rank 2
+     * (no handshake), one in the handshake's form without the key, garbage, connect-and-close. */
     int silent = dial(&a);
     int forged = dial(&a);
     tcp_frame hello = {.kind = TCP_FRAME_HELLO, .root_or_tag = 0, .sender = 2,
