@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
+#include "tcp_handshake.h"
 #include "meshtrain/job_env.h"
 #include "meshtrain/store.h"
 
@@ -171,6 +172,10 @@ mt_status mt_comm_bootstrap(mt_comm_config *c, mt_comm_bootstrap_result *out)
     /* A restart's ranks use keys of their own, so nothing a previous attempt left misleads. */
     char prefix[32];
     snprintf(prefix, sizeof prefix, "attempt%d/", job.restart_count);
+    /* The data plane's key is of this attempt too: a hello recorded in an earlier one fails. */
+    _Static_assert((int)MT_COMM_KEY_BYTES == (int)TCP_KEY_BYTES, "one key size");
+    if (st == MT_OK)
+        tcp_key_derive(plan.secret.bytes, plan.secret.size, prefix, out->data_key);
     if (st == MT_OK) {
         mt_store_config sc = {.host = plan.host, .port = plan.port,
                               .timeout_seconds = c->timeout_seconds, .secret = &plan.secret,
@@ -182,6 +187,7 @@ mt_status mt_comm_bootstrap(mt_comm_config *c, mt_comm_bootstrap_result *out)
     if (st) {
         mt_store_server_stop(out->server);
         out->server = NULL;
+        memset(out->data_key, 0, sizeof out->data_key);
     }
     return st;
 }

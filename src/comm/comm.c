@@ -151,8 +151,9 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
         return st;
     }
     comm->store_server = boot.server;
-    st = builder->create_world(comm, boot.store, &c, &comm->impl);
+    st = builder->create_world(comm, builder->identify ? NULL : &boot, &c, &comm->impl);
     mt_store_close(boot.store);
+    explicit_bzero(boot.data_key, sizeof boot.data_key);
     if (st) {
         comm_free(comm);
         mt_store_server_stop(boot.server);

@@ -183,17 +183,31 @@ void mt_comm_progress_stop(mt_comm *comm);
 int mt_comm_progress_p2p(mt_comm *comm);
 void mt_comm_mark_broken(mt_comm *comm, const char *message);
 
-/* How each back end builds a world communicator (comm.c picks one by name). */
+/* bootstrap.c: rank and size (from the config, else the launcher's variables), a connection
+ * to the job's store, joined as this rank, and the key its data plane proves (tcp's handshake,
+ * tcp_handshake.h). When no launcher hosts the store, rank 0 does: `server` is then set and
+ * lives as long as the world communicator. */
 struct mt_store;
+struct mt_store_server;
+enum { MT_COMM_KEY_BYTES = 32 };
+typedef struct mt_comm_bootstrap_result {
+    struct mt_store *store;
+    struct mt_store_server *server;
+    /* HMAC(secret, "meshtrain data plane key" NUL "attempt<N>/"): of this job and attempt. */
+    unsigned char data_key[MT_COMM_KEY_BYTES];
+} mt_comm_bootstrap_result;
+mt_status mt_comm_bootstrap(mt_comm_config *config, mt_comm_bootstrap_result *out);
+
+/* How each back end builds a world communicator (comm.c picks one by name). */
 typedef struct mt_comm_world_builder {
     const char *name;
     const mt_comm_backend *backend;
     /* Back ends started by their own launcher (mpi) know rank and size and need no store;
      * NULL for those that bootstrap through the store from RANK and WORLD_SIZE. */
     mt_status (*identify)(int *rank, int *size);
-    /* Collective over the world; `store` is NULL when identify is set. */
-    mt_status (*create_world)(mt_comm *comm, struct mt_store *store, const mt_comm_config *config,
-                              void **impl);
+    /* Collective over the world; `boot` is NULL when identify is set. */
+    mt_status (*create_world)(mt_comm *comm, const mt_comm_bootstrap_result *boot,
+                              const mt_comm_config *config, void **impl);
 } mt_comm_world_builder;
 
 extern const mt_comm_backend mt_shm_backend, mt_tcp_backend, mt_hier_backend;
@@ -203,15 +217,6 @@ extern const mt_comm_backend mt_mpi_backend;
 extern const mt_comm_world_builder mt_mpi_world;
 #endif
 
-/* bootstrap.c: rank and size (from the config, else the launcher's variables) and a
- * connection to the job's store, joined as this rank. When no launcher hosts the store, rank 0
- * does: `server` is then set and lives as long as the world communicator. */
-struct mt_store_server;
-typedef struct mt_comm_bootstrap_result {
-    struct mt_store *store;
-    struct mt_store_server *server;
-} mt_comm_bootstrap_result;
-mt_status mt_comm_bootstrap(mt_comm_config *config, mt_comm_bootstrap_result *out);
 #ifdef MT_HAVE_MPI
 /* mpi_backend.c, for bootstrapping the other back ends under mpirun: rank 0's `bytes` reach
  * every rank (MPI is started if needed); rank and size as MPI sees them. */

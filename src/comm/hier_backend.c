@@ -135,7 +135,7 @@ static void number_hosts(const char *ids, int n, int *host_of)
     }
 }
 
-static mt_status hier_create_world(mt_comm *comm, struct mt_store *store,
+static mt_status hier_create_world(mt_comm *comm, const mt_comm_bootstrap_result *boot,
                                    const mt_comm_config *config, void **impl)
 {
     *impl = NULL;
@@ -144,7 +144,7 @@ static mt_status hier_create_world(mt_comm *comm, struct mt_store *store,
                                &flat);
     if (st)
         return st;
-    if ((st = mt_tcp_world.create_world(flat, store, config, &flat->impl))) {
+    if ((st = mt_tcp_world.create_world(flat, boot, config, &flat->impl))) {
         mt_comm_destroy(flat);
         return st;
     }

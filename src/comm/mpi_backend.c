@@ -176,10 +176,10 @@ static mt_status group_new(mt_comm *comm, MPI_Comm collectives, mpi_group **out)
     return MT_OK;
 }
 
-static mt_status mpi_create_world(mt_comm *comm, struct mt_store *store,
+static mt_status mpi_create_world(mt_comm *comm, const mt_comm_bootstrap_result *boot,
                                   const mt_comm_config *config, void **impl)
 {
-    (void)store;
+    (void)boot;
     (void)config;
     MPI_Comm collectives;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &collectives);

@@ -15,9 +15,10 @@ typedef struct world_record {
     char host[HOST_CAPACITY];
 } world_record;
 
-static mt_status shm_create_world(mt_comm *comm, mt_store *store, const mt_comm_config *config,
-                                  void **impl)
+static mt_status shm_create_world(mt_comm *comm, const mt_comm_bootstrap_result *boot,
+                                  const mt_comm_config *config, void **impl)
 {
+    mt_store *store = boot->store;
     *impl = NULL;
     mt_shm_group *g;
     mt_status st = shm_group_build(comm, config->algorithm, &g);

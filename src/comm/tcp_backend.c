@@ -28,12 +28,12 @@ static mt_status gather_lower_addresses(tcp_group *g, mt_store *store, const cha
     return st;
 }
 
-static mt_status tcp_create_world(mt_comm *comm, mt_store *store, const mt_comm_config *config,
-                                  void **impl)
+static mt_status tcp_create_world(mt_comm *comm, const mt_comm_bootstrap_result *boot,
+                                  const mt_comm_config *config, void **impl)
 {
     *impl = NULL;
     tcp_group *g;
-    mt_status st = tcp_group_new(comm, WORLD_ID, &g);
+    mt_status st = tcp_group_new(comm, WORLD_ID, boot->data_key, &g);
     if (st)
         return st;
     snprintf(g->listen_host, sizeof g->listen_host, "%s", config->tcp_host);
@@ -43,7 +43,7 @@ static mt_status tcp_create_world(mt_comm *comm, mt_store *store, const mt_comm_
     st = addresses ? tcp_listen(g->listen_host, &listen_fd, mine)
                    : mt_fail(MT_ENOMEM, "allocating %d addresses", comm->size);
     if (st == MT_OK)
-        st = gather_lower_addresses(g, store, mine, addresses);
+        st = gather_lower_addresses(g, boot->store, mine, addresses);
     if (st == MT_OK)
         st = tcp_build_mesh(g, listen_fd, addresses);
     if (listen_fd >= 0)
@@ -98,7 +98,7 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
     char mine[TCP_ADDRESS_CAPACITY] = "";
     int listen_fd = -1;
     mt_status st = MT_OK;
-    if (child && (st = tcp_group_new(child, child_id(pg, members[0]), &g)) == MT_OK) {
+    if (child && (st = tcp_group_new(child, child_id(pg, members[0]), pg->key, &g)) == MT_OK) {
         snprintf(g->listen_host, sizeof g->listen_host, "%s", pg->listen_host);
         st = tcp_listen(g->listen_host, &listen_fd, mine);
     }

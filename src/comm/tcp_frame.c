@@ -64,7 +64,7 @@ mt_status tcp_frame_decode(const uint8_t in[TCP_FRAME_BYTES], tcp_frame *f)
     f->comm_id = get64(in + 24);
     f->seq = get64(in + 32);
     f->count = get64(in + 40);
-    if (f->kind < TCP_FRAME_DATA || f->kind > TCP_FRAME_HELLO)
+    if (f->kind < TCP_FRAME_DATA || f->kind > TCP_FRAME_WELCOME)
         return mt_fail(MT_EFORMAT, "bad frame: unknown kind %u", f->kind);
     if (f->op_kind >= MT_OP_KIND_COUNT)
         return mt_fail(MT_EFORMAT, "bad frame: unknown operation %u", f->op_kind);
@@ -73,7 +73,7 @@ mt_status tcp_frame_decode(const uint8_t in[TCP_FRAME_BYTES], tcp_frame *f)
     if (f->redop >= MT_REDOP_COUNT)
         return mt_fail(MT_EFORMAT, "bad frame: unknown reduction %u", f->redop);
     uint32_t most = f->kind == TCP_FRAME_ABORT ? TCP_ABORT_MAX
-                    : f->kind == TCP_FRAME_HELLO ? 0 : TCP_FRAME_MAX_PAYLOAD;
+                    : f->kind >= TCP_FRAME_HELLO ? TCP_HANDSHAKE_MAX : TCP_FRAME_MAX_PAYLOAD;
     if (f->payload_bytes > most)
         return mt_fail(MT_EFORMAT, "bad frame: %u payload bytes where at most %u are allowed",
                        f->payload_bytes, most);

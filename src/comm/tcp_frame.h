@@ -13,13 +13,16 @@ enum {
     TCP_FRAME_BYTES = 48,
     TCP_FRAME_MAX_PAYLOAD = 4 << 20, /* checked before any allocation or read */
     TCP_ABORT_MAX = 512,             /* an abort frame carries one error message */
+    TCP_HANDSHAKE_MAX = 64,          /* a handshake frame carries nonces and MACs */
 };
 
 typedef enum tcp_frame_kind {
     TCP_FRAME_DATA = 1,     /* part of a collective */
     TCP_FRAME_TRANSFER = 2, /* part of a send/recv message */
     TCP_FRAME_ABORT = 3,    /* the sender failed; the payload is its message */
-    TCP_FRAME_HELLO = 4,    /* first frame of a connection: who is calling, and for what */
+    TCP_FRAME_HELLO = 4,     /* a connector's proof: who is calling, and for what */
+    TCP_FRAME_CHALLENGE = 5, /* a listener's first frame: its nonce */
+    TCP_FRAME_WELCOME = 6,   /* a listener's proof, closing the handshake */
 } tcp_frame_kind;
 
 /* Fields that do not apply to a kind are zero. */

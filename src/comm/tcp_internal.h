@@ -9,6 +9,7 @@
 
 #include "comm_internal.h"
 #include "tcp_frame.h"
+#include "tcp_handshake.h"
 
 enum {
     TCP_CHANNEL_COLLECTIVE = 0,
@@ -36,6 +37,8 @@ typedef struct tcp_group {
     mt_comm *comm;
     int rank, size;
     uint64_t comm_id;
+    uint8_t key[TCP_KEY_BYTES];  /* the attempt's data plane key; subgroups inherit it */
+    int strangers_refused;       /* connections dropped during mesh builds (no proof of the key) */
     uint64_t splits;             /* subgroups split off so far (names their ids) */
     char listen_host[48];        /* the IPv4 address this rank listens on; subgroups inherit it */
     double timeout_seconds;
@@ -56,14 +59,13 @@ static inline uint8_t *tcp_at(const void *base, size_t offset)
 }
 
 /* tcp_link.c: sockets, aborts, the failure messages. */
-mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out);
+mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
+                        tcp_group **out);
 void tcp_group_free(tcp_group *g);
-/* Listens on host (an IPv4 address) at an ephemeral port; *address gets "host:port" for
- * peers to connect to. */
-mt_status tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACITY]);
-/* Connects every pair of members twice (collectives, transfers): lower ranks accept, higher
- * ones connect, and each connection opens with a checked hello. addresses[r] is member r's. */
-mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
+/* Write all / read exactly n bytes of a non-blocking use of fd before the deadline; -1 when the
+ * peer closed, an error came (errno set) or time ran out. */
+int tcp_write_until(int fd, const uint8_t *buf, size_t n, double deadline);
+int tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline);
 /* Non-blocking: sends what the socket takes of the frame header (header_bytes of it already
  * sent) and then of its payload; *moved gets the bytes sent. When the peer has closed, sets
  * link->send_closed and moves nothing: the caller reads what the peer sent last (usually an
@@ -92,6 +94,16 @@ mt_status tcp_abort(tcp_group *g, const char *fmt, ...) __attribute__((format(pr
 /* Non-zero (message set) when the group already failed. */
 mt_status tcp_check_aborted(tcp_group *g);
 void tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity);
+
+/* tcp_mesh.c: listening and connecting. */
+/* Listens on host (an IPv4 address) at an ephemeral port; *address gets "host:port" for
+ * peers to connect to. */
+mt_status tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACITY]);
+/* Connects every pair of members twice (collectives, transfers): lower ranks accept, higher
+ * ones connect, and each connection opens with the handshake of tcp_handshake.h. A connection
+ * that does not complete it within a few seconds is a stranger: dropped, named on stderr, and
+ * no failure. addresses[r] is member r's. */
+mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
 
 /* tcp_collectives.c */
 mt_status tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq);

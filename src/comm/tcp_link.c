@@ -1,11 +1,6 @@
-/* Sockets of the TCP back end: listening, building the mesh with checked hellos, moving bytes
- * without blocking, and failing the whole group with a message every peer receives. */
-#define _GNU_SOURCE /* accept4: accepted sockets must be close-on-exec atomically */
-#include <arpa/inet.h>
+/* Links of the TCP back end: a group's connections, moving bytes without blocking, and failing
+ * the whole group with a message every peer receives. tcp_mesh.c builds the connections. */
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,7 +23,8 @@ static void link_init(tcp_link *l)
     pthread_mutex_init(&l->send_lock, NULL);
 }
 
-mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out)
+mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
+                        tcp_group **out)
 {
     *out = NULL;
     tcp_group *g = calloc(1, sizeof *g);
@@ -43,6 +39,7 @@ mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, tcp_group **out)
     g->rank = comm->rank;
     g->size = comm->size;
     g->comm_id = comm_id;
+    memcpy(g->key, key, TCP_KEY_BYTES);
     g->timeout_seconds = comm->timeout_seconds;
     /* Waking from a blocking poll costs tens of microseconds, more than a small message takes:
      * wait actively a little first, unless ranks outnumber cores (then spinning steals the
@@ -84,6 +81,7 @@ void tcp_group_free(tcp_group *g)
     free(g->collective);
     free(g->transfer);
     free(g->scratch);
+    explicit_bzero(g->key, sizeof g->key);
     free(g);
 }
 
@@ -119,8 +117,7 @@ static int record_failure(tcp_group *g, const char *message)
     return 1;
 }
 
-/* Writes all of buf before the deadline, or gives up (the peer is gone or stuck). */
-static int write_until(int fd, const uint8_t *buf, size_t n, double deadline)
+int tcp_write_until(int fd, const uint8_t *buf, size_t n, double deadline)
 {
     while (n) {
         ssize_t k = send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -151,12 +148,12 @@ static void send_abort_on(tcp_link *l, const uint8_t *frame, size_t bytes,
     int ok = 1;
     while (ok && l->out_left) {
         size_t n = l->out_left < sizeof zeros ? l->out_left : sizeof zeros;
-        ok = write_until(l->fd, zeros, n, deadline) == 0;
+        ok = tcp_write_until(l->fd, zeros, n, deadline) == 0;
         if (ok)
             l->out_left -= n;
     }
     if (ok)
-        write_until(l->fd, frame, bytes, deadline);
+        tcp_write_until(l->fd, frame, bytes, deadline);
     l->out_left = 0;
     pthread_mutex_unlock(&l->send_lock);
 }
@@ -201,8 +198,7 @@ static mt_status peer_closed(tcp_group *g, int peer, const char *during)
                      g->rank);
 }
 
-/* Reads exactly n bytes before the deadline (bootstrap and abort messages only). */
-static int read_until(int fd, uint8_t *buf, size_t n, double deadline)
+int tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline)
 {
     while (n) {
         ssize_t k = recv(fd, buf, n, MSG_DONTWAIT);
@@ -226,7 +222,8 @@ mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *l, const tcp_frame *f
     char message[TCP_ABORT_MAX + 1] = "";
     char who[64];
     tcp_describe_rank(g, peer, who, sizeof who);
-    if (read_until(l->recv_fd, (uint8_t *)message, f->payload_bytes, mt_clock_seconds() + 1.0) != 0)
+    double deadline = mt_clock_seconds() + 1.0;
+    if (tcp_read_until(l->recv_fd, (uint8_t *)message, f->payload_bytes, deadline) != 0)
         snprintf(message, sizeof message, "%s failed (its message was cut off)", who);
     else /* what was read is ended where the frame said it ends */
         message[f->payload_bytes < TCP_ABORT_MAX - 1 ? f->payload_bytes : TCP_ABORT_MAX - 1] = '\0';
@@ -332,144 +329,4 @@ mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *l, void *buf, size_t n
     if (k < 0 && would_block())
         return MT_OK;
     return peer_closed(g, peer, during);
-}
-
-/* ---- bootstrap -------------------------------------------------------------------------- */
-
-mt_status tcp_listen(const char *host, int *fd_out, char address[TCP_ADDRESS_CAPACITY])
-{
-    *fd_out = -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
-        return mt_fail(MT_EINVAL, "tcp host '%s' (MT_COMM_TCP_HOST) is not an IPv4 address",
-                       host);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, SOMAXCONN) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        int err = errno;
-        if (fd >= 0)
-            close(fd);
-        return mt_fail(MT_EIO, "listening on %s: %s", host, strerror(err));
-    }
-    snprintf(address, TCP_ADDRESS_CAPACITY, "%s:%d", host, (int)ntohs(a.sin_port));
-    *fd_out = fd;
-    return MT_OK;
-}
-
-static void tune_socket(int fd)
-{
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-static mt_status connect_to(const char *address, double deadline, int *fd_out)
-{
-    char host[TCP_ADDRESS_CAPACITY];
-    snprintf(host, sizeof host, "%s", address);
-    char *colon = strrchr(host, ':');
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    if (!colon)
-        return mt_fail(MT_EFORMAT, "peer address '%s' has no port", address);
-    *colon = '\0';
-    a.sin_port = htons((uint16_t)atoi(colon + 1));
-    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
-        return mt_fail(MT_EFORMAT, "peer address '%s' is not IPv4 host:port", address);
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return mt_fail(MT_EIO, "socket: %s", strerror(errno));
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
-            *fd_out = fd;
-            return MT_OK;
-        }
-        int err = errno;
-        close(fd);
-        if (mt_clock_seconds() > deadline)
-            return mt_fail(MT_EPEER, "connecting to %s: %s", address, strerror(err));
-        usleep(10000);
-    }
-}
-
-static mt_status say_hello(tcp_group *g, int fd, int channel, double deadline)
-{
-    tcp_frame f = {.kind = TCP_FRAME_HELLO, .root_or_tag = channel, .sender = g->rank,
-                   .comm_id = g->comm_id};
-    uint8_t raw[TCP_FRAME_BYTES];
-    tcp_frame_encode(&f, raw);
-    return write_until(fd, raw, sizeof raw, deadline) == 0
-               ? MT_OK : mt_fail(MT_EPEER, "sending a hello: %s", strerror(errno));
-}
-
-/* Reads and checks an incoming hello; files the connection under its peer and channel. */
-static mt_status take_hello(tcp_group *g, int fd, double deadline)
-{
-    uint8_t raw[TCP_FRAME_BYTES];
-    tcp_frame f;
-    if (read_until(fd, raw, sizeof raw, deadline) != 0)
-        return mt_fail(MT_EPEER, "a connecting peer sent no hello");
-    mt_status st = tcp_frame_decode(raw, &f);
-    if (st)
-        return mt_fail_context(st, "hello of a connecting peer");
-    if (f.kind != TCP_FRAME_HELLO || f.comm_id != g->comm_id || f.sender <= g->rank ||
-        f.sender >= g->size || (f.root_or_tag != TCP_CHANNEL_COLLECTIVE &&
-                                f.root_or_tag != TCP_CHANNEL_TRANSFER))
-        return mt_fail(MT_EPEER, "unexpected hello (kind %u, communicator %llx, rank %d, channel "
-                                 "%d) at rank %d of communicator %llx", f.kind,
-                       (unsigned long long)f.comm_id, f.sender, f.root_or_tag, g->rank,
-                       (unsigned long long)g->comm_id);
-    tcp_link *l = f.root_or_tag == TCP_CHANNEL_COLLECTIVE ? &g->collective[f.sender]
-                                                          : &g->transfer[f.sender];
-    if (l->fd >= 0)
-        return mt_fail(MT_EPEER, "rank %d connected twice on channel %d", f.sender,
-                       f.root_or_tag);
-    l->fd = l->recv_fd = fd;
-    return MT_OK;
-}
-
-/* Transfers to oneself go through a local socket pair, like any other peer's. */
-static mt_status connect_self(tcp_group *g)
-{
-    int pair[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-        return mt_fail(MT_EIO, "socketpair for transfers to oneself: %s", strerror(errno));
-    g->transfer[g->rank].fd = pair[0];
-    g->transfer[g->rank].recv_fd = pair[1];
-    return MT_OK;
-}
-
-mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses)
-{
-    double deadline = mt_clock_seconds() + g->timeout_seconds;
-    mt_status st = connect_self(g);
-    /* Connections complete in the listener's backlog, so connecting first cannot deadlock. */
-    for (int p = 0; p < g->rank && st == MT_OK; p++)
-        for (int channel = 0; channel < 2 && st == MT_OK; channel++) {
-            int fd = -1;
-            st = connect_to(addresses + (size_t)p * TCP_ADDRESS_CAPACITY, deadline, &fd);
-            if (st == MT_OK) {
-                tune_socket(fd);
-                tcp_link *l = &(channel == 0 ? g->collective : g->transfer)[p];
-                l->fd = l->recv_fd = fd;
-                st = say_hello(g, fd, channel, deadline);
-            }
-            if (st)
-                st = mt_fail_context(st, "rank %d connecting to rank %d", g->rank, p);
-        }
-    for (int left = 2 * (g->size - 1 - g->rank); left > 0 && st == MT_OK; left--) {
-        struct pollfd p = {listen_fd, POLLIN, 0};
-        double wait = deadline - mt_clock_seconds();
-        if (wait <= 0 || poll(&p, 1, (int)(wait * 1000) + 1) <= 0) {
-            st = mt_fail(MT_EPEER, "rank %d: %d connections from higher ranks did not arrive "
-                                   "within %.1f s", g->rank, left, g->timeout_seconds);
-            break;
-        }
-        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        tune_socket(fd);
-        if ((st = take_hello(g, fd, deadline)))
-            close(fd);
-    }
-    return st;
 }

@@ -10,10 +10,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "comm/tcp_plan.h"
+#include "meshtrain/clock.h"
+#include "meshtrain/hmac.h"
 #include "fuzz_support.h"
 #ifndef MT_LIBFUZZER
 #include "fuzz_replay.h"
@@ -24,11 +25,12 @@
  *   selector & 3   0: a collective receive, tcp_plan_run over one flow of frames of 8, 0 and
  *                     24 bytes, then the look for late aborts;
  *                  1: two transfer receives, tcp_p2p_progress (20 bytes, then an empty message);
- *                  2: the two hellos of a connecting peer, tcp_build_mesh (48 bytes each, on
- *                     two connections of a local listener);
+ *                  2: the handshake (tcp_handshake.h): a listener's checks of a hello, or a
+ *                     connector's of a challenge and a welcome;
  *                  3: a look at an idle link, tcp_peek_link.
  *   selector >> 2  which collective rank 0 expects (mod 6); for transfers, the size of the pieces
- *                  the stream trickles in (0: all at once); for a peek, bit 0 allows a closed link.
+ *                  the stream trickles in (0: all at once); for a peek, bit 0 allows a closed link;
+ *                  for the handshake, bit 0 picks the connector's side, bit 1 its channel.
  * Each run checks exact outcomes against an independent model of the wire format: the status,
  * the cause in the message, which buffers the payload reached, and what rank 0 said back. */
 
@@ -52,6 +54,7 @@ static const struct {
     mt_dtype dtype;
 } MESSAGES[2] = {{5, MT_I32}, {0, MT_F64}}; /* the transfers, in order */
 static const uint8_t CANARY = 0xa5;
+static const uint8_t KEY[TCP_KEY_BYTES] = "fuzz key of the tcp data plane";
 
 
 /* ---- the wire format, modelled independently of tcp_frame.c ----------------------------- */
@@ -69,7 +72,7 @@ static tcp_frame model_read(const uint8_t *raw)
 static uint32_t payload_bound(uint32_t kind)
 {
     return kind == TCP_FRAME_ABORT ? TCP_ABORT_MAX
-           : kind == TCP_FRAME_HELLO ? 0 : TCP_FRAME_MAX_PAYLOAD;
+           : kind >= TCP_FRAME_HELLO ? TCP_HANDSHAKE_MAX : TCP_FRAME_MAX_PAYLOAD;
 }
 
 /* A header any receiver must accept: magic, known kind, operation, type and reduction, and a
@@ -78,7 +81,7 @@ static int well_formed(const uint8_t *raw)
 {
     tcp_frame f = model_read(raw);
     return rd32(raw) == TCP_FRAME_MAGIC && f.kind >= TCP_FRAME_DATA &&
-           f.kind <= TCP_FRAME_HELLO && f.op_kind < MT_OP_KIND_COUNT &&
+           f.kind <= TCP_FRAME_WELCOME && f.op_kind < MT_OP_KIND_COUNT &&
            f.dtype < MT_DTYPE_COUNT && f.redop < MT_REDOP_COUNT &&
            f.payload_bytes <= payload_bound(f.kind);
 }
@@ -211,7 +214,7 @@ static mt_comm *fuzz_comm(void)
 static tcp_group *fresh_group(void)
 {
     tcp_group *g;
-    REQUIRE(tcp_group_new(fuzz_comm(), COMM_ID, &g) == MT_OK, "a tcp group");
+    REQUIRE(tcp_group_new(fuzz_comm(), COMM_ID, KEY, &g) == MT_OK, "a tcp group");
     return g;
 }
 
@@ -507,95 +510,120 @@ static void run_transfers(unsigned chunk, const uint8_t *s, size_t n)
     close(peer_end);
 }
 
-/* ---- hellos: tcp_build_mesh and its take_hello ------------------------------------------ */
+/* ---- the handshake: tcp_handshake.c ----------------------------------------------------- */
 
-static socklen_t hello_address(struct sockaddr_un *a)
+/* The listener's nonce in the listener-side runs: fixed, so seeds can carry proven hellos. */
+static const uint8_t NONCE_L[TCP_NONCE_BYTES] = "rank 0 nonce, fuzz runs";
+
+/* A MAC as tcp_handshake.h documents it: HMAC(K, label NUL nonce_L hello-header nonce_C). */
+static void model_mac(const char *label, const uint8_t *nonce_l, const uint8_t *header,
+                      const uint8_t *nonce_c, uint8_t out[TCP_MAC_BYTES])
 {
-    *a = (struct sockaddr_un){.sun_family = AF_UNIX};
-    int len = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "meshtrain-fuzz-hello-%ld",
-                       (long)getpid());
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+    uint8_t msg[64 + TCP_NONCE_BYTES * 2 + TCP_FRAME_BYTES];
+    size_t n = strlen(label) + 1;
+    memcpy(msg, label, n);
+    memcpy(msg + n, nonce_l, TCP_NONCE_BYTES);
+    memcpy(msg + n + TCP_NONCE_BYTES, header, TCP_FRAME_BYTES);
+    memcpy(msg + n + TCP_NONCE_BYTES + TCP_FRAME_BYTES, nonce_c, TCP_NONCE_BYTES);
+    mt_hmac_sha256_digest(KEY, TCP_KEY_BYTES, msg, n + 2 * TCP_NONCE_BYTES + TCP_FRAME_BYTES,
+                          out);
 }
 
-/* A listener in the abstract unix namespace: tcp_build_mesh only polls and accepts on it, and
- * local connections leave no TIME_WAIT behind however many runs there are. */
-static int hello_listener(void)
+static int handshake_frame(const uint8_t *raw, uint32_t kind, uint32_t payload)
 {
-    static int fd = -1;
-    if (fd >= 0)
-        return fd;
-    struct sockaddr_un a;
-    socklen_t size = hello_address(&a);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&a, size) == 0 && listen(fd, 16) == 0,
-            "a unix listener: %s", strerror(errno));
-    return fd;
+    return well_formed(raw) && rd16(raw + 4) == kind && rd32(raw + 20) == payload;
 }
 
-/* Connects to the listener, sends n bytes and hangs up (the connection waits to be accepted). */
-static int dial(const uint8_t *bytes, size_t n)
+/* Listener side, rank 0 of 2: the stream is what a connection sends after the challenge.
+ * Its first 48 bytes must be refusable on their own; a whole hello is accepted exactly when
+ * its MAC is right and it is rank 1's, for rank 0 of this communicator, on channel 0 or 1. */
+static void run_hello_listener(const uint8_t *s, size_t n)
 {
-    struct sockaddr_un a;
-    socklen_t size = hello_address(&a);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0 && connect(fd, (struct sockaddr *)&a, size) == 0, "dialling: %s",
-            strerror(errno));
-    REQUIRE(n == 0 || send(fd, bytes, n, MSG_NOSIGNAL) == (ssize_t)n, "sending a hello: %s",
-            strerror(errno));
-    shutdown(fd, SHUT_WR);
-    return fd;
-}
-
-/* Rank 0 of 2 accepts two connections from rank 1, one per channel, each opening with a hello. */
-static void model_hellos(const uint8_t *s, size_t n, verdict *v)
-{
-    int32_t first = -1;
-    for (int i = 0; i < 2; i++) {
-        const uint8_t *h = s + TCP_FRAME_BYTES * (size_t)i;
-        if (n < TCP_FRAME_BYTES * (size_t)(i + 1)) {
-            fail_with(v, MT_EPEER, "sent no hello", i, 1);
-            return;
-        }
-        if (!well_formed(h)) {
-            fail_with(v, MT_EFORMAT, "hello of a connecting peer: bad frame", i, 1);
-            return;
-        }
-        tcp_frame f = model_read(h);
-        if (f.kind != TCP_FRAME_HELLO || f.comm_id != COMM_ID || f.sender != 1 ||
-            (f.root_or_tag != TCP_CHANNEL_COLLECTIVE && f.root_or_tag != TCP_CHANNEL_TRANSFER)) {
-            fail_with(v, MT_EPEER, "unexpected hello", i, 1);
-            return;
-        }
-        if (f.root_or_tag == first) {
-            fail_with(v, MT_EPEER, "connected twice", i, 1);
-            return;
-        }
-        first = f.root_or_tag;
+    if (n < TCP_FRAME_BYTES)
+        return;
+    int header_ok = handshake_frame(s, TCP_FRAME_HELLO, TCP_NONCE_BYTES + TCP_MAC_BYTES);
+    mt_status st = tcp_hello_check_header(s);
+    REQUIRE((st == MT_OK) == header_ok, "hello header: got %s, the model says %s",
+            mt_status_name(st), header_ok ? "a hello" : "no hello");
+    REQUIRE(st == MT_OK || st == MT_EFORMAT, "a refused header is MT_EFORMAT");
+    if (n < TCP_HELLO_BYTES)
+        return;
+    uint8_t want[TCP_MAC_BYTES], welcome[TCP_WELCOME_BYTES];
+    model_mac("meshtrain hello", NONCE_L, s, s + TCP_FRAME_BYTES, want);
+    tcp_frame f = model_read(s);
+    int proven = header_ok && memcmp(want, s + TCP_FRAME_BYTES + TCP_NONCE_BYTES, 32) == 0;
+    int ok = proven && f.comm_id == COMM_ID && f.count == 0 && f.sender == 1 &&
+             (f.root_or_tag == TCP_CHANNEL_COLLECTIVE || f.root_or_tag == TCP_CHANNEL_TRANSFER);
+    tcp_hello_expect e = {.key = KEY, .comm_id = COMM_ID, .rank = 0, .size = 2};
+    int sender = 7, channel = 7;
+    memset(welcome, CANARY, sizeof welcome);
+    st = tcp_hello_verify(&e, NONCE_L, s, &sender, &channel, welcome);
+    REQUIRE((st == MT_OK) == ok, "hello: got %s, the model says %s", mt_status_name(st),
+            ok ? "accept" : proven ? "refuse (proven, wrong fields)" : "refuse");
+    if (header_ok && !proven)
+        REQUIRE(strstr(mt_last_error(), "bad MAC") != NULL, "a wrong MAC is named");
+    if (!ok) {
+        REQUIRE(sender == -1 && channel == -1 && untouched(welcome, sizeof welcome),
+                "a refused hello names no rank and gets no welcome");
+        return;
     }
+    REQUIRE(sender == 1 && channel == f.root_or_tag, "accepted as rank %d channel %d", sender,
+            channel);
+    REQUIRE(handshake_frame(welcome, TCP_FRAME_WELCOME, TCP_MAC_BYTES) &&
+                (int32_t)rd32(welcome + 16) == 0 && rd64(welcome + 24) == COMM_ID,
+            "the welcome's header");
+    model_mac("meshtrain welcome", NONCE_L, s, s + TCP_FRAME_BYTES, want);
+    REQUIRE(memcmp(want, welcome + TCP_FRAME_BYTES, TCP_MAC_BYTES) == 0, "the welcome's MAC");
 }
 
-static void run_hellos(const uint8_t *s, size_t n)
+/* Connector side, rank 1 calling rank 0 on `channel`: the stream is what a hostile listener
+ * says (a challenge, then a welcome). Rank 1's nonce is fresh, so no welcome can be right:
+ * every run fails, at the first message that is missing or wrong, and after a good challenge
+ * rank 1 has sent exactly one hello that the model proves. */
+static void run_hello_connector(int channel, const uint8_t *s, size_t n)
 {
-    int listener = hello_listener();
-    tcp_group *g = fresh_group();
-    size_t first = n < TCP_FRAME_BYTES ? n : TCP_FRAME_BYTES;
-    size_t second = n - first < TCP_FRAME_BYTES ? n - first : TCP_FRAME_BYTES;
-    int a = dial(s, first), b = dial(s + first, second);
-    verdict v = {.st = MT_OK};
-    model_hellos(s, n, &v);
-    mt_status st = tcp_build_mesh(g, listener, "");
-    check_status(&v, st, "hello");
-    if (st == MT_OK)
-        REQUIRE(g->collective[1].fd >= 0 && g->transfer[1].fd >= 0,
-                "both channels of rank 1 should be filed after two good hellos");
-    for (int fd; (fd = accept(listener, NULL, NULL)) >= 0;)
-        close(fd); /* a connection left behind by a refused first hello */
-    tcp_group_free(g);
-    char c;
-    REQUIRE(recv(a, &c, 1, MSG_DONTWAIT) <= 0 && recv(b, &c, 1, MSG_DONTWAIT) <= 0,
-            "rank 0 should send nothing in answer to a hello");
-    close(a);
-    close(b);
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0,
+            "socketpair: %s", strerror(errno));
+    feed(sv[1], s, n);
+    shutdown(sv[1], SHUT_WR);
+    tcp_hello_expect e = {.key = KEY, .comm_id = COMM_ID, .rank = 1, .size = 2};
+    mt_status st = tcp_handshake_connect(sv[0], &e, 1, 0, channel, mt_clock_seconds() + 5);
+    int challenge_ok = n >= TCP_CHALLENGE_BYTES &&
+                       handshake_frame(s, TCP_FRAME_CHALLENGE, TCP_NONCE_BYTES) &&
+                       rd32(s + 16) == 0 && rd64(s + 24) == COMM_ID;
+    const uint8_t *w = s + TCP_CHALLENGE_BYTES;
+    size_t after = n > TCP_CHALLENGE_BYTES ? n - TCP_CHALLENGE_BYTES : 0;
+    const uint8_t *bad = challenge_ok ? (after >= TCP_WELCOME_BYTES ? w : NULL)
+                                      : (n >= TCP_CHALLENGE_BYTES ? s : NULL);
+    mt_status want = bad && !well_formed(bad) ? MT_EFORMAT : MT_EPEER;
+    REQUIRE(st == want, "connector: got %s, the model expects %s", mt_status_name(st),
+            mt_status_name(want));
+    uint8_t hello[TCP_HELLO_BYTES + 1];
+    ssize_t k = recv(sv[1], hello, sizeof hello, MSG_DONTWAIT);
+    if (!challenge_ok) {
+        REQUIRE(k <= 0, "rank 1 answered a challenge that is none");
+    } else {
+        REQUIRE(k == TCP_HELLO_BYTES, "rank 1 sent %zd bytes, not one hello", k);
+        uint8_t mac[TCP_MAC_BYTES];
+        model_mac("meshtrain hello", s + TCP_FRAME_BYTES, hello, hello + TCP_FRAME_BYTES, mac);
+        tcp_frame f = model_read(hello);
+        REQUIRE(handshake_frame(hello, TCP_FRAME_HELLO, TCP_NONCE_BYTES + TCP_MAC_BYTES) &&
+                    f.sender == 1 && f.count == 0 && f.root_or_tag == channel &&
+                    f.comm_id == COMM_ID &&
+                    memcmp(mac, hello + TCP_FRAME_BYTES + TCP_NONCE_BYTES, 32) == 0,
+                "rank 1's hello is not the documented one");
+    }
+    close(sv[0]);
+    close(sv[1]);
+}
+
+static void run_hellos(unsigned mode, const uint8_t *s, size_t n)
+{
+    if (mode & 1)
+        run_hello_connector((int)(mode >> 1) & 1, s, n);
+    else
+        run_hello_listener(s, n);
 }
 
 /* ---- idle links: tcp_peek_link ---------------------------------------------------------- */
@@ -639,7 +667,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    hello_listener(); /* opened once, before the descriptor count is taken */
     int fd_before = lowest_free_fd();
     unsigned selector = data[0];
     const uint8_t *s = data + 1;
@@ -654,7 +681,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         run_transfers(selector >> 2, s, n);
         break;
     case SCENARIO_HELLO:
-        run_hellos(s, n);
+        run_hellos(selector >> 2, s, n);
         break;
     default:
         run_peek((selector >> 2) & 1, s, n);
@@ -763,14 +790,45 @@ static void write_seeds(const char *dir)
     write_seed(dir, "transfer-abort", SCENARIO_TRANSFER, &ta);
     write_seed(dir, "transfer-abort-in-pieces-of-7", 7 << 2 | SCENARIO_TRANSFER, &ta);
 
-    /* Hellos as say_hello in tcp_link.c writes them, in either channel order. */
-    for (int order = 0; order < 2; order++) {
-        stream h = {.n = 0};
-        for (int i = 0; i < 2; i++)
-            put_frame(&h, (tcp_frame){.kind = TCP_FRAME_HELLO, .root_or_tag = i ^ order,
-                                      .sender = 1, .comm_id = COMM_ID}, "");
-        write_seed(dir, order ? "hello-transfer-first" : "hello", SCENARIO_HELLO, &h);
+    /* Hellos as tcp_handshake_connect writes them, answering NONCE_L: proven and right,
+     * proven for the wrong rank, channel or communicator, a MAC off by one bit, the
+     * unproven form of a hello without the handshake. */
+    static const uint8_t NONCE_C[TCP_NONCE_BYTES] = "rank 1 nonce, fuzz seeds";
+    static const struct {
+        const char *name;
+        uint64_t comm_id;
+        int sender, to, channel;
+    } HELLOS[] = {{"hello-collective", 0, 1, 0, 0},     {"hello-transfer", 0, 1, 0, 1},
+                  {"hello-from-rank-0", 0, 0, 0, 0},    {"hello-for-rank-1", 0, 1, 1, 0},
+                  {"hello-channel-2", 0, 1, 0, 2},      {"hello-other-communicator", 1, 1, 0, 0}};
+    for (size_t i = 0; i < sizeof HELLOS / sizeof HELLOS[0]; i++) {
+        stream h = {.n = TCP_HELLO_BYTES};
+        tcp_hello_encode(KEY, COMM_ID + HELLOS[i].comm_id, HELLOS[i].sender, HELLOS[i].to,
+                         HELLOS[i].channel, NONCE_L, NONCE_C, h.bytes);
+        write_seed(dir, HELLOS[i].name, SCENARIO_HELLO, &h);
+        if (i == 0) {
+            h.bytes[TCP_HELLO_BYTES - 1] ^= 1;
+            write_seed(dir, "hello-bad-mac", SCENARIO_HELLO, &h);
+        }
     }
+    stream unproven = {.n = 0};
+    put_frame(&unproven, (tcp_frame){.kind = TCP_FRAME_HELLO, .sender = 1, .comm_id = COMM_ID},
+              "");
+    write_seed(dir, "hello-without-handshake", SCENARIO_HELLO, &unproven);
+
+    /* What a listener says to rank 1: its challenge, then a welcome (which cannot be right
+     * for a fresh nonce of rank 1), or nothing more; and a challenge from the wrong rank. */
+    tcp_hello_expect rank0 = {.key = KEY, .comm_id = COMM_ID, .rank = 0, .size = 2};
+    stream c = {.n = TCP_CHALLENGE_BYTES};
+    tcp_challenge_encode(&rank0, NONCE_L, c.bytes);
+    write_seed(dir, "handshake-challenge-then-close", 1 << 2 | SCENARIO_HELLO, &c);
+    put_frame(&c, (tcp_frame){.kind = TCP_FRAME_WELCOME, .comm_id = COMM_ID,
+                              .payload_bytes = TCP_MAC_BYTES}, NONCE_C);
+    write_seed(dir, "handshake-unproven-welcome", 3 << 2 | SCENARIO_HELLO, &c);
+    rank0.rank = 1;
+    tcp_challenge_encode(&rank0, NONCE_L, c.bytes);
+    c.n = TCP_CHALLENGE_BYTES;
+    write_seed(dir, "handshake-challenge-of-rank-1", 1 << 2 | SCENARIO_HELLO, &c);
 
     stream pa = {.n = 0};
     put_abort(&pa, "rank 1 (world rank 5) timed out waiting for rank 0");

@@ -69,7 +69,7 @@ static void long_abort(tcp_frame *f, uint8_t *raw)
 }
 static void hello_payload(tcp_frame *f, uint8_t *raw)
 {
-    f->kind = TCP_FRAME_HELLO, f->payload_bytes = 1, tcp_frame_encode(f, raw);
+    f->kind = TCP_FRAME_HELLO, f->payload_bytes = TCP_HANDSHAKE_MAX + 1, tcp_frame_encode(f, raw);
 }
 
 int main(void)
@@ -84,6 +84,6 @@ int main(void)
     refused("payload over 4 MiB", too_long, "payload bytes");
     refused("payload of 4 GiB", huge, "4294967295 payload bytes");
     refused("long abort message", long_abort, "payload bytes");
-    refused("hello with payload", hello_payload, "payload bytes");
+    refused("hello with a long payload", hello_payload, "payload bytes");
     return check_summary("test_comm_tcp_frame");
 }
