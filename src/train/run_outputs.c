@@ -103,10 +103,10 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     json_real(f, s->tokens_per_s);
     fprintf(f, ", \"flops_per_token\": %.9g, \"gflops\": ", s->flops_per_token);
     json_real(f, s->gflops);
-    fprintf(f, ", \"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu, \"dp\": %d, "
-               "\"zero\": %d, \"tp\": %d, \"sp\": %d, \"comm_wait_share\": %.6f, "
-               "\"tp_comm_share\": %.6f",
-            s->seconds, mt_train_threads(cfg),
+    fprintf(f, ", \"seconds\": %.9g, \"threads\": %d, \"threads_source\": \"%s\", "
+               "\"parameters\": %zu, \"dp\": %d, \"zero\": %d, \"tp\": %d, \"sp\": %d, "
+               "\"comm_wait_share\": %.6f, \"tp_comm_share\": %.6f",
+            s->seconds, tr->threads.threads, tr->threads.source,
             mt_gpt_global_numel(&tr->gpt), tr->dp_size, cfg->zero, tr->tp_size,
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share);
     if (tr->runner) {
