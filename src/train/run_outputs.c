@@ -109,6 +109,10 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
             s->seconds, tr->threads.threads, tr->threads.source,
             mt_gpt_global_numel(&tr->gpt), tr->dp_size, cfg->zero, tr->tp_size,
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share);
+    fputs(", \"rank_threads\": [", f);
+    for (int r = 0; r < (tr->world ? mt_comm_size(tr->world) : 1); r++)
+        fprintf(f, "%s%d", r ? ", " : "", (int)tr->rank_threads[r]);
+    fputc(']', f);
     if (tr->runner) {
         fprintf(f, ", \"pp\": %d, \"schedule\": \"%s\", \"chunks\": %d, \"bubble\": [",
                 tr->pp_size, tr->cfg->schedule, tr->cfg->chunks);

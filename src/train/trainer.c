@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +133,14 @@ static mt_status setup(trainer *tr, const mt_ckpt_meta *resume, trainer_init *in
     if (status)
         return status;
     mt_kernels_set_threads(tr->threads.threads);
+    /* every rank's figure for summary.json: ranks bound to unequal CPU sets differ */
+    int ranks = tr->world ? mt_comm_size(tr->world) : 1;
+    if (!(tr->rank_threads = calloc((size_t)ranks, sizeof *tr->rank_threads)))
+        return mt_fail(MT_ENOMEM, "out of memory for %d ranks' thread counts", ranks);
+    tr->rank_threads[0] = tr->threads.threads;
+    if (tr->world && (status = mt_comm_allgather(tr->world, &tr->threads.threads,
+                                                 tr->rank_threads, 1, MT_I32)))
+        return mt_fail_context(status, "threads per rank");
     status = place_rank(tr);
     if (status == MT_OK)
         status = trainer_read_fault(tr);
@@ -200,6 +207,7 @@ static void teardown(trainer *tr)
     free(tr->inputs);
     free(tr->targets);
     free(tr->step_seconds);
+    free(tr->rank_threads);
     free(tr->bubble);
     free(tr->stage_slots);
     if (tr->metrics)

@@ -44,6 +44,7 @@ typedef struct trainer {
     int rank, dp_rank, dp_size, tp_size, pp_size;
     int writes;       /* world rank 0: files, progress, sample */
     mt_thread_count threads; /* this rank's, and where the figure came from */
+    int32_t *rank_threads;   /* every world rank's threads, by rank */
     mt_memory_ledger ledger;
     mt_gpt gpt;
     mt_dp_model *model;
