@@ -5,7 +5,7 @@
 # lines made tiny; the secret goes from host A to host B as the page says (cp -p for scp -p).
 # The check job must pass and the train job write its summary on host A, with the ranks of both
 # namespaces dividing the one machine's CPUs. The README's two-host lines must be the page's.
-# Needs root (ip netns, mount). Usage: two_hosts.sh MESHTRAIN SOURCE_DIR   (about 3 s)
+# Needs root (ip netns, mount). Usage: two_hosts.sh MESHTRAIN SOURCE_DIR   (about 1 s)
 set -uo pipefail
 mt=$1
 src=$2
