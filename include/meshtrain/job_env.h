@@ -35,6 +35,7 @@ typedef struct mt_job_env {
     int master_port;                   /* 0 when unknown */
     int store_hosted;  /* 1: a launcher hosts the store (MT_STORE_HOSTED=1); 0: rank 0 must host it */
     int restart_count; /* MT_RESTART_COUNT (meshtrain launch), else TORCHELASTIC_RESTART_COUNT, else 0 */
+    int cpus_per_task; /* SLURM_CPUS_PER_TASK (srun, sbatch and salloc set it), else 0 */
 } mt_job_env;
 
 /* Returns the value of variable `name`, or NULL when it is unset. An empty value counts as
@@ -54,7 +55,7 @@ typedef const char *(*mt_env_lookup)(const char *name, void *context);
  * reports the missing variable.
  *
  * MT_EINVAL, naming the variable and its value, for a value that is not an integer or is out
- * of range (a rank outside its world size, a port outside 1..65535), for half of a pair
+ * of range (a rank outside its world size, a port outside 1..65535, SLURM_CPUS_PER_TASK below 1), for half of a pair
  * (RANK without WORLD_SIZE, SLURM_PROCID without SLURM_NTASKS, ...), and for a malformed
  * Slurm list. *out is fully written only on success. */
 mt_status mt_job_env_detect(mt_env_lookup lookup, void *context, mt_job_env *out);

@@ -91,7 +91,4 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress, FIL
  * any worker starts. Errors are the run's (a contradicting key, a damaged file, ...). */
 mt_status mt_train_peek_shape(mt_config *cfg);
 
-/* The threads to use: cfg->threads, or the cores available divided by LOCAL_WORLD_SIZE. */
-int mt_train_threads(const mt_config *cfg);
-
 #endif

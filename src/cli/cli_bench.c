@@ -9,6 +9,7 @@
 #include "meshtrain/clock.h"
 #include "meshtrain/config.h"
 #include "meshtrain/kernels.h"
+#include "meshtrain/thread_count.h"
 #include "meshtrain/train.h"
 
 enum { BENCH_REPEATS = 5 };
@@ -40,9 +41,11 @@ static int bench_gemm(int argc, char **argv)
 {
     mt_config cfg;
     mt_config_defaults(&cfg);
-    if (mt_config_parse_args(&cfg, argc, argv) || mt_config_validate(&cfg))
+    mt_thread_count threads;
+    if (mt_config_parse_args(&cfg, argc, argv) || mt_config_validate(&cfg) ||
+        mt_thread_count_for_rank(cfg.threads, NULL, &threads))
         return cli_report_error("bench gemm");
-    mt_kernels_set_threads(mt_train_threads(&cfg));
+    mt_kernels_set_threads(threads.threads);
     int n = cfg.batch / cfg.microbatches * cfg.context, c = cfg.width;
     gemm_shape shapes[] = {
         {n, c, 3 * c, cfg.layers}, {n, c, c, cfg.layers},         {n, c, 4 * c, cfg.layers},

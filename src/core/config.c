@@ -41,7 +41,7 @@ static const config_key KEYS[] = {
     {"eps", KEY_REAL, FIELD(eps), "1e-8", 0, 1, "AdamW epsilon"},
     {"clip", KEY_REAL, FIELD(clip), "1.0", 0, 1e30, "global gradient-norm clip (0: off)"},
     {"seed", KEY_U64, FIELD(seed), "1337", 0, 0, "seed of initialisation, batch order and sampling"},
-    {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: cores / local ranks)"},
+    {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: OMP_NUM_THREADS, else CPUs/local ranks)"},
     {"nproc", KEY_INT, FIELD(nproc), "1", 1, 4096, "local worker processes to launch"},
     {"dp", KEY_INT, FIELD(dp), "0", 0, 1 << 20,
      "data-parallel replicas (0: the world size / (tp * pp))"},

@@ -320,6 +320,17 @@ static mt_status read_restart_count(const env_reader *r, mt_job_env *e)
     return st;
 }
 
+/* Read under every launcher: meshtrain launch inside an sbatch allocation runs its ranks within
+ * the one task's CPUs, so the bound holds for them too. */
+static mt_status read_cpus_per_task(const env_reader *r, mt_job_env *e)
+{
+    int present, cpus = 0;
+    mt_status st = env_int(r, "SLURM_CPUS_PER_TASK", &present, &cpus);
+    if (!st && present && !(st = check_range("SLURM_CPUS_PER_TASK", cpus, 1, INT_MAX)))
+        e->cpus_per_task = cpus;
+    return st;
+}
+
 mt_status mt_job_env_detect(mt_env_lookup lookup, void *context, mt_job_env *out)
 {
     if (!out)
@@ -349,7 +360,8 @@ mt_status mt_job_env_detect(mt_env_lookup lookup, void *context, mt_job_env *out
         e.local_rank = 0;
         st = MT_OK;
     }
-    if (st || (st = read_master(&r, &e)) || (st = read_restart_count(&r, &e)))
+    if (st || (st = read_master(&r, &e)) || (st = read_restart_count(&r, &e)) ||
+        (st = read_cpus_per_task(&r, &e)))
         return st;
     if (e.launcher == MT_JOB_SLURM && (st = slurm_master(&r, &e)))
         return st;

@@ -103,12 +103,16 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     json_real(f, s->tokens_per_s);
     fprintf(f, ", \"flops_per_token\": %.9g, \"gflops\": ", s->flops_per_token);
     json_real(f, s->gflops);
-    fprintf(f, ", \"seconds\": %.9g, \"threads\": %d, \"parameters\": %zu, \"dp\": %d, "
-               "\"zero\": %d, \"tp\": %d, \"sp\": %d, \"comm_wait_share\": %.6f, "
-               "\"tp_comm_share\": %.6f",
-            s->seconds, mt_train_threads(cfg),
+    fprintf(f, ", \"seconds\": %.9g, \"threads\": %d, \"threads_source\": \"%s\", "
+               "\"parameters\": %zu, \"dp\": %d, \"zero\": %d, \"tp\": %d, \"sp\": %d, "
+               "\"comm_wait_share\": %.6f, \"tp_comm_share\": %.6f",
+            s->seconds, tr->threads.threads, tr->threads.source,
             mt_gpt_global_numel(&tr->gpt), tr->dp_size, cfg->zero, tr->tp_size,
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share);
+    fputs(", \"rank_threads\": [", f);
+    for (int r = 0; r < (tr->world ? mt_comm_size(tr->world) : 1); r++)
+        fprintf(f, "%s%d", r ? ", " : "", (int)tr->rank_threads[r]);
+    fputc(']', f);
     if (tr->runner) {
         fprintf(f, ", \"pp\": %d, \"schedule\": \"%s\", \"chunks\": %d, \"bubble\": [",
                 tr->pp_size, tr->cfg->schedule, tr->cfg->chunks);

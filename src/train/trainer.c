@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +13,6 @@
 #include "meshtrain/files.h"
 #include "meshtrain/kernels.h"
 #include "trainer_internal.h"
-
-int mt_train_threads(const mt_config *cfg)
-{
-    if (cfg->threads > 0)
-        return cfg->threads;
-    cpu_set_t set;
-    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    const char *local = getenv("LOCAL_WORLD_SIZE");
-    int local_ranks = local ? atoi(local) : 1;
-    int threads = cores / (local_ranks > 0 ? local_ranks : 1);
-    return threads > 0 ? threads : 1;
-}
 
 static mt_status open_corpus(trainer *tr)
 {
@@ -141,8 +128,20 @@ static mt_status open_trace(trainer *tr)
 static mt_status setup(trainer *tr, const mt_ckpt_meta *resume, trainer_init *init)
 {
     const mt_config *cfg = tr->cfg;
-    mt_kernels_set_threads(mt_train_threads(cfg)); /* before a cost-balanced split times layers */
-    mt_status status = place_rank(tr);
+    /* before a cost-balanced split times layers */
+    mt_status status = mt_thread_count_for_rank(cfg->threads, tr->world, &tr->threads);
+    if (status)
+        return status;
+    mt_kernels_set_threads(tr->threads.threads);
+    /* every rank's figure for summary.json: ranks bound to unequal CPU sets differ */
+    int ranks = tr->world ? mt_comm_size(tr->world) : 1;
+    if (!(tr->rank_threads = calloc((size_t)ranks, sizeof *tr->rank_threads)))
+        return mt_fail(MT_ENOMEM, "out of memory for %d ranks' thread counts", ranks);
+    tr->rank_threads[0] = tr->threads.threads;
+    if (tr->world && (status = mt_comm_allgather(tr->world, &tr->threads.threads,
+                                                 tr->rank_threads, 1, MT_I32)))
+        return mt_fail_context(status, "threads per rank");
+    status = place_rank(tr);
     if (status == MT_OK)
         status = trainer_read_fault(tr);
     if (status == MT_OK)
@@ -208,6 +207,7 @@ static void teardown(trainer *tr)
     free(tr->inputs);
     free(tr->targets);
     free(tr->step_seconds);
+    free(tr->rank_threads);
     free(tr->bubble);
     free(tr->stage_slots);
     if (tr->metrics)
@@ -339,9 +339,9 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     summary->zero = cfg->zero;
     if (status == MT_OK && out)
         fprintf(out, "model: %zu parameters, %d layers x %d heads x %d width, context %d, "
-                     "vocab %d; %d threads; dp %d, zero %d, tp %d, sp %s, recompute %s\n",
+                     "vocab %d; %d threads (%s); dp %d, zero %d, tp %d, sp %s, recompute %s\n",
                 mt_gpt_global_numel(&tr.gpt), cfg->layers, cfg->heads, cfg->width,
-                cfg->context, cfg->vocab, mt_train_threads(cfg), tr.dp_size, cfg->zero,
+                cfg->context, cfg->vocab, tr.threads.threads, tr.threads.source, tr.dp_size, cfg->zero,
                 tr.tp_size, trainer_sequence_parallel(&tr) ? "on" : "off", cfg->recompute);
     if (status == MT_OK && out && tr.runner)
         print_pipeline(&tr, out);

@@ -10,6 +10,7 @@
 #include "meshtrain/pipeline_stage.h"
 #include "meshtrain/safetensors.h"
 #include "meshtrain/tensor_parallel.h"
+#include "meshtrain/thread_count.h"
 #include "meshtrain/trace.h"
 #include "meshtrain/train.h"
 #include "progress.h"
@@ -42,6 +43,8 @@ typedef struct trainer {
     mt_comm *tp;      /* the tensor-parallel group, NULL when the model is whole */
     int rank, dp_rank, dp_size, tp_size, pp_size;
     int writes;       /* world rank 0: files, progress, sample */
+    mt_thread_count threads; /* this rank's, and where the figure came from */
+    int32_t *rank_threads;   /* every world rank's threads, by rank */
     mt_memory_ledger ledger;
     mt_gpt gpt;
     mt_dp_model *model;

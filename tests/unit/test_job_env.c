@@ -404,6 +404,36 @@ static void test_slurm_port(void)
     }
 }
 
+/* SLURM_CPUS_PER_TASK: read under every launcher (a meshtrain launch inside an sbatch job
+ * too), 0 when unset, and a value below 1 or not a number named. */
+static void test_cpus_per_task(void)
+{
+    static const struct {
+        const char *vars[6];
+        int cpus;
+        const char *error;
+    } CPUS[] = {
+        {{NULL}, 0, NULL},
+        {{"SLURM_CPUS_PER_TASK=4"}, 4, NULL},
+        {{"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_CPUS_PER_TASK=3"}, 3, NULL},
+        {{"RANK=0", "WORLD_SIZE=2", "SLURM_CPUS_PER_TASK=8"}, 8, NULL},
+        {{"SLURM_CPUS_PER_TASK="}, 0, NULL},
+        {{"SLURM_CPUS_PER_TASK=0"}, 0, "SLURM_CPUS_PER_TASK=0 is outside 1.."},
+        {{"SLURM_CPUS_PER_TASK=two"}, 0, "SLURM_CPUS_PER_TASK='two' is not an integer"},
+    };
+    for (size_t i = 0; i < sizeof CPUS / sizeof CPUS[0]; i++) {
+        mt_job_env env;
+        mt_status st = mt_job_env_detect(fake_lookup, (void *)CPUS[i].vars, &env);
+        if (CPUS[i].error) {
+            CHECK_MSG(st == MT_EINVAL && strstr(mt_last_error(), CPUS[i].error),
+                      "case %zu: '%s' want '%s'", i, st ? mt_last_error() : "ok", CPUS[i].error);
+            continue;
+        }
+        CHECK_MSG(st == MT_OK && env.cpus_per_task == CPUS[i].cpus, "case %zu: %s, cpus %d want %d",
+                  i, st ? mt_last_error() : "ok", st ? -1 : env.cpus_per_task, CPUS[i].cpus);
+    }
+}
+
 int main(void)
 {
     test_detect_table();
@@ -412,5 +442,6 @@ int main(void)
     test_getenv_lookup();
     test_first_host();
     test_slurm_port();
+    test_cpus_per_task();
     return check_summary("test_job_env");
 }
