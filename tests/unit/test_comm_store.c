@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -682,6 +683,37 @@ static void test_who_may_join(void)
     mt_store_server_stop(server);
 }
 
+/* ---- 7d. the secret file: the caller's own, readable by it alone ---- */
+
+static void test_secret_file(void)
+{
+    char path[] = "/tmp/mt_secret_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    CHECK(write(fd, SECRET, strlen(SECRET)) == (ssize_t)strlen(SECRET));
+    close(fd);
+    mt_store_secret s;
+    CHECK_MSG(mt_store_secret_from_file(path, &s) == MT_OK && s.size == strlen(SECRET), "%s",
+              mt_last_error());
+    CHECK(chmod(path, 0640) == 0);
+    CHECK(mt_store_secret_from_file(path, &s) == MT_EINVAL);
+    CHECK_MSG(check_contains(mt_last_error(), "chmod 600"), "%s", mt_last_error());
+    CHECK(chmod(path, 0600) == 0);
+    /* Another user's file, even mode 0600: that user would choose the job's secret. Only root
+     * may give a file away; elsewhere this part is skipped. */
+    uid_t other = geteuid() == 65534 ? 65533 : 65534;
+    if (geteuid() == 0 && chown(path, other, (gid_t)-1) == 0) {
+        CHECK(mt_store_secret_from_file(path, &s) == MT_EINVAL);
+        CHECK_MSG(check_contains(mt_last_error(), "owned by uid 65534") &&
+                      check_contains(mt_last_error(), "not by this user"), "%s", mt_last_error());
+    } else {
+        printf("test_secret_file: not root, the foreign-owner case is skipped\n");
+    }
+    unlink(path);
+}
+
 /* ---- 7c. try-get, wait for several keys, compare-and-set, delete, key prefixes ---- */
 
 static void test_other_commands(void)
@@ -988,6 +1020,7 @@ int main(int argc, char **argv)
     test_connect_retry();
     test_garbage();
     test_who_may_join();
+    test_secret_file();
     test_other_commands();
     test_stop_with_waiter();
     test_spawn_success();
