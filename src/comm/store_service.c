@@ -449,13 +449,6 @@ static void serve(store_service *s, store_peer *p)
             handle_join(s, p);
         return;
     }
-    if (!p->joined) {
-        char message[128];
-        snprintf(message, sizeof message, "the first request must be JOIN (authenticate), "
-                                          "not %s", store_command_name(command));
-        store_peer_refuse(p, message);
-        return;
-    }
     switch (command) {
     case STORE_SET: handle_set(s, p); break;
     case STORE_GET:
@@ -482,6 +475,15 @@ void store_peer_received(store_service *s, store_peer *p, size_t n)
         if (p->header_got < STORE_HEADER_BYTES)
             return;
         p->frame = store_header_decode(p->header);
+        /* Before a JOIN, only a JOIN's small fixed body is read: a stranger never gets the
+         * server to allocate a value's buffer. */
+        if (!p->joined && p->frame.magic == STORE_MAGIC && p->frame.command != STORE_JOIN) {
+            char message[128];
+            snprintf(message, sizeof message, "the first request must be JOIN (authenticate), "
+                                              "not %s", store_command_name(p->frame.command));
+            store_peer_refuse(p, message);
+            return;
+        }
         const char *problem = store_request_header_problem(&p->frame);
         if (problem) {
             char message[200];

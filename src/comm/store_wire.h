@@ -17,8 +17,9 @@
  *   offset 13      key bytes, then value bytes
  *
  * Integers are little-endian, encoded byte by byte. A connection opens with the server's
- * HELLO (its nonce); the client's first request must be JOIN, and nothing else is served
- * until the server accepted it (its reply carries the server's proof). Requests:
+ * HELLO (its nonce); the client's first request must be JOIN (any other is refused on its
+ * header, its body never read), and nothing else is served until the server accepted it (its
+ * reply carries the server's proof). Requests:
  *
  *   JOIN     no key; join body (STORE_JOIN_BYTES)  -> OK with the server's 32-byte proof
  *   SET      key, value                            -> OK

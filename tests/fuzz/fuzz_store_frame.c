@@ -402,10 +402,6 @@ static void model_serve(world *w, slot *sl)
             model_join(w, sl, value);
         return;
     }
-    if (!sl->joined) {
-        model_refuse(sl, "the first request must be JOIN");
-        return;
-    }
     model_entry *e = cmd == STORE_WAIT ? NULL : model_find(t, key, key_len);
     switch (cmd) {
     case STORE_SET:
@@ -485,6 +481,12 @@ static void model_received(world *w, slot *sl, size_t n)
     const uint8_t *f = current_frame(sl);
     if (sl->f_got < STORE_HEADER_BYTES)
         return;
+    /* A stranger's request other than JOIN is refused on its header, before any body. */
+    if (before < STORE_HEADER_BYTES && !sl->joined && rd32(f) == STORE_MAGIC &&
+        f[4] != STORE_JOIN) {
+        model_refuse(sl, "the first request must be JOIN");
+        return;
+    }
     if (before < STORE_HEADER_BYTES && !request_header_ok(f)) {
         model_refuse(sl, "refused a frame");
         return;
@@ -923,7 +925,7 @@ static void run_op(world *w, cursor *c)
     case OP_DEADLINE:
         /* The server's condition: an unjoined peer still reading when its time is up. */
         if (!sl->p->joined && sl->p->state == PEER_READING) {
-            store_peer_refuse(sl->p, "no JOIN within 30 s: dropped");
+            store_peer_refuse(sl->p, "no JOIN within 10 s: dropped");
             model_refuse(sl, "no JOIN within");
             check_all(w);
         }
