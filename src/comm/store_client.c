@@ -469,13 +469,18 @@ static mt_status open_connection(mt_store *s, const char *host, int port, double
     }
 }
 
-/* HELLO in, JOIN out, the server's proof in. */
-static mt_status authenticate(mt_store *s, const mt_store_config *c, double deadline)
+/* HELLO in, JOIN out, the server's proof in. *turned_away is set when the server closed the
+ * connection before greeting it (all its slots for strangers were taken): worth a retry. */
+static mt_status authenticate(mt_store *s, const mt_store_config *c, double deadline,
+                              int *turned_away)
 {
     const char *doing = "joining: reading the greeting";
     unsigned char raw[STORE_HEADER_BYTES], hello[STORE_HELLO_BYTES];
     int err = 0;
-    io_result r = recv_all(s->fd, raw, sizeof raw, deadline, &err);
+    io_result r = recv_all(s->fd, raw, 1, deadline, &err);
+    *turned_away = r == IO_CLOSED;
+    if (r == IO_DONE)
+        r = recv_all(s->fd, raw + 1, sizeof raw - 1, deadline, &err);
     store_header h = store_header_decode(raw);
     if (r != IO_DONE)
         return io_failure(s, r, err, doing, NULL, s->timeout);
@@ -552,9 +557,19 @@ mt_status mt_store_connect(const mt_store_config *config, mt_store **out)
     snprintf(s->address, sizeof s->address, "%s:%d", host, config->port);
     snprintf(s->prefix, sizeof s->prefix, "%s", config->prefix ? config->prefix : "");
     double deadline = mt_clock_seconds() + config->timeout_seconds;
-    st = open_connection(s, host, config->port, deadline);
-    if (st == MT_OK)
-        st = authenticate(s, config, deadline);
+    double backoff = 0.005;
+    for (;;) {
+        int turned_away = 0;
+        st = open_connection(s, host, config->port, deadline);
+        if (st == MT_OK)
+            st = authenticate(s, config, deadline, &turned_away);
+        if (st == MT_OK || !turned_away || mt_clock_seconds() >= deadline)
+            break;
+        close(s->fd);
+        s->fd = -1;
+        s->broken = 0;
+        pause_before_retry(deadline, &backoff);
+    }
     if (st) {
         mt_store_close(s);
         return st;
