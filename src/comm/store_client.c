@@ -1,5 +1,5 @@
 /* The store's client: connects with retries, authenticates both ways, then sends one request
- * at a time, each under a deadline, naming the store and the key in every error. */
+ * at a time (each frame MAC'd), under a deadline, naming the store and the key in every error. */
 #define _GNU_SOURCE /* gethostname's HOST_NAME_MAX */
 #include <errno.h>
 #include <arpa/inet.h>
@@ -23,6 +23,9 @@ struct mt_store {
     int broken;        /* a timeout or torn frame left the stream out of step */
     char address[280]; /* "host:port", for messages */
     char prefix[MT_STORE_MAX_KEY + 1];
+    int macs;          /* joined: every frame carries a trailer (store_wire.h) */
+    unsigned char session[STORE_MAC_BYTES];
+    uint64_t sequence; /* the next request's number */
 };
 
 typedef enum io_result { IO_DONE, IO_TIMEOUT, IO_CLOSED, IO_ERROR } io_result;
@@ -89,16 +92,20 @@ static io_result recv_all(int fd, void *data, size_t bytes, double deadline, int
 }
 
 /* Reads `bytes`, keeping the first `capacity` of them: the stream stays in step after a value
- * that did not fit. */
+ * that did not fit. Every byte goes into `mac` too (when not NULL). */
 static io_result recv_into(int fd, void *data, size_t capacity, size_t bytes, double deadline,
-                           int *err)
+                           int *err, mt_hmac_sha256 *mac)
 {
     size_t keep = bytes < capacity ? bytes : capacity;
     io_result r = recv_all(fd, data, keep, deadline, err);
+    if (r == IO_DONE && mac && keep)
+        mt_hmac_sha256_update(mac, data, keep);
     unsigned char scratch[4096];
     for (size_t left = bytes - keep; r == IO_DONE && left > 0;) {
         size_t chunk = left < sizeof scratch ? left : sizeof scratch;
         r = recv_all(fd, scratch, chunk, deadline, err);
+        if (r == IO_DONE && mac)
+            mt_hmac_sha256_update(mac, scratch, chunk);
         left -= chunk;
     }
     return r;
@@ -166,8 +173,16 @@ static mt_status send_request(mt_store *s, uint8_t command, const char *key, con
                               const char *doing, const char *shown_key)
 {
     size_t key_len = key ? strlen(key) : 0;
-    unsigned char header[STORE_HEADER_BYTES];
+    unsigned char header[STORE_HEADER_BYTES], trailer[STORE_MAC_BYTES];
     store_header_encode(header, command, (uint32_t)key_len, (uint32_t)(n1 + n2));
+    if (s->macs) {
+        mt_hmac_sha256 h;
+        store_frame_mac_begin(&h, s->session, STORE_REQUEST_MAC, s->sequence, header);
+        mt_hmac_sha256_update(&h, key, key_len);
+        mt_hmac_sha256_update(&h, v1, n1);
+        mt_hmac_sha256_update(&h, v2, n2);
+        mt_hmac_sha256_final(&h, trailer);
+    }
     int err = 0;
     io_result r = send_all(s->fd, header, sizeof header, deadline, &err);
     if (r == IO_DONE && key_len)
@@ -176,13 +191,17 @@ static mt_status send_request(mt_store *s, uint8_t command, const char *key, con
         r = send_all(s->fd, v1, n1, deadline, &err);
     if (r == IO_DONE && n2)
         r = send_all(s->fd, v2, n2, deadline, &err);
+    if (r == IO_DONE && s->macs)
+        r = send_all(s->fd, trailer, sizeof trailer, deadline, &err);
     return r == IO_DONE ? MT_OK : io_failure(s, r, err, doing, shown_key, s->timeout);
 }
 
-/* Reads a reply header; an ERROR reply is read in full and returned as the failure.
- * *command gets OK or NOT_FOUND. */
+/* Reads one whole reply: its value (the first `capacity` bytes kept in `value`) and, once
+ * joined, its trailer, which must be the server's for this request's number. An ERROR reply
+ * is returned as the failure. *command gets OK or NOT_FOUND, *value_len the value's size. */
 static mt_status receive_reply(mt_store *s, double deadline, double timeout, const char *doing,
-                               const char *key, uint8_t *command, uint32_t *value_len)
+                               const char *key, void *value, size_t capacity, uint8_t *command,
+                               uint32_t *value_len)
 {
     unsigned char raw[STORE_HEADER_BYTES];
     int err = 0;
@@ -193,15 +212,32 @@ static mt_status receive_reply(mt_store *s, double deadline, double timeout, con
     if (h.magic != STORE_MAGIC || h.key_len != 0 || h.value_len > MT_STORE_MAX_VALUE ||
         (h.command != STORE_OK && h.command != STORE_ERROR && h.command != STORE_NOT_FOUND))
         return protocol_failure(s, doing, key, "malformed reply");
-    if (h.command != STORE_ERROR) {
+    char message[512];
+    int error = h.command == STORE_ERROR;
+    mt_hmac_sha256 mac;
+    if (s->macs)
+        store_frame_mac_begin(&mac, s->session, STORE_REPLY_MAC, s->sequence, raw);
+    void *into = error ? (void *)message : value;
+    size_t room = error ? sizeof message - 1 : value ? capacity : 0;
+    r = recv_into(s->fd, into, room, h.value_len, deadline, &err, s->macs ? &mac : NULL);
+    if (r != IO_DONE)
+        return io_failure(s, r, err, doing, key, timeout);
+    if (s->macs) {
+        unsigned char trailer[STORE_MAC_BYTES], expected[STORE_MAC_BYTES];
+        if ((r = recv_all(s->fd, trailer, sizeof trailer, deadline, &err)) != IO_DONE)
+            return io_failure(s, r, err, doing, key, timeout);
+        mt_hmac_sha256_final(&mac, expected);
+        if (!mt_bytes_equal_const_time(trailer, expected, sizeof expected))
+            return protocol_failure(s, doing, key, "a reply failed authentication (rewritten, "
+                                    "replayed or out of order on the way: someone on the "
+                                    "network path?)");
+        s->sequence++;
+    }
+    if (!error) {
         *command = h.command;
         *value_len = h.value_len;
         return MT_OK;
     }
-    char message[512];
-    r = recv_into(s->fd, message, sizeof message - 1, h.value_len, deadline, &err);
-    if (r != IO_DONE)
-        return io_failure(s, r, err, doing, key, timeout);
     message[h.value_len < sizeof message - 1 ? h.value_len : sizeof message - 1] = '\0';
     char request[400];
     describe(doing, key, request, sizeof request);
@@ -227,12 +263,9 @@ static mt_status round_trip(mt_store *s, uint8_t command, const char *key, const
         return st;
     uint8_t got = 0;
     uint32_t value_len = 0;
-    if ((st = receive_reply(s, deadline, timeout, doing, shown, &got, &value_len)))
+    if ((st = receive_reply(s, deadline, timeout, doing, shown, value, capacity, &got,
+                            &value_len)))
         return st;
-    int err = 0;
-    io_result r = recv_into(s->fd, value, value ? capacity : 0, value_len, deadline, &err);
-    if (r != IO_DONE)
-        return io_failure(s, r, err, doing, shown, timeout);
     if (bytes)
         *bytes = value_len;
     if (reply)
@@ -302,8 +335,8 @@ mt_status mt_store_wait(mt_store *store, const char *const *keys, int n, double 
         uint8_t reply;
         uint32_t value_len = 0;
         if (st == MT_OK)
-            st = receive_reply(store, deadline, timeout_seconds, doing, keys[0], &reply,
-                               &value_len);
+            st = receive_reply(store, deadline, timeout_seconds, doing, keys[0], NULL, 0,
+                               &reply, &value_len);
         if (st == MT_OK && value_len != 0)
             st = protocol_failure(store, doing, keys[0], "unexpected value in reply");
     }
@@ -446,16 +479,20 @@ static double greeting_limit(double timeout)
     return quarter < 10 ? quarter : 10;
 }
 
-/* HELLO in, JOIN out, the server's proof in. */
-static mt_status authenticate(mt_store *s, const mt_store_config *c, double deadline)
+/* HELLO in, JOIN out, the server's proof in. *turned_away is set when the server closed the
+ * connection before greeting it (all its slots for strangers were taken): worth a retry. */
+static mt_status authenticate(mt_store *s, const mt_store_config *c, double deadline,
+                              int *turned_away)
 {
     const char *doing = "joining: reading the greeting";
     unsigned char raw[STORE_HEADER_BYTES], hello[STORE_HELLO_BYTES];
     int err = 0;
     double limit = greeting_limit(s->timeout);
     double greeted_by = mt_clock_seconds() + limit;
-    io_result r = recv_all(s->fd, raw, sizeof raw, greeted_by < deadline ? greeted_by : deadline,
-                           &err);
+    io_result r = recv_all(s->fd, raw, 1, greeted_by < deadline ? greeted_by : deadline, &err);
+    *turned_away = r == IO_CLOSED;
+    if (r == IO_DONE)
+        r = recv_all(s->fd, raw + 1, sizeof raw - 1, deadline, &err);
     store_header h = store_header_decode(raw);
     if (r == IO_TIMEOUT)
         return mt_fail(MT_EPEER, "store %s: something accepts connections there but sent no "
@@ -494,6 +531,9 @@ static mt_status authenticate(mt_store *s, const mt_store_config *c, double dead
         return mt_fail(MT_EPEER, "store %s: the server could not prove it holds this job's "
                                  "secret: another job's store listens on this port",
                        s->address);
+    store_session_key(c->secret, join.nonce, hello + 4, s->session);
+    s->macs = 1;
+    s->sequence = 0;
     return MT_OK;
 }
 
@@ -534,9 +574,19 @@ mt_status mt_store_connect(const mt_store_config *config, mt_store **out)
     snprintf(s->address, sizeof s->address, "%s:%d", host, config->port);
     snprintf(s->prefix, sizeof s->prefix, "%s", config->prefix ? config->prefix : "");
     double deadline = mt_clock_seconds() + config->timeout_seconds;
-    st = open_connection(s, host, config->port, deadline);
-    if (st == MT_OK)
-        st = authenticate(s, config, deadline);
+    double backoff = 0.005;
+    for (;;) {
+        int turned_away = 0;
+        st = open_connection(s, host, config->port, deadline);
+        if (st == MT_OK)
+            st = authenticate(s, config, deadline, &turned_away);
+        if (st == MT_OK || !turned_away || mt_clock_seconds() >= deadline)
+            break;
+        close(s->fd);
+        s->fd = -1;
+        s->broken = 0;
+        pause_before_retry(deadline, &backoff);
+    }
     if (st) {
         mt_store_close(s);
         return st;
@@ -562,5 +612,6 @@ void mt_store_close(mt_store *store)
         return;
     if (store->fd >= 0)
         close(store->fd);
+    memset(store->session, 0, sizeof store->session);
     free(store);
 }

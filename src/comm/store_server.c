@@ -21,12 +21,19 @@
 #include "store_service.h"
 
 /* A connection gets this long to authenticate; then it is dropped, so that port scanners and
- * stuck clients cannot pile up. */
-static const double JOIN_SECONDS = 30.0;
+ * stuck clients cannot pile up. A real client sends its JOIN as soon as it reads the HELLO. */
+static const double JOIN_SECONDS = 10.0;
+/* At most this many connections wait to authenticate at once (each holds a descriptor and at
+ * most a JOIN's body). A newcomer beyond it displaces the oldest one that has waited over
+ * GRACE_SECONDS, or is closed when all are younger: a flood of strangers costs them their
+ * connections, not the server its memory, and a real rank gets in once they age. */
+enum { MAX_UNJOINED = 128 };
+static const double GRACE_SECONDS = 1.0;
 
 typedef struct connection {
     int fd;
     store_peer *peer;
+    double opened;
 } connection;
 
 struct mt_store_server {
@@ -144,7 +151,7 @@ static void serve_connection(mt_store_server *s, connection *c, short revents, d
         return;
     }
     if (!p->joined && now > p->join_deadline && p->state == PEER_READING)
-        store_peer_refuse(p, "no JOIN within 30 s: dropped");
+        store_peer_refuse(p, "no JOIN within 10 s: dropped");
     if (revents & (POLLOUT | POLLHUP))
         flush(c);
     if (revents & (POLLIN | POLLHUP)) {
@@ -154,6 +161,30 @@ static void serve_connection(mt_store_server *s, connection *c, short revents, d
             check_quiet_peer(c);
     }
     flush(c); /* replies to waiters woken by another peer's request */
+}
+
+/* Makes room for one more unauthenticated connection: 0 when there is room (perhaps by
+ * dropping the oldest stranger past its grace), -1 when the newcomer must be turned away. */
+static int room_for_stranger(mt_store_server *s, double now)
+{
+    size_t waiting = 0, oldest = 0;
+    for (size_t i = 0; i < s->count; i++) {
+        const connection *c = &s->connections[i];
+        if (c->peer->joined || c->peer->state == PEER_CLOSED)
+            continue;
+        if (waiting++ == 0 || c->opened < s->connections[oldest].opened)
+            oldest = i;
+    }
+    if (waiting < MAX_UNJOINED)
+        return 0;
+    connection *c = &s->connections[oldest];
+    if (now - c->opened <= GRACE_SECONDS)
+        return -1;
+    store_peer_refuse(c->peer, "too many connections waiting to authenticate: the oldest is "
+                               "dropped");
+    flush(c);
+    c->peer->state = PEER_CLOSED; /* removed on the next pass, whatever it has not taken */
+    return 0;
 }
 
 static int add_connection(mt_store_server *s, int fd)
@@ -170,10 +201,15 @@ static int add_connection(mt_store_server *s, int fd)
         s->polls = polls;
         s->capacity = capacity;
     }
-    store_peer *p = store_peer_open(&s->service, mt_clock_seconds() + JOIN_SECONDS);
+    double now = mt_clock_seconds();
+    if (room_for_stranger(s, now) != 0) {
+        close(fd);
+        return 0;
+    }
+    store_peer *p = store_peer_open(&s->service, now + JOIN_SECONDS);
     if (!p)
         return -1;
-    s->connections[s->count++] = (connection){fd, p};
+    s->connections[s->count++] = (connection){fd, p, now};
     flush(&s->connections[s->count - 1]); /* the HELLO */
     return 0;
 }

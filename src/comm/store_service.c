@@ -1,5 +1,5 @@
-/* The store's server logic: authenticates each peer, parses its requests into bounded buffers
- * and serves them from the table; waits are deferred, never blocking other peers. */
+/* The store's server logic: authenticates each peer and then each of its frames, parses its
+ * requests into bounded buffers and serves them from the table; waits never block others. */
 #include "store_service.h"
 
 #include <stdio.h>
@@ -66,9 +66,13 @@ static void wake_waiters(store_service *s);
 
 /* ---- replies ---- */
 
+/* Bytes of the trailer after each frame: none until the JOIN's proof is queued. */
+static size_t trailer_bytes(const store_peer *p) { return p->macs ? STORE_MAC_BYTES : 0; }
+
 static void queue_reply(store_peer *p, uint8_t command, const void *value, uint32_t value_len)
 {
-    unsigned char *out = malloc(STORE_HEADER_BYTES + (size_t)value_len);
+    size_t frame = STORE_HEADER_BYTES + (size_t)value_len;
+    unsigned char *out = malloc(frame + trailer_bytes(p));
     if (!out) {
         p->state = PEER_CLOSED; /* it would otherwise wait for a reply that never comes */
         return;
@@ -76,9 +80,15 @@ static void queue_reply(store_peer *p, uint8_t command, const void *value, uint3
     store_header_encode(out, command, 0, value_len);
     if (value_len)
         memcpy(out + STORE_HEADER_BYTES, value, value_len);
+    if (p->macs) {
+        mt_hmac_sha256 h;
+        store_frame_mac_begin(&h, p->session, STORE_REPLY_MAC, p->sequence, out);
+        mt_hmac_sha256_update(&h, out + STORE_HEADER_BYTES, value_len);
+        mt_hmac_sha256_final(&h, out + frame);
+    }
     free(p->out);
     p->out = out;
-    p->out_len = STORE_HEADER_BYTES + (size_t)value_len;
+    p->out_len = frame + trailer_bytes(p);
     p->out_sent = 0;
 }
 
@@ -94,12 +104,14 @@ void store_peer_refuse(store_peer *p, const char *message)
         p->state = PEER_CLOSING;
 }
 
-/* Back to reading the next request. */
+/* Back to reading the next request, which carries the next number. */
 static void end_request(store_peer *p)
 {
     free(p->body);
     p->body = NULL;
     p->header_got = p->body_got = 0;
+    if (p->macs)
+        p->sequence++;
     if (p->state == PEER_WAITING)
         p->state = PEER_READING;
 }
@@ -206,7 +218,7 @@ size_t store_peer_input(store_peer *p, unsigned char **dst)
         return STORE_HEADER_BYTES - p->header_got;
     }
     *dst = p->body + p->body_got;
-    return (size_t)p->frame.key_len + p->frame.value_len - p->body_got;
+    return (size_t)p->frame.key_len + p->frame.value_len + trailer_bytes(p) - p->body_got;
 }
 
 void store_peer_sent(store_peer *p, size_t n)
@@ -302,6 +314,22 @@ static void handle_join(store_service *s, store_peer *p)
     unsigned char proof[STORE_MAC_BYTES];
     store_accept_mac(&s->secret, w->nonce, p->nonce, proof);
     reply(p, STORE_OK, proof, sizeof proof);
+    store_session_key(&s->secret, w->nonce, p->nonce, p->session);
+    p->macs = 1;
+    p->sequence = 0;
+}
+
+/* The trailer of the request just read is the one its sender, holding the session key, makes
+ * for this request number. */
+static int request_authentic(const store_peer *p)
+{
+    size_t body = (size_t)p->frame.key_len + p->frame.value_len;
+    unsigned char expected[STORE_MAC_BYTES];
+    mt_hmac_sha256 h;
+    store_frame_mac_begin(&h, p->session, STORE_REQUEST_MAC, p->sequence, p->header);
+    mt_hmac_sha256_update(&h, p->body, body);
+    mt_hmac_sha256_final(&h, expected);
+    return mt_bytes_equal_const_time(expected, p->body + body, STORE_MAC_BYTES);
 }
 
 /* ---- requests ---- */
@@ -442,18 +470,16 @@ static void handle_delete(store_service *s, store_peer *p)
 static void serve(store_service *s, store_peer *p)
 {
     uint8_t command = p->frame.command;
+    if (p->macs && !request_authentic(p)) {
+        store_peer_refuse(p, "a request failed authentication (rewritten, replayed or out of "
+                             "order on the way: someone on the network path?)");
+        return;
+    }
     if (command == STORE_JOIN) {
         if (p->joined)
             store_peer_refuse(p, "JOIN sent twice on one connection");
         else
             handle_join(s, p);
-        return;
-    }
-    if (!p->joined) {
-        char message[128];
-        snprintf(message, sizeof message, "the first request must be JOIN (authenticate), "
-                                          "not %s", store_command_name(command));
-        store_peer_refuse(p, message);
         return;
     }
     switch (command) {
@@ -482,6 +508,15 @@ void store_peer_received(store_service *s, store_peer *p, size_t n)
         if (p->header_got < STORE_HEADER_BYTES)
             return;
         p->frame = store_header_decode(p->header);
+        /* Before a JOIN, only a JOIN's small fixed body is read: a stranger never gets the
+         * server to allocate a value's buffer. */
+        if (!p->joined && p->frame.magic == STORE_MAGIC && p->frame.command != STORE_JOIN) {
+            char message[128];
+            snprintf(message, sizeof message, "the first request must be JOIN (authenticate), "
+                                              "not %s", store_command_name(p->frame.command));
+            store_peer_refuse(p, message);
+            return;
+        }
         const char *problem = store_request_header_problem(&p->frame);
         if (problem) {
             char message[200];
@@ -490,7 +525,7 @@ void store_peer_received(store_service *s, store_peer *p, size_t n)
             return;
         }
         /* One spare byte, so that an empty body is still an allocation. */
-        p->body = malloc((size_t)p->frame.key_len + p->frame.value_len + 1);
+        p->body = malloc((size_t)p->frame.key_len + p->frame.value_len + trailer_bytes(p) + 1);
         if (!p->body) {
             store_peer_refuse(p, "store server out of memory");
             return;
@@ -499,6 +534,6 @@ void store_peer_received(store_service *s, store_peer *p, size_t n)
     } else {
         p->body_got += n;
     }
-    if (p->body_got == (size_t)p->frame.key_len + p->frame.value_len)
+    if (p->body_got == (size_t)p->frame.key_len + p->frame.value_len + trailer_bytes(p))
         serve(s, p);
 }

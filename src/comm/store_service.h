@@ -28,10 +28,13 @@ typedef struct store_peer {
     store_join who;             /* valid once joined */
     int round;                  /* the service's round when it joined */
     unsigned char nonce[STORE_NONCE_BYTES];
+    int macs;                   /* the JOIN's proof is queued: every later frame has a trailer */
+    unsigned char session[STORE_MAC_BYTES];
+    uint64_t sequence;          /* the number of the request being read or served */
     unsigned char header[STORE_HEADER_BYTES];
     size_t header_got;
     store_header frame;
-    unsigned char *body;        /* key then value, allocated once the header is validated */
+    unsigned char *body;        /* key, value, trailer; allocated once the header is validated */
     size_t body_got;
     unsigned char *out;         /* replies not yet sent */
     size_t out_len, out_sent;

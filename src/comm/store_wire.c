@@ -1,5 +1,5 @@
-/* Encoding and validation of the store's frames and handshake (see store_wire.h), plus the
- * two MACs of the join: pure functions, shared by server, client and the fuzz target. */
+/* Encoding and validation of the store's frames and handshake (see store_wire.h), the join's
+ * MACs and the frames' trailers: pure functions, shared by server, client and fuzz target. */
 #define _GNU_SOURCE /* getrandom */
 #include "store_wire.h"
 
@@ -184,6 +184,31 @@ void store_accept_mac(const mt_store_secret *secret, const unsigned char client_
     mt_hmac_sha256_update(&h, client_nonce, STORE_NONCE_BYTES);
     mt_hmac_sha256_update(&h, server_nonce, STORE_NONCE_BYTES);
     mt_hmac_sha256_final(&h, out);
+}
+
+static const char SESSION_LABEL[] = "meshtrain store session";
+
+void store_session_key(const mt_store_secret *secret, const unsigned char client_nonce[],
+                       const unsigned char server_nonce[], unsigned char out[STORE_MAC_BYTES])
+{
+    mt_hmac_sha256 h;
+    mt_hmac_sha256_init(&h, secret->bytes, secret->size);
+    mt_hmac_sha256_update(&h, SESSION_LABEL, sizeof SESSION_LABEL);
+    mt_hmac_sha256_update(&h, client_nonce, STORE_NONCE_BYTES);
+    mt_hmac_sha256_update(&h, server_nonce, STORE_NONCE_BYTES);
+    mt_hmac_sha256_final(&h, out);
+}
+
+void store_frame_mac_begin(mt_hmac_sha256 *h, const unsigned char session[STORE_MAC_BYTES],
+                           uint8_t direction, uint64_t sequence,
+                           const unsigned char header[STORE_HEADER_BYTES])
+{
+    unsigned char prefix[1 + 8];
+    prefix[0] = direction;
+    store_put_i64(prefix + 1, (int64_t)sequence);
+    mt_hmac_sha256_init(h, session, STORE_MAC_BYTES);
+    mt_hmac_sha256_update(h, prefix, sizeof prefix);
+    mt_hmac_sha256_update(h, header, STORE_HEADER_BYTES);
 }
 
 /* ---- compound bodies ---- */

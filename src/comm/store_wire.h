@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "meshtrain/hmac.h"
 #include "meshtrain/store.h"
 
 /* Every message, request or reply, is a 13-byte header followed by a body:
@@ -17,8 +18,9 @@
  *   offset 13      key bytes, then value bytes
  *
  * Integers are little-endian, encoded byte by byte. A connection opens with the server's
- * HELLO (its nonce); the client's first request must be JOIN, and nothing else is served
- * until the server accepted it (its reply carries the server's proof). Requests:
+ * HELLO (its nonce); the client's first request must be JOIN (any other is refused on its
+ * header, its body never read), and nothing else is served until the server accepted it (its
+ * reply carries the server's proof). Requests:
  *
  *   JOIN     no key; join body (STORE_JOIN_BYTES)  -> OK with the server's 32-byte proof
  *   SET      key, value                            -> OK
@@ -31,7 +33,11 @@
  *
  * A key list is u16 length + key bytes, repeated (1..MT_STORE_MAX_WAIT_KEYS keys). ERROR
  * replies carry a message. A client sends one request and reads its reply before the next;
- * a frame that breaks these rules gets an ERROR naming the rule, and the connection closes. */
+ * a frame that breaks these rules gets an ERROR naming the rule, and the connection closes.
+ *
+ * Every frame after the JOIN's OK, request or reply, ERROR included, is followed by a
+ * STORE_MAC_BYTES trailer that the header's lengths do not count (see store_frame_mac): an
+ * on-path attacker cannot rewrite, replay, reorder or reflect a frame unnoticed. */
 
 enum { STORE_MAGIC = 0x3253544d, STORE_HEADER_BYTES = 13, STORE_NONCE_BYTES = 32,
        STORE_MAC_BYTES = 32, STORE_HOST_BYTES = 64 };
@@ -75,8 +81,13 @@ const char *store_command_name(uint8_t command);
  * JOIN body:  client nonce, u8 role, u32 id, u32 count, u32 pid, u8 host length, host bytes
  *             padded to STORE_HOST_BYTES, MAC = HMAC(secret, "meshtrain store join" ||
  *             server nonce || every byte of the body before the MAC).
- * OK body:    HMAC(secret, "meshtrain store accept" || client nonce || server nonce). */
-enum { STORE_PROTOCOL_VERSION = 2, STORE_HELLO_BYTES = 4 + STORE_NONCE_BYTES,
+ * OK body:    HMAC(secret, "meshtrain store accept" || client nonce || server nonce).
+ * Then both ends hold the session key HMAC(secret, "meshtrain store session" || client nonce ||
+ * server nonce), fresh per connection; the trailer of each later frame is
+ *   HMAC(session key, direction || u64 sequence || header || key || value)
+ * with direction 'q' for a request and 'r' for a reply. The client's requests are numbered from
+ * 0; a reply carries its request's number. */
+enum { STORE_PROTOCOL_VERSION = 3, STORE_HELLO_BYTES = 4 + STORE_NONCE_BYTES,
        STORE_JOIN_FIELDS = STORE_NONCE_BYTES + 1 + 4 + 4 + 4 + 1 + STORE_HOST_BYTES,
        STORE_JOIN_BYTES = STORE_JOIN_FIELDS + STORE_MAC_BYTES };
 
@@ -100,6 +111,16 @@ void store_join_mac(const mt_store_secret *secret, const unsigned char server_no
                     unsigned char out[STORE_MAC_BYTES]);
 void store_accept_mac(const mt_store_secret *secret, const unsigned char client_nonce[],
                       const unsigned char server_nonce[], unsigned char out[STORE_MAC_BYTES]);
+
+/* The connection's session key. */
+void store_session_key(const mt_store_secret *secret, const unsigned char client_nonce[],
+                       const unsigned char server_nonce[], unsigned char out[STORE_MAC_BYTES]);
+enum { STORE_REQUEST_MAC = 'q', STORE_REPLY_MAC = 'r' };
+/* A frame's trailer, fed piece by piece: begin with the header, update with the key and value
+ * bytes in order, then mt_hmac_sha256_final. */
+void store_frame_mac_begin(mt_hmac_sha256 *h, const unsigned char session[STORE_MAC_BYTES],
+                           uint8_t direction, uint64_t sequence,
+                           const unsigned char header[STORE_HEADER_BYTES]);
 
 /* ---- Compound bodies ---- */
 /* Walks a WAIT key list: returns the number of keys, or -1 when malformed (a length past the

@@ -26,7 +26,10 @@
  *   SEND       n (1 byte), n raw bytes the client writes; argument: piece size (0: whole)
  *   SEND_LONG  n (2 bytes), n raw bytes; argument: piece size
  *   REQUEST    a well-framed request, command JOIN + argument: key length, key, value length
- *              (1 byte), value; the lengths need not suit the command
+ *              (1 byte), value, MAC mode m; the lengths need not suit the command. Once the
+ *              slot joined it carries a trailer made with the session key: m = 0 honest (the
+ *              client's next number), 1..127 numbered m ahead (out of order), 128..254 numbered
+ *              m - 127 back (a replay), 255 made with the reply's direction (a reflection)
  *   JOIN       flags, id, host length, host: a join signed as a real client signs it, role =
  *              argument & 3 (0: none); argument bit 2 signs with another secret; flags bit 0
  *              signs over a stale nonce, bit 1 claims a wrong world size, bit 2 a host longer
@@ -34,14 +37,16 @@
  *   DRAIN      k: the socket takes k queued reply bytes (0: all), as a partial send would
  *   CLOSE      the client leaves (store_peer_close); the next op on the slot reconnects
  *   DEADLINE   the join deadline passes (refused when the server would refuse it)
- *   WAIT_LIST  a WAIT request: count (1 byte, mod 8, + 1), then per key a length and the key
+ *   WAIT_LIST  a WAIT request: count (1 byte, mod 8, + 1), then per key a length and the key;
+ *              an honest trailer once joined
  * Bytes the client wrote wait in its slot until the service offers room (store_peer_input), as
  * they would in a socket; a peer that writes while its GET or WAIT is deferred is refused, as
  * the server refuses it.
  *
  * Each step checks the service against an independent model of the protocol (store_wire.h): the
  * table, each peer's state and join, the exact reply it queues (for an ERROR, a phrase of the
- * message), and how many bytes store_peer_input offers. Beside the model, plain invariants: every
+ * message) and its trailer (each checked by an HMAC computed here), and how many bytes
+ * store_peer_input offers. Beside the model, plain invariants: every
  * queued reply is one well-formed reply frame, an unjoined peer never gets an OK but for its
  * JOIN, a closing peer takes no input, a waiting peer is joined and owes nothing, table entries
  * keep the key and value limits, and the client's byte stream stays a sequence of frames. */
@@ -138,6 +143,33 @@ static int contains(const uint8_t *hay, size_t n, const char *needle)
     return 0;
 }
 
+/* The session key and a frame's trailer, computed from the format store_wire.h documents. */
+static void model_session(const mt_store_secret *secret, const uint8_t *client_nonce,
+                          const uint8_t *server_nonce, uint8_t out[STORE_MAC_BYTES])
+{
+    static const char label[] = "meshtrain store session";
+    mt_hmac_sha256 h;
+    mt_hmac_sha256_init(&h, secret->bytes, secret->size);
+    mt_hmac_sha256_update(&h, label, sizeof label);
+    mt_hmac_sha256_update(&h, client_nonce, STORE_NONCE_BYTES);
+    mt_hmac_sha256_update(&h, server_nonce, STORE_NONCE_BYTES);
+    mt_hmac_sha256_final(&h, out);
+}
+
+static void model_trailer(const uint8_t session[STORE_MAC_BYTES], uint8_t direction,
+                          uint64_t sequence, const uint8_t *frame, size_t frame_bytes,
+                          uint8_t out[STORE_MAC_BYTES])
+{
+    uint8_t prefix[9];
+    prefix[0] = direction;
+    wr64(prefix + 1, sequence);
+    mt_hmac_sha256 h;
+    mt_hmac_sha256_init(&h, session, STORE_MAC_BYTES);
+    mt_hmac_sha256_update(&h, prefix, sizeof prefix);
+    mt_hmac_sha256_update(&h, frame, frame_bytes);
+    mt_hmac_sha256_final(&h, out);
+}
+
 /* ---- the model's table ------------------------------------------------------------------ */
 
 typedef struct model_entry {
@@ -215,21 +247,28 @@ typedef struct slot {
     size_t in_len, in_at; /* written, and handed to the service */
     size_t f_start, f_got; /* the request being read: its offset in inbox, bytes handed */
     uint8_t server_nonce[STORE_NONCE_BYTES]; /* from the HELLO, as a client reads it */
+    uint64_t tx_sequence;  /* the client's next request number */
     /* the model */
     store_peer_state state;
     int joined;
     uint8_t role;
     uint32_t id;
     char host[STORE_HOST_BYTES + 1];
+    int macs;              /* the proof is queued: frames carry trailers */
+    uint8_t session[STORE_MAC_BYTES];
+    uint64_t sequence;     /* the number of the request being read */
     int has_out;           /* a reply is queued */
     uint8_t out_cmd;
     uint8_t *out_value;    /* its exact body; for an ERROR, out_needle is in the message */
     uint32_t out_value_len;
     const char *out_needle;
+    int out_mac;           /* the reply carries a trailer, for request number out_sequence */
+    uint64_t out_sequence;
     size_t out_total, out_sent;
     /* the client's reading of what it was sent */
     uint8_t rx_header[STORE_HEADER_BYTES];
     size_t rx_got, rx_left, rx_frames;
+    int rx_macs; /* the client read the proof: later frames carry trailers */
 } slot;
 
 typedef struct world {
@@ -268,7 +307,9 @@ static void expect_reply(slot *sl, uint8_t cmd, const void *value, uint32_t len)
     sl->out_cmd = cmd;
     sl->out_value = copy_of(value, len);
     sl->out_value_len = len;
-    sl->out_total = STORE_HEADER_BYTES + (size_t)len;
+    sl->out_mac = sl->macs;
+    sl->out_sequence = sl->sequence;
+    sl->out_total = STORE_HEADER_BYTES + (size_t)len + (sl->macs ? STORE_MAC_BYTES : 0);
 }
 
 /* A served request: the next one starts after it. */
@@ -276,6 +317,8 @@ static void end_request(slot *sl)
 {
     sl->f_start += sl->f_got;
     sl->f_got = 0;
+    if (sl->macs)
+        sl->sequence++;
     if (sl->state == PEER_WAITING)
         sl->state = PEER_READING;
 }
@@ -298,6 +341,8 @@ static void model_refuse(slot *sl, const char *needle)
     sl->has_out = 1;
     sl->out_cmd = STORE_ERROR;
     sl->out_needle = needle;
+    sl->out_mac = sl->macs;
+    sl->out_sequence = sl->sequence;
     sl->state = PEER_CLOSING;
 }
 
@@ -385,6 +430,10 @@ static void model_join(world *w, slot *sl, const uint8_t *b)
     uint8_t proof[STORE_MAC_BYTES];
     store_accept_mac(&w->secret, b, sl->server_nonce, proof);
     model_reply(sl, STORE_OK, proof, sizeof proof);
+    model_session(&w->secret, b, sl->server_nonce, sl->session);
+    sl->macs = 1;
+    sl->sequence = 0;
+    sl->tx_sequence = 0;
 }
 
 /* The whole request in the current frame has been handed over: what the service must do. */
@@ -395,15 +444,19 @@ static void model_serve(world *w, slot *sl)
     uint32_t key_len = rd32(f + 5), value_len = rd32(f + 9);
     const uint8_t *key = f + STORE_HEADER_BYTES, *value = key + key_len;
     model_table *t = &w->table;
+    if (sl->macs) {
+        uint8_t mac[STORE_MAC_BYTES];
+        model_trailer(sl->session, 'q', sl->sequence, f, STORE_HEADER_BYTES + body_bytes(f), mac);
+        if (memcmp(mac, f + STORE_HEADER_BYTES + body_bytes(f), STORE_MAC_BYTES) != 0) {
+            model_refuse(sl, "failed authentication");
+            return;
+        }
+    }
     if (cmd == STORE_JOIN) {
         if (sl->joined)
             model_refuse(sl, "JOIN sent twice");
         else
             model_join(w, sl, value);
-        return;
-    }
-    if (!sl->joined) {
-        model_refuse(sl, "the first request must be JOIN");
         return;
     }
     model_entry *e = cmd == STORE_WAIT ? NULL : model_find(t, key, key_len);
@@ -477,6 +530,12 @@ static void model_serve(world *w, slot *sl)
     }
 }
 
+/* A request's bytes in all: header, body and (once joined) trailer. */
+static size_t frame_bytes(const slot *sl, const uint8_t *f)
+{
+    return STORE_HEADER_BYTES + body_bytes(f) + (sl->macs ? STORE_MAC_BYTES : 0);
+}
+
 /* n more bytes of the current request were handed to the service. */
 static void model_received(world *w, slot *sl, size_t n)
 {
@@ -485,11 +544,17 @@ static void model_received(world *w, slot *sl, size_t n)
     const uint8_t *f = current_frame(sl);
     if (sl->f_got < STORE_HEADER_BYTES)
         return;
+    /* A stranger's request other than JOIN is refused on its header, before any body. */
+    if (before < STORE_HEADER_BYTES && !sl->joined && rd32(f) == STORE_MAGIC &&
+        f[4] != STORE_JOIN) {
+        model_refuse(sl, "the first request must be JOIN");
+        return;
+    }
     if (before < STORE_HEADER_BYTES && !request_header_ok(f)) {
         model_refuse(sl, "refused a frame");
         return;
     }
-    if (sl->f_got == STORE_HEADER_BYTES + body_bytes(f))
+    if (sl->f_got == frame_bytes(sl, f))
         model_serve(w, sl);
 }
 
@@ -500,7 +565,7 @@ static size_t model_want(const slot *sl)
         return 0;
     if (sl->f_got < STORE_HEADER_BYTES)
         return STORE_HEADER_BYTES - sl->f_got;
-    return STORE_HEADER_BYTES + body_bytes(current_frame(sl)) - sl->f_got;
+    return frame_bytes(sl, current_frame(sl)) - sl->f_got;
 }
 
 /* ---- checks ----------------------------------------------------------------------------- */
@@ -516,9 +581,10 @@ static void check_reply_frame(const store_peer *p, int i)
             "slot %d: a reply of %zu bytes, %zu sent", i, p->out_len, p->out_sent);
     const uint8_t *h = p->out;
     uint32_t value_len = rd32(h + 9);
+    size_t frame = STORE_HEADER_BYTES + (size_t)value_len;
     REQUIRE(rd32(h) == STORE_MAGIC && is_reply_command(h[4]) && rd32(h + 5) == 0 &&
                 value_len <= MT_STORE_MAX_VALUE &&
-                p->out_len == STORE_HEADER_BYTES + (size_t)value_len,
+                (p->out_len == frame || (p->macs && p->out_len == frame + STORE_MAC_BYTES)),
             "slot %d: malformed reply header (magic %08x, command %u, key %u, value %u, %zu "
             "bytes queued)", i, rd32(h), h[4], rd32(h + 5), value_len, p->out_len);
     if (h[4] == STORE_ERROR)
@@ -560,7 +626,18 @@ static void check_slot(world *w, int i)
     REQUIRE(p->out_sent == sl->out_sent, "slot %d: %zu reply bytes sent, the model says %zu", i,
             p->out_sent, sl->out_sent);
     const uint8_t *value = p->out + STORE_HEADER_BYTES;
-    size_t value_len = p->out_len - STORE_HEADER_BYTES;
+    size_t value_len = rd32(p->out + 9);
+    REQUIRE(p->out_len == STORE_HEADER_BYTES + value_len + (sl->out_mac ? STORE_MAC_BYTES : 0),
+            "slot %d: a reply of %zu bytes for a value of %zu, the model expects %s trailer", i,
+            p->out_len, value_len, sl->out_mac ? "a" : "no");
+    if (sl->out_mac) {
+        uint8_t mac[STORE_MAC_BYTES];
+        model_trailer(sl->session, 'r', sl->out_sequence, p->out, STORE_HEADER_BYTES + value_len,
+                      mac);
+        REQUIRE(memcmp(mac, value + value_len, STORE_MAC_BYTES) == 0,
+                "slot %d: the reply's trailer is not the MAC for request %llu", i,
+                (unsigned long long)sl->out_sequence);
+    }
     if (sl->out_needle) {
         REQUIRE(contains(value, value_len, sl->out_needle),
                 "slot %d: the ERROR '%.*s' should say '%s'", i, (int)value_len, (const char *)value,
@@ -657,14 +734,17 @@ static void client_receive(slot *sl, int i, const uint8_t *bytes, size_t n)
                     "%08x, command %u, key %u, value %u)", i, sl->rx_frames, rd32(h), h[4],
                     rd32(h + 5), rd32(h + 9));
             sl->rx_frames++;
-            sl->rx_left = rd32(h + 9);
+            sl->rx_left = rd32(h + 9) + (sl->rx_macs ? STORE_MAC_BYTES : 0);
         } else {
             size_t k = n - at < sl->rx_left ? n - at : sl->rx_left;
             at += k;
             sl->rx_left -= k;
         }
-        if (sl->rx_got == STORE_HEADER_BYTES && sl->rx_left == 0)
+        if (sl->rx_got == STORE_HEADER_BYTES && sl->rx_left == 0) {
             sl->rx_got = 0;
+            /* Before the join only the JOIN's proof is an OK; every frame after it is MAC'd. */
+            sl->rx_macs |= sl->rx_header[4] == STORE_OK;
+        }
     }
 }
 
@@ -763,7 +843,7 @@ static size_t deliver(world *w, int i, size_t piece)
         const uint8_t *f = current_frame(sl);
         size_t frame_left = sl->f_got < STORE_HEADER_BYTES
                                 ? STORE_HEADER_BYTES - sl->f_got
-                                : STORE_HEADER_BYTES + body_bytes(f) - sl->f_got;
+                                : frame_bytes(sl, f) - sl->f_got;
         REQUIRE(want <= frame_left, "slot %d: offered %zu bytes, %zu remain of the frame", i,
                 want, frame_left);
         REQUIRE(want == model_want(sl), "slot %d: offered %zu bytes, the model says %zu", i,
@@ -820,6 +900,19 @@ static void client_write_header(slot *sl, uint8_t cmd, uint32_t key_len, uint32_
     wr32(h + 5, key_len);
     wr32(h + 9, value_len);
     client_write(sl, h, sizeof h);
+}
+
+/* The trailer of the request just written (from byte `start` of the inbox), once joined: the
+ * client's next number shifted by `shift`, in the request's direction or (reflect) the reply's. */
+static void client_write_trailer(slot *sl, size_t start, int64_t shift, int reflect)
+{
+    if (!sl->macs || sl->in_len == INBOX_BYTES)
+        return;
+    uint8_t mac[STORE_MAC_BYTES];
+    model_trailer(sl->session, reflect ? 'r' : 'q', sl->tx_sequence + (uint64_t)shift,
+                  sl->inbox + start, sl->in_len - start, mac);
+    sl->tx_sequence++;
+    client_write(sl, mac, sizeof mac);
 }
 
 /* A JOIN as store_client.c builds it, signed over the slot's server nonce (or a stale one)
@@ -897,9 +990,14 @@ static void run_op(world *w, cursor *c)
         size_t key_len = got;
         size_t want = take(c);
         const uint8_t *value = take_bytes(c, want, &got);
+        unsigned m = take(c);
+        size_t start = sl->in_len;
         client_write_header(sl, cmd, (uint32_t)key_len, (uint32_t)got);
         client_write(sl, key, key_len);
         client_write(sl, value, got);
+        client_write_trailer(sl, start, m == 0 || m == 255 ? 0 : m < 128 ? (int64_t)m
+                                                                          : -(int64_t)(m - 127),
+                             m == 255);
         deliver(w, i, 0);
         break;
     }
@@ -923,7 +1021,7 @@ static void run_op(world *w, cursor *c)
     case OP_DEADLINE:
         /* The server's condition: an unjoined peer still reading when its time is up. */
         if (!sl->p->joined && sl->p->state == PEER_READING) {
-            store_peer_refuse(sl->p, "no JOIN within 30 s: dropped");
+            store_peer_refuse(sl->p, "no JOIN within 10 s: dropped");
             model_refuse(sl, "no JOIN within");
             check_all(w);
         }
@@ -939,8 +1037,10 @@ static void run_op(world *w, cursor *c)
             memcpy(list + n + 2, key, got);
             n += 2 + got;
         }
+        size_t start = sl->in_len;
         client_write_header(sl, STORE_WAIT, 0, (uint32_t)n);
         client_write(sl, list, n);
+        client_write_trailer(sl, start, 0, 0);
         deliver(w, i, 0);
         break;
     }
@@ -1045,6 +1145,7 @@ static void s_request(script *s, int slot, uint8_t cmd, const char *key, const v
     s_put(s, key, strlen(key));
     s_byte(s, (unsigned)value_len);
     s_put(s, value, value_len);
+    s_byte(s, 0); /* an honest trailer */
 }
 
 static void s_text(script *s, int slot, uint8_t cmd, const char *key, const char *value)
@@ -1254,6 +1355,33 @@ static void write_seeds(const char *dir)
     static const uint8_t bad_list[5] = {9, 0, 'a', 'b', 'c'};
     s_request(&list, 0, STORE_WAIT, "", bad_list, sizeof bad_list);
     write_seed(dir, "wait-malformed-list", &list);
+
+    /* Frames after the JOIN with a wrong trailer: replayed, out of order, reflected, rewritten
+     * (sent raw: the trailer is whatever bytes follow), and a request written before the
+     * client read the proof (so without a trailer). */
+    static const unsigned modes[3] = {128 + 1, 1, 255};
+    static const char *const mode_names[3] = {"mac-replayed-request", "mac-reordered-request",
+                                              "mac-reflected-request"};
+    for (int k = 0; k < 3; k++) {
+        script m = s_new(cfg(1, 1, 0, 1));
+        s_text(&m, 0, STORE_SET, "addr/0", "10.0.0.1:29500");
+        s_text(&m, 0, STORE_SET, "addr/0", "10.6.6.6:29500");
+        m.b[m.n - 1] = (uint8_t)modes[k];
+        s_text(&m, 0, STORE_GET, "addr/0", "");
+        write_seed(dir, mode_names[k], &m);
+    }
+    script rewritten = s_new(cfg(1, 1, 0, 1));
+    s_raw_header(&rewritten, 0, STORE_SET, 1, 2);
+    uint8_t forged[3 + STORE_MAC_BYTES] = {'k', 'v', 'v'};
+    s_raw(&rewritten, 0, 0, forged, sizeof forged);
+    write_seed(dir, "mac-rewritten-request", &rewritten);
+    script early_request = s_new(cfg(1, 0, 0, 0));
+    s_join(&early_request, 0, MT_STORE_RANK, 0, 0, 1, "host-g");
+    s_text(&early_request, 0, STORE_SET, "k", "v");
+    s_drain(&early_request, 0, 0);
+    s_drain(&early_request, 0, 0);
+    s_drain(&early_request, 0, 0);
+    write_seed(dir, "request-before-the-proof-is-read", &early_request);
 
     script quiet = s_new(cfg(1, 1, 0, 1));
     s_text(&quiet, 0, STORE_GET, "never", "");
