@@ -99,7 +99,7 @@ static void refused_before_parsing(void)
     snprintf(path, sizeof path, "%s/metadata.json", dir);
     write_text(path, &t);
     snprintf(path, sizeof path, "%s/rank0.shard", dir);
-    text shard = {NULL, 0, 0};
+    text shard = {malloc(64), 0, 64};
     put(&shard, "%4096s", "");
     write_text(path, &shard);
     double start = cpu_seconds();
