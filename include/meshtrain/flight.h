@@ -24,4 +24,19 @@ mt_status mt_flight_analyze(const char *dir, int world_size, FILE *out);
  * signal only a live worker of its own whose pid this is. */
 mt_status mt_flight_armed_pid(const char *dir, int rank, long *pid);
 
+/* Whether `name` (a bare file name) is one a worker's recorder writes in its folder:
+ * rank<R>.flight, rank<R>.armed, or either with .tmp<pid> after it. Cleaning the folder removes
+ * these and nothing else. */
+int mt_flight_is_own_name(const char *name);
+
+/* Checks that dir (trailing slashes allowed) is a folder dumps may be written to: not a
+ * symbolic link, owned by this user, writable by nobody else, so no other user can plant a
+ * file or link among the dumps. With `create`, a missing folder is made (mode 0700). Fails with
+ * a message naming the folder and what is wrong. */
+mt_status mt_flight_check_dir(const char *dir, int create);
+
+/* Writes dir/rank<rank>.flight (data, n bytes) as a worker's dump is written: a fresh 0600
+ * temporary file (O_EXCL|O_NOFOLLOW), renamed over the dump. */
+mt_status mt_flight_store_dump(const char *dir, int rank, const void *data, size_t n);
+
 #endif

@@ -34,7 +34,10 @@ static const char USAGE[] =
     "  --max-restarts K     restart the whole job up to K times after a failure (default 0)\n"
     "  --grace SECONDS      after a failure, before SIGTERM (then SIGKILL 2 s later; default 3)\n"
     "  --join-timeout SECONDS  launchers waiting for each other (default 300)\n"
-    "  --dump-dir DIR       flight recorder dumps (default: a temporary folder, kept on failure)\n"
+    "  --dump-dir DIR       flight recorder dumps (default: a temporary folder, kept on failure);\n"
+    "                       a folder of yours that no one else may write to, not a symbolic\n"
+    "                       link (made, mode 700, when missing); only rank<R>.flight and\n"
+    "                       rank<R>.armed files are ever removed from it\n"
     "  --bind-to-core       pin local rank r to the r-th allowed CPU when there are enough\n"
     "  --no-prefix          leave the workers' output as it is\n";
 

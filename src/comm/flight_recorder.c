@@ -2,6 +2,7 @@
  * live rings, and writing the dump, also from a SIGUSR1 handler (hence the hand-made output). */
 #include "flight_recorder.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -10,11 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm_internal.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/files.h"
+#include "meshtrain/flight.h"
 
 enum { REGISTRY_SLOTS = 256, PATH_CAPACITY = 1024, REASON_CAPACITY = 512 };
 
@@ -304,11 +307,20 @@ static void put_comm(sink *s, const mt_flight_recorder *r)
         put_call(s, &calls[i]);
 }
 
+/* A new file at temp, readable by this user only. A leftover of that name (a process of the
+ * same pid that died mid-write) is removed first; O_EXCL|O_NOFOLLOW then create the file
+ * itself and never write through a link. Async-signal-safe. */
+static int open_fresh(const char *temp)
+{
+    unlink(temp);
+    return open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
 /* Writes the whole dump to a temporary name and renames it, so that a reader finds either
  * the previous dump or this one, complete. The caller holds `dumping`. */
 static void write_dump(const char *reason, const char *detail, const char *closing)
 {
-    int fd = open(registry.temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open_fresh(registry.temp);
     if (fd < 0)
         return;
     sink s = {.fd = fd};
@@ -393,14 +405,25 @@ void mt_flight_on_failure(const char *message)
 /* ---- the registry, ids and names ------------------------------------------------------ */
 
 /* Writes `text` to path through a temporary name; normal context only. */
-static void write_small_file(const char *temp, const char *path, const char *text)
+static int write_small_file(const char *temp, const char *path, const void *data, size_t n)
 {
-    FILE *f = fopen(temp, "w");
-    if (!f)
-        return;
-    int ok = fputs(text, f) >= 0;
-    if (fclose(f) != 0 || !ok || rename(temp, path) != 0)
-        remove(temp);
+    int fd = open_fresh(temp);
+    if (fd < 0)
+        return 0;
+    size_t at = 0;
+    while (at < n) {
+        ssize_t k = write(fd, (const char *)data + at, n - at);
+        if (k > 0)
+            at += (size_t)k;
+        else if (k < 0 && errno != EINTR)
+            break;
+    }
+    int ok = at == n;
+    if (close(fd) != 0 || !ok || rename(temp, path) != 0) {
+        unlink(temp);
+        return 0;
+    }
+    return 1;
 }
 
 /* The handler is installed only over the default action (which would kill the process):
@@ -421,7 +444,7 @@ static void install_handler(void)
         return;
     char text[32];
     snprintf(text, sizeof text, "%s\n", registry.pid);
-    write_small_file(registry.armed_temp, registry.armed, text);
+    write_small_file(registry.armed_temp, registry.armed, text, strlen(text));
 }
 
 /* Whether dumps are on; the first call with MT_FLIGHT_RECORDER_DIR set prepares them for
@@ -432,7 +455,7 @@ static mt_status prepare_locked(int world_rank, int *enabled)
     const char *dir = getenv("MT_FLIGHT_RECORDER_DIR");
     if (*enabled || !dir || !*dir)
         return MT_OK;
-    mt_status st = mt_make_folders(dir);
+    mt_status st = mt_flight_check_dir(dir, 1);
     if (st)
         return mt_fail_context(st, "flight recorder (MT_FLIGHT_RECORDER_DIR)");
     long pid = (long)getpid();
@@ -603,4 +626,92 @@ void mt_flight_unregister(mt_flight_recorder *r)
     pthread_mutex_unlock(&registry.lock);
     /* A dump that found the recorder before it left the slot still reads it. */
     wait_no_dump();
+}
+
+/* ---- the folder and its names --------------------------------------------------------- */
+
+/* "<digits>" at *p, advancing past them; 0 when there is none. */
+static int skip_digits(const char **p)
+{
+    const char *start = *p;
+    while (isdigit((unsigned char)**p))
+        (*p)++;
+    return *p > start;
+}
+
+int mt_flight_is_own_name(const char *name)
+{
+    const char *p = name;
+    if (strncmp(p, "rank", 4) != 0)
+        return 0;
+    p += 4;
+    if (!skip_digits(&p))
+        return 0;
+    if (strncmp(p, ".flight", 7) == 0)
+        p += 7;
+    else if (strncmp(p, ".armed", 6) == 0)
+        p += 6;
+    else
+        return 0;
+    if (*p == '\0')
+        return 1;
+    if (strncmp(p, ".tmp", 4) != 0)
+        return 0;
+    p += 4;
+    return skip_digits(&p) && *p == '\0';
+}
+
+mt_status mt_flight_check_dir(const char *dir, int create)
+{
+    char path[PATH_CAPACITY];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path)
+        return mt_fail(MT_EINVAL, "flight recorder folder '%s': empty or too long a path", dir);
+    memcpy(path, dir, n + 1);
+    /* "link/" would name the folder the link points to: the check is on the name itself. */
+    while (n > 1 && path[n - 1] == '/')
+        path[--n] = '\0';
+    if (create && mkdir(path, 0700) != 0 && errno == ENOENT) {
+        mt_status st = mt_make_folders(path);
+        if (st)
+            return st;
+    }
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        struct stat link;
+        if (lstat(path, &link) == 0 && S_ISLNK(link.st_mode))
+            return mt_fail(MT_EINVAL, "flight recorder folder '%s' is a symbolic link; give the "
+                                      "folder itself", dir);
+        return mt_fail(MT_EIO, "flight recorder folder '%s': %s", dir,
+                       e == ENOTDIR ? "not a folder" : strerror(e));
+    }
+    struct stat st;
+    int got = fstat(fd, &st);
+    int e = errno;
+    close(fd);
+    if (got != 0)
+        return mt_fail(MT_EIO, "flight recorder folder '%s': %s", dir, strerror(e));
+    if (st.st_uid != geteuid())
+        return mt_fail(MT_EINVAL, "flight recorder folder '%s' is owned by uid %ld, not by this "
+                                  "user (uid %ld): another user could plant files among the "
+                                  "dumps", dir, (long)st.st_uid, (long)geteuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return mt_fail(MT_EINVAL, "flight recorder folder '%s' is writable by group or others "
+                                  "(mode %04o): another user could plant files among the dumps; "
+                                  "use a folder only you can write to", dir,
+                       (unsigned)(st.st_mode & 07777));
+    return MT_OK;
+}
+
+mt_status mt_flight_store_dump(const char *dir, int rank, const void *data, size_t n)
+{
+    char path[PATH_CAPACITY], temp[PATH_CAPACITY];
+    int a = snprintf(path, sizeof path, "%s/rank%d.flight", dir, rank);
+    int b = snprintf(temp, sizeof temp, "%s/rank%d.flight.tmp%ld", dir, rank, (long)getpid());
+    if (a < 0 || a >= (int)sizeof path || b < 0 || b >= (int)sizeof temp)
+        return mt_fail(MT_EINVAL, "flight recorder folder '%s': path too long", dir);
+    if (!write_small_file(temp, path, data, n))
+        return mt_fail(MT_EIO, "cannot write the dump '%s': %s", path, strerror(errno));
+    return MT_OK;
 }

@@ -63,7 +63,8 @@ mt_status worker_set_start(worker_set *s);
  * subreaper); returns how many workers are still alive. */
 int worker_set_reap(worker_set *s);
 void worker_set_signal(worker_set *s, int sig);
-/* Moves what the workers printed to the prefixers; returns 1 if any pipe is still open. */
+/* Moves what the workers printed to the prefixers, at most 64 KiB per pipe per call (so the
+ * launcher's loop keeps turning under a flood); returns 1 if any pipe is still open. */
 int worker_set_drain(worker_set *s);
 /* After every worker ended: kills what is left in their process groups and reaps it. */
 void worker_set_sweep(worker_set *s);

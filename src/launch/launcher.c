@@ -91,7 +91,7 @@ static void remove_dumps(const char *dir, int remove_folder)
     struct dirent *e;
     char path[PATH_MAX + 300];
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "rank", 4) != 0)
+        if (!mt_flight_is_own_name(e->d_name)) /* the folder may hold the user's files */
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         unlink(path);
@@ -105,10 +105,8 @@ static mt_status prepare_dump_dir(agent *a)
 {
     if (a->o->dump_dir) {
         snprintf(a->dump_dir, sizeof a->dump_dir, "%s", a->o->dump_dir);
-        if (mkdir(a->dump_dir, 0700) != 0 && errno != EEXIST)
-            return mt_fail(MT_EIO, "launch: flight recorder folder %s: %s", a->dump_dir,
-                           strerror(errno));
-        return MT_OK;
+        mt_status st = mt_flight_check_dir(a->dump_dir, 1);
+        return st ? mt_fail_context(st, "launch: --dump-dir") : MT_OK;
     }
     const char *tmp = getenv("TMPDIR");
     snprintf(a->dump_dir, sizeof a->dump_dir, "%s/meshtrain-flight-XXXXXX",
@@ -538,11 +536,8 @@ static void exchange_dumps(agent *a, int attempt, int upload)
             int found = 0;
             if (mt_store_try_get(a->store, key, buffer, capacity, &got, &found) != MT_OK || !found)
                 continue;
-            FILE *f = fopen(path, "wb");
-            if (f) {
-                fwrite(buffer, 1, got, f);
-                fclose(f);
-            }
+            /* One that cannot be written is reported missing by the analysis. */
+            (void)mt_flight_store_dump(a->dump_dir, rank, buffer, got);
         }
     }
     free(buffer);
@@ -622,7 +617,7 @@ static int any_dump(const char *dir)
     struct dirent *e;
     int found = 0;
     while (!found && (e = readdir(d)))
-        found = strncmp(e->d_name, "rank", 4) == 0 && strstr(e->d_name, ".flight") != NULL;
+        found = mt_flight_is_own_name(e->d_name) && strstr(e->d_name, ".flight") != NULL;
     closedir(d);
     return found;
 }

@@ -15,6 +15,9 @@
 
 #include "launch_internal.h"
 
+/* Output taken from one pipe in one pass of worker_set_drain. */
+enum { DRAIN_PASS_BYTES = 64 * 1024 };
+
 /* ---- preparing (parent side, before any fork) ---- */
 
 static int variable_name_matches(const char *entry, const char *variable)
@@ -139,11 +142,14 @@ mt_status worker_set_prepare(worker_set *s, int count, int first_rank, char *con
 /* Runs in the forked child: async-signal-safe calls only, then exec. On failure the errno
  * goes to the parent through the close-on-exec pipe (which closes unread on success). */
 static void run_child(const worker_set *s, const worker *w, const int out[2], const int err[2],
-                      int error_pipe)
+                      int error_pipe, pid_t launcher)
 {
     setpgid(0, 0);
-    /* A launcher that dies (even by SIGKILL) takes its workers with it. */
+    /* A launcher that dies (even by SIGKILL) takes its workers with it. One that died before
+     * the request sends no signal: the child sees it by having another parent. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher)
+        _exit(125);
     if (out[1] >= 0) {
         dup2(out[1], STDOUT_FILENO);
         dup2(err[1], STDERR_FILENO);
@@ -182,14 +188,16 @@ static void close_pair(int fds[2])
 
 static mt_status start_worker(worker_set *s, worker *w)
 {
-    int exec_pipe[2], out[2] = {-1, -1}, err[2] = {-1, -1};
+    int exec_pipe[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
     if (pipe2(exec_pipe, O_CLOEXEC) != 0 ||
         (s->prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))) {
         int e = errno;
+        close_pair(exec_pipe);
         close_pair(out);
         close_pair(err);
         return mt_fail(MT_EIO, "launch: rank %d: pipe: %s", w->rank, strerror(e));
     }
+    pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -200,7 +208,7 @@ static mt_status start_worker(worker_set *s, worker *w)
     }
     if (pid == 0) {
         close(exec_pipe[0]);
-        run_child(s, w, out, err, exec_pipe[1]);
+        run_child(s, w, out, err, exec_pipe[1], launcher);
     }
     close(exec_pipe[1]);
     /* Also set here, so no signal to the group can arrive before the child made it. */
@@ -287,9 +295,19 @@ int worker_set_drain(worker_set *s)
             worker *w = &s->workers[r];
             if (w->pipes[i] < 0)
                 continue;
+            /* At most DRAIN_PASS_BYTES a pass: a worker that writes faster than we pass its
+             * lines on would otherwise keep us here, away from reaping and signals. */
             ssize_t n;
-            while ((n = read(w->pipes[i], buffer, sizeof buffer)) > 0)
+            size_t taken = 0;
+            while (taken < DRAIN_PASS_BYTES &&
+                   (n = read(w->pipes[i], buffer, sizeof buffer)) > 0) {
                 line_prefixer_feed(&w->lines[i], buffer, (size_t)n);
+                taken += (size_t)n;
+            }
+            if (taken >= DRAIN_PASS_BYTES) {
+                open = 1;
+                continue;
+            }
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
                 line_prefixer_flush(&w->lines[i]);
                 close(w->pipes[i]);
@@ -317,7 +335,10 @@ void worker_set_sweep(worker_set *s)
     /* Adopted orphans that were just killed. */
     while (waitpid(-1, NULL, WNOHANG) > 0) {
     }
-    worker_set_drain(s);
+    /* What the dead workers left in their pipes (64 KiB each), in a few passes; output of a
+     * process that escaped the sweep is cut off rather than awaited. */
+    for (int pass = 0; pass < 4 && worker_set_drain(s); pass++) {
+    }
     for (int r = 0; r < s->count; r++)
         for (int i = 0; i < 2; i++)
             if (s->workers[r].pipes[i] >= 0) {

@@ -2,14 +2,17 @@
  * every field checked and every tensor's pieces proved to tile it, before any shard is opened. */
 #define _GNU_SOURCE /* qsort_r */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt_internal.h"
 #include "meshtrain/checkpoint.h"
@@ -19,9 +22,19 @@
 /* The most elements a tensor may have (4 TiB of floats), so that sizes never overflow. */
 #define MAX_ELEMENTS (1ll << 40)
 
+/* The most bytes of metadata.json per byte of shard data: a piece holds at least one float
+ * (4 bytes) and its entry, indented, takes at most about 450 bytes (names of 63 characters,
+ * three dimensions, offsets of 16 digits). Checked before parsing, so that a huge crafted file
+ * costs no parse. */
+#define META_BYTES_PER_SHARD_BYTE 128
+/* What the tensors, files and config may take on top of the pieces. */
+#define META_BASE_BYTES (1ll << 20)
+
 typedef struct reader {
     const char *path;
     mt_ckpt_meta *meta;
+    int *tensor_order;  /* tensors and files sorted by name, for lookups by name */
+    int *file_order;
 } reader;
 
 static mt_status bad(const reader *r, const char *fmt, ...)
@@ -159,7 +172,62 @@ static mt_status entry_at(const reader *r, const char *key, size_t i, json_t *en
     return json_is_object(entry) ? MT_OK : bad(r, "%s is not an object", where);
 }
 
-static mt_status read_tensors(const reader *r, json_t *root)
+/* ---- lookups by name: an index sorted by name, searched by halving ---- */
+
+typedef struct named {
+    const char *base; /* the first name; names are `stride` bytes apart */
+    size_t stride;
+} named;
+
+static const char *name_at(const named *n, int i) { return n->base + (size_t)i * n->stride; }
+
+static int by_name(const void *a, const void *b, void *names)
+{
+    return strcmp(name_at(names, *(const int *)a), name_at(names, *(const int *)b));
+}
+
+/* order[0..count) sorted by name; the first name listed twice into *twice (else -1). */
+static int *sort_names(const named *n, int count, int *twice)
+{
+    int *order = malloc(((size_t)count + 1) * sizeof *order);
+    *twice = -1;
+    if (!order)
+        return NULL;
+    for (int i = 0; i < count; i++)
+        order[i] = i;
+    qsort_r(order, (size_t)count, sizeof *order, by_name, (void *)n);
+    for (int i = 1; i < count && *twice < 0; i++)
+        if (strcmp(name_at(n, order[i - 1]), name_at(n, order[i])) == 0)
+            *twice = order[i];
+    return order;
+}
+
+static int find_sorted(const named *n, const int *order, int count, const char *name)
+{
+    int lo = 0, hi = count;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(name_at(n, order[mid]), name);
+        if (c == 0)
+            return order[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+static named tensor_names(const mt_ckpt_meta *m)
+{
+    return (named){m->tensors ? m->tensors[0].name : NULL, sizeof m->tensors[0]};
+}
+
+static named file_names(const mt_ckpt_meta *m)
+{
+    return (named){m->files ? m->files[0].name : NULL, sizeof m->files[0]};
+}
+
+static mt_status read_tensors(reader *r, json_t *root)
 {
     mt_ckpt_meta *m = r->meta;
     json_t *tensors, *entry;
@@ -181,22 +249,30 @@ static mt_status read_tensors(const reader *r, json_t *root)
             volume = volume > MAX_ELEMENTS / t->shape[d] ? MAX_ELEMENTS + 1 : volume * t->shape[d];
         if (volume > MAX_ELEMENTS)
             return bad(r, "tensor '%s' has more than 2^40 elements", t->name);
-        if (mt_ckpt_meta_find(m, t->name) >= 0)
-            return bad(r, "tensor '%s' is listed twice", t->name);
         m->tensor_count++;
     }
-    return status; /* open_array's when it found no array */
+    if (status)
+        return status; /* open_array's when it found no array */
+    int twice;
+    named names = tensor_names(m);
+    if (!(r->tensor_order = sort_names(&names, m->tensor_count, &twice)))
+        return mt_fail(MT_ENOMEM, "checkpoint metadata '%s': out of memory", r->path);
+    return twice >= 0 ? bad(r, "tensor '%s' is listed twice", m->tensors[twice].name) : MT_OK;
 }
 
-static int find_file(const mt_ckpt_meta *m, const char *name)
+static int find_file(const reader *r, const char *name)
 {
-    for (int i = 0; i < m->file_count; i++)
-        if (strcmp(m->files[i].name, name) == 0)
-            return i;
-    return -1;
+    named names = file_names(r->meta);
+    return find_sorted(&names, r->file_order, r->meta->file_count, name);
 }
 
-static mt_status read_files(const reader *r, json_t *root)
+static int find_tensor(const reader *r, const char *name)
+{
+    named names = tensor_names(r->meta);
+    return find_sorted(&names, r->tensor_order, r->meta->tensor_count, name);
+}
+
+static mt_status read_files(reader *r, json_t *root)
 {
     mt_ckpt_meta *m = r->meta;
     json_t *files, *entry;
@@ -221,11 +297,15 @@ static mt_status read_files(const reader *r, json_t *root)
         if (!f->name[0] || strchr(f->name, '/') || strcmp(f->name, ".") == 0 ||
             strcmp(f->name, "..") == 0)
             return bad(r, "%s: '%s' is not a file name inside the checkpoint", where, f->name);
-        if (find_file(m, f->name) >= 0)
-            return bad(r, "file '%s' is listed twice", f->name);
         m->file_count++;
     }
-    return status; /* open_array's when it found no array */
+    if (status)
+        return status; /* open_array's when it found no array */
+    int twice;
+    named names = file_names(m);
+    if (!(r->file_order = sort_names(&names, m->file_count, &twice)))
+        return mt_fail(MT_ENOMEM, "checkpoint metadata '%s': out of memory", r->path);
+    return twice >= 0 ? bad(r, "file '%s' is listed twice", m->files[twice].name) : MT_OK;
 }
 
 static mt_status read_piece(const reader *r, json_t *entry, size_t i)
@@ -239,7 +319,7 @@ static mt_status read_piece(const reader *r, json_t *entry, size_t i)
     mt_status status = get_string(r, entry, "tensor", where, name, sizeof name);
     if (status)
         return status;
-    if ((p->tensor = mt_ckpt_meta_find(m, name)) < 0)
+    if ((p->tensor = find_tensor(r, name)) < 0)
         return bad(r, "%s: tensor '%s' is not in 'tensors'", where, name);
     const mt_ckpt_tensor *t = &m->tensors[p->tensor];
     snprintf(where, sizeof where, "tensor '%.40s' piece %zu", t->name, i);
@@ -252,7 +332,7 @@ static mt_status read_piece(const reader *r, json_t *entry, size_t i)
             break;
     if (p->state == MT_CKPT_STATES)
         return bad(r, "%s: state '%s' is not param, exp_avg or exp_avg_sq", where, state);
-    if ((p->file = find_file(m, file)) < 0)
+    if ((p->file = find_file(r, file)) < 0)
         return bad(r, "%s: file '%s' is not in 'files'", where, file);
     int digits = strlen(hash) == 16;
     for (int k = 0; digits && k < 16; k++)
@@ -289,6 +369,8 @@ static mt_status read_piece(const reader *r, json_t *entry, size_t i)
     return MT_OK;
 }
 
+/* ---- the tiling check ---- */
+
 static int by_tensor_and_state(const void *a, const void *b, void *pieces)
 {
     const mt_ckpt_piece *x = &((const mt_ckpt_piece *)pieces)[*(const int *)a];
@@ -297,18 +379,174 @@ static int by_tensor_and_state(const void *a, const void *b, void *pieces)
     return (kx > ky) - (kx < ky);
 }
 
-/* The pieces of every (tensor, state) cover the tensor exactly once: none overlaps another,
- * and their volumes add up to the tensor's. */
+static int by_file(const void *a, const void *b, void *pieces)
+{
+    int x = ((const mt_ckpt_piece *)pieces)[*(const int *)a].file;
+    int y = ((const mt_ckpt_piece *)pieces)[*(const int *)b].file;
+    return (x > y) - (x < y);
+}
+
+static int by_first_offset(const void *a, const void *b, void *pieces)
+{
+    long long x = ((const mt_ckpt_piece *)pieces)[*(const int *)a].box.offset[0];
+    long long y = ((const mt_ckpt_piece *)pieces)[*(const int *)b].box.offset[0];
+    return (x > y) - (x < y);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* Along dimension 1 (0 for a one-dimensional tensor, where it is a single cell): a segment
+ * tree over the distinct box edges that counts, per cell, the live boxes covering it. */
+typedef struct cover_tree {
+    long long *edges; /* sorted distinct edges; cell i is [edges[i], edges[i + 1]) */
+    int cells;
+    int *most, *added; /* per node: the largest count below it, and what was added to all */
+} cover_tree;
+
+static int edge_index(const cover_tree *t, long long edge)
+{
+    int lo = 0, hi = t->cells;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (t->edges[mid] < edge)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Adds `delta` over cells [lo, hi) and returns the largest count there before the change. */
+static int cover_add(cover_tree *t, int node, int node_lo, int node_hi, int lo, int hi, int delta)
+{
+    if (hi <= node_lo || node_hi <= lo)
+        return INT_MIN;
+    if (lo <= node_lo && node_hi <= hi) {
+        int before = t->most[node];
+        t->most[node] += delta;
+        t->added[node] += delta;
+        return before;
+    }
+    int mid = node_lo + (node_hi - node_lo) / 2;
+    int left = cover_add(t, 2 * node, node_lo, mid, lo, hi, delta);
+    int right = cover_add(t, 2 * node + 1, mid, node_hi, lo, hi, delta);
+    int below = t->most[2 * node] > t->most[2 * node + 1] ? t->most[2 * node] : t->most[2 * node + 1];
+    t->most[node] = below + t->added[node];
+    int before = left > right ? left : right;
+    return before == INT_MIN ? before : before + t->added[node];
+}
+
+static long long low_edge(const mt_ckpt_box *b) { return b->dims > 1 ? b->offset[1] : 0; }
+static long long high_edge(const mt_ckpt_box *b) { return b->dims > 1 ? b->offset[1] + b->extent[1] : 1; }
+
+/* The live boxes of the sweep, a heap by where they end along dimension 0. */
+typedef struct live_heap {
+    int *at;
+    int count;
+    const mt_ckpt_piece *pieces;
+} live_heap;
+
+static long long box_end(const live_heap *h, int i)
+{
+    const mt_ckpt_box *b = &h->pieces[h->at[i]].box;
+    return b->offset[0] + b->extent[0];
+}
+
+static void heap_swap(live_heap *h, int i, int j)
+{
+    int k = h->at[i];
+    h->at[i] = h->at[j];
+    h->at[j] = k;
+}
+
+static void heap_push(live_heap *h, int piece)
+{
+    int i = h->count++;
+    h->at[i] = piece;
+    for (; i > 0 && box_end(h, (i - 1) / 2) > box_end(h, i); i = (i - 1) / 2)
+        heap_swap(h, i, (i - 1) / 2);
+}
+
+static int heap_pop(live_heap *h)
+{
+    int top = h->at[0];
+    h->at[0] = h->at[--h->count];
+    for (int i = 0;;) {
+        int least = i, l = 2 * i + 1, r = 2 * i + 2;
+        if (l < h->count && box_end(h, l) < box_end(h, least))
+            least = l;
+        if (r < h->count && box_end(h, r) < box_end(h, least))
+            least = r;
+        if (least == i)
+            break;
+        heap_swap(h, i, least);
+        i = least;
+    }
+    return top;
+}
+
+/* Whether two of the n pieces in group[] overlap; the first overlap found into *both. Sweeps
+ * along dimension 0: a box meets only boxes still live where it starts, and those, all
+ * crossing that plane and disjoint so far, have disjoint extents in the other dimensions.
+ * With at most two dimensions those are intervals, so a count of live boxes per cell of
+ * dimension 1 answers in O(log n); in three dimensions a box met along dimension 1 is then
+ * compared with each live box. */
+static int find_overlap(const mt_ckpt_piece *pieces, int *group, int n, int *scratch,
+                        long long *edges, int *tree, mt_ckpt_box *both)
+{
+    qsort_r(group, (size_t)n, sizeof *group, by_first_offset, (void *)pieces);
+    int cells = 0;
+    for (int i = 0; i < n; i++) {
+        edges[2 * i] = low_edge(&pieces[group[i]].box);
+        edges[2 * i + 1] = high_edge(&pieces[group[i]].box);
+    }
+    qsort(edges, 2 * (size_t)n, sizeof *edges, by_value);
+    for (int i = 0; i < 2 * n; i++)
+        if (cells == 0 || edges[i] != edges[cells - 1])
+            edges[cells++] = edges[i];
+    cover_tree t = {edges, cells - 1, tree, tree + 8 * (size_t)n};
+    memset(tree, 0, 16 * (size_t)n * sizeof *tree);
+    live_heap live = {scratch, 0, pieces};
+    for (int i = 0; i < n; i++) {
+        const mt_ckpt_box *b = &pieces[group[i]].box;
+        while (live.count && box_end(&live, 0) <= b->offset[0]) {
+            const mt_ckpt_box *gone = &pieces[heap_pop(&live)].box;
+            cover_add(&t, 1, 0, t.cells, edge_index(&t, low_edge(gone)),
+                      edge_index(&t, high_edge(gone)), -1);
+        }
+        int met = cover_add(&t, 1, 0, t.cells, edge_index(&t, low_edge(b)),
+                            edge_index(&t, high_edge(b)), 1) > 0;
+        if (met) /* the box it meets (in three dimensions, only maybe: one meeting it in
+                  * dimension 1 may lie apart in dimension 2) */
+            for (int k = 0; k < live.count; k++)
+                if (mt_ckpt_box_intersect(b, &pieces[live.at[k]].box, both))
+                    return 1;
+        heap_push(&live, group[i]);
+    }
+    return 0;
+}
+
+/* The pieces of every (tensor, state) cover the tensor exactly once: each file holds at most
+ * MT_CKPT_RANGE_BOXES of them (a writer's range), none overlaps another, and their volumes add
+ * up to the tensor's. O(n log n) in the pieces, whatever the file claims. */
 static mt_status check_tiling(const reader *r)
 {
     const mt_ckpt_meta *m = r->meta;
-    int *order = malloc((size_t)m->piece_count * sizeof *order);
-    if (!order)
-        return mt_fail(MT_ENOMEM, "checkpoint metadata '%s': out of memory", r->path);
-    for (int i = 0; i < m->piece_count; i++)
-        order[i] = i;
-    qsort_r(order, (size_t)m->piece_count, sizeof *order, by_tensor_and_state, m->pieces);
+    size_t n = (size_t)m->piece_count + 1;
+    int *order = malloc(n * sizeof *order), *group = malloc(n * sizeof *group);
+    int *scratch = malloc(n * sizeof *scratch), *tree = malloc(16 * n * sizeof *tree);
+    long long *edges = malloc(2 * n * sizeof *edges);
     mt_status status = MT_OK;
+    if (!order || !group || !scratch || !tree || !edges)
+        status = mt_fail(MT_ENOMEM, "checkpoint metadata '%s': out of memory", r->path);
+    for (int i = 0; status == MT_OK && i < m->piece_count; i++)
+        order[i] = i;
+    if (status == MT_OK)
+        qsort_r(order, (size_t)m->piece_count, sizeof *order, by_tensor_and_state, m->pieces);
     int at = 0;
     for (int t = 0; t < m->tensor_count && status == MT_OK; t++)
         for (int s = 0; s < MT_CKPT_STATES && status == MT_OK; s++) {
@@ -316,30 +554,26 @@ static mt_status check_tiling(const reader *r)
             size_t whole = 1, covered = 0;
             for (int d = 0; d < tensor->dims; d++)
                 whole *= (size_t)tensor->shape[d];
-            int first = at, most = 5 * m->layout.world; /* MT_CKPT_RANGE_BOXES per writer */
+            int count = 0;
             for (; at < m->piece_count && m->pieces[order[at]].tensor == t &&
                    (int)m->pieces[order[at]].state == s; at++) {
-                const mt_ckpt_piece *p = &m->pieces[order[at]];
-                covered += mt_ckpt_box_volume(&p->box);
-                if (at - first >= most) { /* also bounds the pairwise overlap check */
-                    status = bad(r, "tensor '%s' (%s): more than %d pieces from a world of %d "
-                                    "ranks (at most %d each)", tensor->name,
-                                 mt_ckpt_state_name(s), most, m->layout.world,
-                                 MT_CKPT_RANGE_BOXES);
-                    break;
-                }
-                for (int k = first; k < at; k++) {
-                    mt_ckpt_box both;
-                    if (mt_ckpt_box_intersect(&p->box, &m->pieces[order[k]].box, &both)) {
-                        char box[128];
-                        mt_ckpt_box_format(&both, box, sizeof box);
-                        status = bad(r, "tensor '%s' (%s): two pieces both hold %s", tensor->name,
-                                     mt_ckpt_state_name(s), box);
-                        break;
-                    }
-                }
-                if (status)
-                    break;
+                group[count++] = order[at];
+                covered += mt_ckpt_box_volume(&m->pieces[order[at]].box);
+            }
+            qsort_r(group, (size_t)count, sizeof *group, by_file, m->pieces);
+            for (int i = MT_CKPT_RANGE_BOXES; i < count && status == MT_OK; i++)
+                if (m->pieces[group[i]].file == m->pieces[group[i - MT_CKPT_RANGE_BOXES]].file)
+                    status = bad(r, "tensor '%s' (%s): file '%s' holds more than %d pieces of it "
+                                    "(a writer saves one range: at most %d boxes)", tensor->name,
+                                 mt_ckpt_state_name(s), m->files[m->pieces[group[i]].file].name,
+                                 MT_CKPT_RANGE_BOXES, MT_CKPT_RANGE_BOXES);
+            mt_ckpt_box both;
+            if (status == MT_OK && count > 1 &&
+                find_overlap(m->pieces, group, count, scratch, edges, tree, &both)) {
+                char box[128];
+                mt_ckpt_box_format(&both, box, sizeof box);
+                status = bad(r, "tensor '%s' (%s): two pieces both hold %s", tensor->name,
+                             mt_ckpt_state_name(s), box);
             }
             if (status == MT_OK && covered != whole)
                 status = bad(r, "tensor '%s' (%s): the pieces hold %zu of its %zu elements, so "
@@ -347,10 +581,14 @@ static mt_status check_tiling(const reader *r)
                              covered, whole);
         }
     free(order);
+    free(group);
+    free(scratch);
+    free(tree);
+    free(edges);
     return status;
 }
 
-static mt_status read_document(const reader *r, json_t *root)
+static mt_status read_document(reader *r, json_t *root)
 {
     mt_ckpt_meta *m = r->meta;
     char format[64];
@@ -401,12 +639,35 @@ mt_status ckpt_meta_parse(const char *dir, const char *text, size_t length, mt_c
     if (!root)
         return mt_fail(MT_EFORMAT, "checkpoint metadata '%s': not valid JSON at line %d, "
                                    "column %d: %s", path, error.line, error.column, error.text);
-    reader r = {path, meta};
+    reader r = {path, meta, NULL, NULL};
     mt_status status = read_document(&r, root);
     json_decref(root);
+    free(r.tensor_order);
+    free(r.file_order);
     if (status)
         mt_ckpt_meta_free(meta);
     return status;
+}
+
+/* What the folder's files other than metadata.json hold: how many and their bytes. */
+static void shard_files_present(const char *dir, int *files, long long *bytes)
+{
+    *files = 0;
+    *bytes = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (strcmp(e->d_name, "metadata.json") == 0 ||
+            fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (*files < INT_MAX)
+            (*files)++;
+        *bytes += st.st_size;
+    }
+    closedir(d);
 }
 
 /* The whole of an open file into a new buffer (*text, *length); errno set on failure. */
@@ -448,12 +709,29 @@ mt_status mt_ckpt_meta_read(const char *dir, mt_ckpt_meta *meta)
     snprintf(path, sizeof path, "%s/metadata.json", dir);
     errno = 0;
     FILE *file = fopen(path, "r");
+    int cause = errno ? errno : EIO;
+    if (!file)
+        return mt_fail(MT_EIO, "'%s' is not a committed checkpoint: cannot read '%s': %s", dir,
+                       path, strerror(cause));
+    /* Every piece holds at least a float of the shard files: a metadata.json far larger than
+     * they could need is refused unread (parsing alone would take seconds). */
+    int files = 0;
+    long long shard_bytes = 0;
+    shard_files_present(dir, &files, &shard_bytes);
+    long long most = META_BASE_BYTES + META_BYTES_PER_SHARD_BYTE * shard_bytes;
+    struct stat st;
+    if (fstat(fileno(file), &st) == 0 && st.st_size > most) {
+        fclose(file);
+        return mt_fail(MT_EFORMAT, "checkpoint metadata '%s' is %lld bytes, more than the %lld "
+                                   "its folder's %d shard files (%lld bytes) could need", path,
+                       (long long)st.st_size, most, files, shard_bytes);
+    }
     char *text = NULL;
     size_t length = 0;
-    int whole = file && read_whole(file, &text, &length);
-    int cause = errno ? errno : EIO;
-    if (file)
-        fclose(file);
+    errno = 0;
+    int whole = read_whole(file, &text, &length);
+    cause = errno ? errno : EIO;
+    fclose(file);
     if (!whole)
         return mt_fail(MT_EIO, "'%s' is not a committed checkpoint: cannot read '%s': %s", dir,
                        path, strerror(cause));

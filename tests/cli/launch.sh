@@ -234,6 +234,60 @@ elif expect "no secret" "MT_JOB_SECRET"; then
     pass "torchrun-style variables without a secret: refused, naming MT_JOB_SECRET"
 fi
 
+# ---- the dump folder: only the recorder's own files are removed; an unsafe folder is refused ----
+mkdir -m 700 "$WORK/dumps"
+touch "$WORK/dumps/ranking.csv" "$WORK/dumps/rank.txt" "$WORK/dumps/rank0.flight" \
+    "$WORK/dumps/rank3.armed.tmp12"
+mt_path=$(cd "$(dirname "$MT")" && pwd)/$(basename "$MT")
+(cd "$WORK/dumps" && timeout 60 "$mt_path" launch --nproc-per-node 1 --dump-dir . -- true) >"$WORK/out" 2>&1
+status=$?
+if [[ $status -ne 0 ]]; then
+    fail "dump folder cleaning: exit status $status"
+elif [[ ! -e $WORK/dumps/ranking.csv || ! -e $WORK/dumps/rank.txt ]]; then
+    fail "dump folder cleaning: the user's ranking.csv or rank.txt was removed"
+elif [[ -e $WORK/dumps/rank0.flight || -e $WORK/dumps/rank3.armed.tmp12 ]]; then
+    fail "dump folder cleaning: an old dump was left"
+else
+    pass "dump folder cleaning: ranking.csv and rank.txt kept, old dumps removed"
+fi
+mkdir "$WORK/open" && chmod 777 "$WORK/open"
+ln -s "$WORK/dumps" "$WORK/link"
+for case in "$WORK/open:is writable by group or others \(mode 0777\)" \
+            "$WORK/link:is a symbolic link" "$WORK/link/:is a symbolic link"; do
+    dir=${case%%:*}
+    want=${case#*:}
+    timeout 60 "$MT" launch --nproc-per-node 1 --dump-dir "$dir" -- true >"$WORK/out" 2>&1
+    status=$?
+    if [[ $status -eq 0 || $status -ge 124 ]]; then
+        fail "unsafe --dump-dir $dir: exit status $status"
+    elif expect "unsafe --dump-dir $dir" "--dump-dir: flight recorder folder '$dir' $want"; then
+        pass "unsafe --dump-dir $dir refused: $want"
+    fi
+done
+if [[ $(id -u) -eq 0 ]]; then # only root can give a folder away
+    mkdir -m 700 "$WORK/foreign" && chown 65534 "$WORK/foreign"
+    timeout 60 "$MT" launch --nproc-per-node 1 --dump-dir "$WORK/foreign" -- true >"$WORK/out" 2>&1
+    status=$?
+    if [[ $status -eq 0 || $status -ge 124 ]]; then
+        fail "foreign --dump-dir: exit status $status"
+    elif expect "foreign --dump-dir" "is owned by uid 65534, not by this user"; then
+        pass "a --dump-dir owned by another user is refused"
+    fi
+fi
+
+# ---- a worker that writes without pause: Ctrl-C still reaches it and ends the job ----
+timeout -k 5 60 "$MT" launch --nproc-per-node 1 -- yes >/dev/null 2>"$WORK/out" &
+launcher=$!
+sleep 1
+kill -INT "$(pgrep -P "$launcher")"
+wait "$launcher"
+status=$?
+if [[ $status -eq 0 || $status -ge 124 ]]; then
+    fail "SIGINT during '-- yes': launcher exit status $status (not ended by the signal)"
+elif expect "SIGINT during '-- yes'" "interrupted by signal 2"; then
+    pass "SIGINT during '-- yes' ended the job (exit status $status)"
+fi
+
 # ---- mpirun (Open MPI): the same job, bootstrapped through MPI ----
 if [[ -n $MPIEXEC ]]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 "$MPIEXEC" --oversubscribe \

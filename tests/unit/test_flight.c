@@ -328,9 +328,59 @@ static int rank_signal(mt_comm *c, const char *dir)
     return file_exists(dir, "rank0.flight") ? 0 : 3;
 }
 
+/* Links planted where this process writes its temporary dump and .armed files point at a
+ * victim file: the recorder must replace neither the victim nor write through the links. */
+static int rank_planted_links(mt_comm *c, const char *dir)
+{
+    const char *victim = getenv("MT_TEST_VICTIM");
+    char link[512], text[64] = "";
+    (void)c;
+    raise(SIGUSR1);
+    FILE *f = victim ? fopen(victim, "r") : NULL;
+    if (!f)
+        return 4;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    if (strcmp(text, "precious\n") != 0)
+        return 5; /* written through a link */
+    struct stat st;
+    snprintf(link, sizeof link, "%s/rank0.flight", dir);
+    if (lstat(link, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0777) != 0600)
+        return 6;
+    snprintf(link, sizeof link, "%s/rank0.armed", dir);
+    if (lstat(link, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 0777) != 0600)
+        return 7;
+    return 0;
+}
+
+static void plant_links(const char *dir)
+{
+    const char *victim = getenv("MT_TEST_VICTIM");
+    const char *names[] = {"flight", "armed"};
+    for (int i = 0; victim && i < 2; i++) {
+        char link[512];
+        snprintf(link, sizeof link, "%s/rank0.%s.tmp%ld", dir, names[i], (long)getpid());
+        if (symlink(victim, link) != 0)
+            perror("symlink");
+    }
+}
+
 static int run_rank(const char *scenario)
 {
     const char *dir = getenv("MT_FLIGHT_RECORDER_DIR");
+    if (strcmp(scenario, "planted_links") == 0)
+        plant_links(dir);
+    if (strcmp(scenario, "open_dir") == 0) { /* a folder anyone may write to is refused */
+        setenv("MT_FLIGHT_RECORDER_DIR", getenv("MT_TEST_OPEN_DIR"), 1);
+        mt_comm *c;
+        if (mt_comm_create(NULL, &c) == MT_OK) {
+            mt_comm_destroy(c);
+            return 8;
+        }
+        fprintf(stderr, "rank %d: create: %s\n", harness_rank(), mt_last_error());
+        return strstr(mt_last_error(), "is writable by group or others (mode 0777)") ? 0 : 9;
+    }
     if (strcmp(scenario, "user_handler") == 0) { /* a handler of the program's stays */
         struct sigaction action;
         memset(&action, 0, sizeof action);
@@ -348,6 +398,8 @@ static int run_rank(const char *scenario)
         bad = rank_hang(c, mt_comm_rank(c), dir);
     } else if (strcmp(scenario, "signal") == 0) {
         bad = rank_signal(c, dir);
+    } else if (strcmp(scenario, "planted_links") == 0) {
+        bad = rank_planted_links(c, dir);
     } else if (strcmp(scenario, "user_handler") == 0) {
         raise(SIGUSR1);
         bad = !user_handler_ran || file_exists(dir, "rank0.armed") ||
@@ -430,6 +482,63 @@ static void signal_dump(void)
     printf("SIGUSR1 dump: ok\n");
 }
 
+/* The folder checks: a link to a good folder (with or without a trailing slash), a folder
+ * anyone may write to and (as root) another user's folder are refused, each saying why; links
+ * planted at the temporary names a worker writes are not followed; a worker told to use a
+ * folder anyone may write to refuses it. */
+static void unsafe_folders(void)
+{
+    char dir[] = "/tmp/mt_flight_safe_XXXXXX", path[600], want[700];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/", dir);
+    CHECK_MSG(mt_flight_check_dir(dir, 0) == MT_OK && mt_flight_check_dir(path, 0) == MT_OK,
+              "a folder of ours: %s", mt_last_error());
+    char good[512], link[512], open_dir[512], foreign[512], victim[512];
+    snprintf(good, sizeof good, "%s/good", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(open_dir, sizeof open_dir, "%s/open", dir);
+    snprintf(foreign, sizeof foreign, "%s/foreign", dir);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    CHECK(mt_flight_check_dir(good, 1) == MT_OK); /* made */
+    struct stat st;
+    CHECK(stat(good, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+    CHECK(symlink(good, link) == 0);
+    const char *links[] = {link, path};
+    snprintf(path, sizeof path, "%s/", link);
+    for (int i = 0; i < 2; i++) {
+        snprintf(want, sizeof want, "flight recorder folder '%s' is a symbolic link", links[i]);
+        CHECK_MSG(mt_flight_check_dir(links[i], 1) != MT_OK && strstr(mt_last_error(), want),
+                  "link %s: %s", links[i], mt_last_error());
+    }
+    CHECK(mkdir(open_dir, 0700) == 0 && chmod(open_dir, 0777) == 0);
+    snprintf(want, sizeof want, "flight recorder folder '%s' is writable by group or others "
+                                "(mode 0777)", open_dir);
+    CHECK_MSG(mt_flight_check_dir(open_dir, 1) != MT_OK && strstr(mt_last_error(), want),
+              "open folder: %s", mt_last_error());
+    if (geteuid() == 0) { /* only root can give a folder away */
+        CHECK(mkdir(foreign, 0700) == 0 && chown(foreign, 65534, 65534) == 0);
+        CHECK_MSG(mt_flight_check_dir(foreign, 1) != MT_OK &&
+                      strstr(mt_last_error(), "is owned by uid 65534, not by this user"),
+                  "foreign folder: %s", mt_last_error());
+    }
+    write_text(dir, "victim", "precious\n");
+    setenv("MT_TEST_VICTIM", victim, 1);
+    mt_launch_result result;
+    CHECK_MSG(launch(1, "planted_links", good, &result) == MT_OK,
+              "planted links: rank exited with %d (4: no victim, 5: written through a link, "
+              "6/7: no 0600 dump or .armed file)", result.exit_code);
+    setenv("MT_TEST_OPEN_DIR", open_dir, 1);
+    CHECK_MSG(launch(1, "open_dir", good, &result) == MT_OK,
+              "MT_FLIGHT_RECORDER_DIR open to all: rank exited with %d (8: accepted, 9: "
+              "another message)", result.exit_code);
+    unsetenv("MT_TEST_VICTIM");
+    unsetenv("MT_TEST_OPEN_DIR");
+    char command[600];
+    snprintf(command, sizeof command, "rm -rf '%s'", dir);
+    CHECK(system(command) == 0);
+    printf("unsafe dump folders refused, planted links not followed\n");
+}
+
 int main(int argc, char **argv)
 {
     if (harness_is_rank())
@@ -437,5 +546,6 @@ int main(int argc, char **argv)
     synthetic();
     hang();
     signal_dump();
+    unsafe_folders();
     return check_summary("test_flight");
 }
