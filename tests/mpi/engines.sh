@@ -83,25 +83,25 @@ trap 'kill $listener 2>/dev/null; rm -rf "$scratch"' EXIT
 until [[ -s $scratch/port ]]; do sleep 0.1; done
 busy_port=$(cat "$scratch/port")
 
-# bad_input LABEL RANK_VAR LOCAL_RANK_VAR LOCAL_SIZE_VAR ENGINE...: the three bad inputs
-# under one engine (the default back end: the mpi one needs no store). A shell between the
+# bad_input LABEL MESHTRAIN RANK_VAR LOCAL_RANK_VAR LOCAL_SIZE_VAR ENGINE...: the three bad
+# inputs to a build under its engine (the default back end: the mpi one needs no store). A shell between the
 # engine and meshtrain fakes two hosts of two ranks each in the engine's variables.
 bad_input() {
-    local label=$1 rank=$2 local_rank=$3 local_size=$4
-    shift 4
+    local label=$1 build=$2 rank=$3 local_rank=$4 local_size=$5
+    shift 5
     local two_hosts=(sh -c "export $local_size=2 $local_rank=\$(($rank % 2)); exec \"\$0\" \"\$@\"")
-    refused "$label: tp 3 on 4 ranks" "does not divide" -- "$@" "$meshtrain" train "${job[@]}" --tp 3
+    refused "$label: tp 3 on 4 ranks" "tp 3" "the world has 4" -- "$@" "$build" train "${job[@]}" --tp 3
     refused "$label: two hosts without MASTER_ADDR" "span several hosts" "MASTER_ADDR" -- \
-        "$@" "${two_hosts[@]}" "$meshtrain" train "${job[@]}"
+        "$@" "${two_hosts[@]}" "$build" train "${job[@]}"
     refused "$label: MASTER_PORT in use" "port is in use" "$busy_port" -- \
-        env MASTER_PORT="$busy_port" "$@" "$meshtrain" train "${job[@]}"
+        env MASTER_PORT="$busy_port" "$@" "$build" train "${job[@]}"
 }
 
 if command -v mpirun.openmpi >/dev/null; then
     equal "mpirun, mpi back end" env MT_COMM_BACKEND=mpi BUILD="$(dirname "$meshtrain")" \
         "$examples/openmpi.sh"
     equal "mpirun, default back end" env BUILD="$(dirname "$meshtrain")" "$examples/openmpi.sh"
-    bad_input "mpirun" OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE \
+    bad_input "mpirun" "$meshtrain" OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE \
         mpirun.openmpi -n 4
 fi
 if command -v mpiexec.mpich >/dev/null && command -v mpicc.mpich >/dev/null; then
@@ -109,7 +109,7 @@ if command -v mpiexec.mpich >/dev/null && command -v mpicc.mpich >/dev/null; the
     equal "mpiexec.mpich, mpi back end" env MT_COMM_BACKEND=mpi BUILD="$mpich_build" \
         "$examples/mpich.sh"
     equal "mpiexec.mpich, default back end" env BUILD="$mpich_build" "$examples/mpich.sh"
-    bad_input "mpiexec.mpich" PMI_RANK MPI_LOCALRANKID MPI_LOCALNRANKS mpiexec.mpich -n 4
+    bad_input "mpiexec.mpich" "$mpich_build/meshtrain" PMI_RANK MPI_LOCALRANKID MPI_LOCALNRANKS mpiexec.mpich -n 4
     if [[ -x $mpich_build/meshtrain ]] && command -v mpirun.openmpi >/dev/null; then
         for backend in mpi shm; do
             refused "Open MPI build under mpiexec.mpich ($backend)" "built with Open MPI" \
@@ -125,4 +125,5 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     echo "skipped in part: ${missing[*]} not installed"
     [[ $failed -eq 0 ]] && exit 77
 fi
+echo "took $SECONDS s"
 exit $failed
