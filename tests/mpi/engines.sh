@@ -5,7 +5,8 @@
 # norms and parameters within 1e-5 relative over 20 steps). A build started by the other MPI's
 # launcher is refused naming both; bad input (a layout the world does not divide, ranks on
 # several hosts without MASTER_ADDR, a MASTER_PORT already in use) gives one message from
-# rank 0, a non-zero exit and no hang under each engine.
+# rank 0, a non-zero exit and no hang under each engine. The MPICH build also runs the
+# communicator tests where MPICH behaves unlike Open MPI.
 # usage: engines.sh MESHTRAIN MPICH_BUILD_FOLDER   (exit 77: an MPI is not installed)
 set -uo pipefail
 meshtrain=$1
@@ -110,6 +111,22 @@ if command -v mpiexec.mpich >/dev/null && command -v mpicc.mpich >/dev/null; the
         "$examples/mpich.sh"
     equal "mpiexec.mpich, default back end" env BUILD="$mpich_build" "$examples/mpich.sh"
     bad_input "mpiexec.mpich" "$mpich_build/meshtrain" PMI_RANK MPI_LOCALRANKID MPI_LOCALNRANKS mpiexec.mpich -n 4
+    # The communicator tests where MPICH differs from Open MPI: truncation reported through
+    # MPI_COMM_WORLD's handler (mismatched transfers), aliased buffers refused even when empty
+    # (the collective matrix on 2 ranks).
+    if cmake --build "$mpich_build" --target test_comm_mpi test_comm_collectives \
+           >"$scratch/mpich_tests.log" 2>&1; then
+        for run in "test_comm_mpi cases" "test_comm_collectives matrix"; do
+            if MT_COMM_BACKEND=mpi timeout 120 mpiexec.mpich -n 2 "$mpich_build/tests/"$run \
+                   >"$scratch/mpich_test.log" 2>&1; then
+                echo "ok   mpiexec.mpich -n 2 ${run% *}"
+            else
+                fail "mpiexec.mpich -n 2 $run" "$scratch/mpich_test.log"
+            fi
+        done
+    else
+        fail "building the MPICH build's communicator tests" "$scratch/mpich_tests.log"
+    fi
     if [[ -x $mpich_build/meshtrain ]] && command -v mpirun.openmpi >/dev/null; then
         for backend in mpi shm; do
             refused "Open MPI build under mpiexec.mpich ($backend)" "built with Open MPI" \
