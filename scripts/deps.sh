@@ -10,9 +10,11 @@ if [ "${1:-run}" = test ]; then
   # for the ASan/UBSan build of the suite; Open MPI (library and mpirun) for the mpi back end
   # and its tests; iproute2 (ip netns) for the hier test across network namespaces; libomp-14-dev
   # for clang's omp.h (the runtime stays libgomp, -fopenmp=libgomp); slurm-wlm and munge for
-  # the slurm test's private cluster (its daemons are started by the test, never as services).
+  # the slurm test's private cluster (its daemons are started by the test, never as services);
+  # MPICH (mpicc.mpich, mpiexec.mpich) for the mpi_engines test's second build (Open MPI stays
+  # the default MPI).
   packages+=(python3-torch python3-numpy clang libclang-rt-14-dev libomp-14-dev iproute2 openmpi-bin libopenmpi-dev
-             slurm-wlm munge)
+             slurm-wlm munge mpich libmpich-dev)
 elif [ "${1:-run}" = bench ]; then
   # Open MPI (mpicc, mpirun) and PyTorch's gloo: the all-reduce peers of bench/comm_vs_peers.
   packages+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "meshtrain/clock.h"
 #include "meshtrain/comm.h"
 #include "meshtrain/job_env.h"
 #include "meshtrain/launch.h"
@@ -16,6 +17,9 @@
 #include "meshtrain/train.h"
 
 enum { HOST_BYTES = 64 };
+
+/* How long ranks other than 0 wait before leaving quietly (report_before_training). */
+static const double QUIET_GRACE_SECONDS = 2.0;
 
 static void print_help(void)
 {
@@ -100,15 +104,31 @@ static void print_done(const mt_train_summary *summary)
     printf(", %.0f tokens/s, %.1f GFLOP/s\n", summary->tokens_per_s, summary->gflops);
 }
 
+/* A failure before training under an engine (mpirun, mpiexec, srun, torchrun), where every
+ * rank meets the same bad input (a configuration, a layout, the launcher's variables) or rank
+ * 0's failure passed on to it: rank 0 says what is wrong, the others exit without repeating it,
+ * after a grace that lets rank 0's message out before the engine ends the job. A failure of
+ * one rank's own (a file, memory, a socket) is printed by that rank. meshtrain launch names
+ * failing ranks itself and keeps every rank's message. */
+static int report_before_training(const mt_job_env *job, mt_status st)
+{
+    int engine = job->launcher != MT_JOB_NONE && job->launcher != MT_JOB_MESHTRAIN;
+    if (!engine || job->world_size <= 1 || job->rank == 0 || (st != MT_EINVAL && st != MT_EPEER))
+        return cli_report_error("train");
+    mt_clock_nap(QUIET_GRACE_SECONDS);
+    return 1;
+}
+
 /* A rank of a job of several: the world, then the trainer places the rank on its mesh. World
  * rank 0 prints the progress, the memory table and the sample. */
-static int train_as_rank(const mt_config *cfg)
+static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
 {
     mt_comm *world = NULL;
     mt_status st = mt_comm_create(NULL, &world);
+    if (st)
+        return report_before_training(job, st);
     mt_train_summary summary;
-    if (st == MT_OK)
-        st = mt_train_run(cfg, world, stdout, stdout, &summary);
+    st = mt_train_run(cfg, world, stdout, stdout, &summary);
     int rank = world ? mt_comm_rank(world) : -1;
     mt_comm_destroy(world);
     if (st)
@@ -132,13 +152,14 @@ int cli_train(int argc, char **argv)
             argv[kept++] = argv[i];
     }
     argc = kept;
-    mt_config cfg;
-    mt_config_defaults(&cfg);
-    if (mt_config_parse_args(&cfg, argc, argv)) /* mt_train_run validates the whole */
-        return cli_report_error("train");
     mt_job_env job;
     if (mt_job_env_detect(NULL, NULL, &job))
         return cli_report_error("train");
+    mt_config cfg;
+    mt_config_defaults(&cfg);
+    mt_status st = mt_config_parse_args(&cfg, argc, argv); /* mt_train_run validates the whole */
+    if (st)
+        return report_before_training(&job, st);
     /* the shape a checkpoint or an --init file fixes, for the checks before any worker starts
      * (the workers read them again, as ranks) */
     mt_config shaped = cfg;
@@ -155,8 +176,16 @@ int cli_train(int argc, char **argv)
         const char *words[] = {"train"};
         return cli_relaunch_locally(&local, "train", words, 1, argc, argv);
     }
-    if (job.world_size > 1)
-        return train_as_rank(&cfg);
+    if (job.world_size > 1) {
+        /* A layout the world does not divide, said once before any rank connects. The shape
+         * of a checkpoint or --init file counts; where it cannot be read here, the trainer
+         * reports that on each rank. */
+        mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
+        if (mt_train_peek_shape(&shaped) == MT_OK &&
+            (st = mt_mesh_shape_resolve(&shape, job.world_size, shaped.layers, shaped.heads)))
+            return report_before_training(&job, st);
+        return train_as_rank(&cfg, &job);
+    }
     mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
     if (mt_mesh_shape_resolve(&shape, 1, shaped.layers, shaped.heads))
         return cli_report_error("train");

@@ -132,6 +132,9 @@ static mt_status plan_store(const mt_job_env *job, mt_comm_config *c, mt_store_s
 #ifdef MT_HAVE_MPI
     if (!job->store_hosted && !have_secret && mpi_matches_launcher(job))
         return bootstrap_through_mpi(job, c, server, plan);
+    /* The other MPI's launcher, and nothing else to find the store by. */
+    if (!job->store_hosted && !have_secret && (st = mt_comm_launcher_check(job)))
+        return st;
 #else
     (void)server;
 #endif

@@ -226,6 +226,12 @@ mt_status mt_mpi_share_bootstrap(void *data, size_t bytes, double timeout_second
 const char *mt_mpi_library_family(void);
 #endif
 
+/* launcher_check.c: MT_EINVAL naming both MPIs when the other MPI's launcher (Open MPI's
+ * mpirun, MPICH's Hydra) started a build that links this one; MT_OK otherwise, and always in
+ * a build without MPI. */
+struct mt_job_env;
+mt_status mt_comm_launcher_check(const struct mt_job_env *job);
+
 /* shm_backend.c: a shm group of some of a parent's members, all on this host, whatever the
  * parent's back end (hier builds its host groups over tcp). The group takes the algorithm
  * and registered-memory registry of `like` (another shm group's impl), or when `like` is NULL

@@ -9,6 +9,7 @@
 
 #include "comm_internal.h"
 #include "meshtrain/clock.h"
+#include "meshtrain/job_env.h"
 #include "mpi_internal.h"
 #include "mpi_types.h"
 
@@ -68,8 +69,15 @@ static mt_status start_mpi(void)
 /* Rank and size come from the launcher (mpirun): no store, no RANK or MASTER_PORT. */
 static mt_status mpi_identify(int *rank, int *size)
 {
+    /* Before MPI_Init: under the other MPI's launcher it would start a lone rank. */
+    mt_job_env job;
+    mt_status st = mt_job_env_detect(NULL, NULL, &job);
+    if (st == MT_OK)
+        st = mt_comm_launcher_check(&job);
+    if (st)
+        return mt_fail_context(st, "starting MPI");
     pthread_mutex_lock(&start_lock);
-    mt_status st = start_mpi();
+    st = start_mpi();
     pthread_mutex_unlock(&start_lock);
     if (st)
         return mt_fail_context(st, "starting MPI");

@@ -291,10 +291,11 @@ static mt_status reduce_scatter(mpi_group *g, const mt_comm_op *op, uint64_t seq
         return st;
     }
     /* comm.h's in-place form (recv is this rank's block of send) has no MPI equivalent (MPI's
-     * in-place reduce-scatter reads everything from recv): the result goes through scratch. */
+     * in-place reduce-scatter reads everything from recv): the result goes through scratch.
+     * So does an empty block at the start of send: MPICH refuses aliased buffers even then. */
     void *scratch = NULL, *into = op->recv;
-    if (mine && op->recv == at(op->send, (size_t)offsets[me] * esz)) {
-        if (!(scratch = malloc(mine * esz))) {
+    if (op->recv && (op->recv == op->send || op->recv == at(op->send, (size_t)offsets[me] * esz))) {
+        if (!(scratch = malloc(mine ? mine * esz : 1))) {
             free(counts), free(offsets);
             return mt_fail(MT_ENOMEM, "%s #%llu: allocating %zu bytes of scratch",
                            mt_op_name(op->kind), (unsigned long long)seq, mine * esz);

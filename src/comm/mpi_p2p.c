@@ -1,5 +1,6 @@
-/* Transfers of the mpi back end: MPI_Isend and MPI_Irecv on the group's transfer communicator,
- * tested on each progress call; a receive checks the tag, type and count of what arrived. */
+/* Transfers of the mpi back end: MPI_Isend, and a receive that probes its peer's next message
+ * and checks its tag, type and count before taking it, on the group's transfer communicator,
+ * tested on each progress call. */
 #include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -14,7 +15,7 @@
 
 /* What a transfer keeps from its first progress call to its end (mt_p2p.backend_state). */
 typedef struct transfer {
-    MPI_Request request;
+    MPI_Request request; /* MPI_REQUEST_NULL: a receive whose message has not arrived */
 } transfer;
 
 /* The tag a message travels with: meshtrain's tag (any int) and element type, folded into
@@ -56,14 +57,15 @@ static mt_status check_received(mpi_group *g, const mt_comm_op *op, MPI_Status *
     return MT_OK;
 }
 
-/* A transfer past the timeout. MPI_Cancel stops a receive that nothing matched; Open MPI does
- * not cancel sends, so a request still open after a short wait is handed to MPI with
+/* A transfer past the timeout. A receive whose message never came has nothing posted; Open MPI
+ * does not cancel sends, so a request still open after a short wait is handed to MPI with
  * MPI_Request_free (MPI may then still read the send buffer if the peer comes back). */
 static mt_status give_up(mpi_group *g, mt_p2p *p2p)
 {
     transfer *t = p2p->backend_state;
-    MPI_Cancel(&t->request);
-    int done = 0;
+    int done = t->request == MPI_REQUEST_NULL;
+    if (!done)
+        MPI_Cancel(&t->request);
     for (double until = mt_clock_seconds() + 0.1; !done && mt_clock_seconds() < until;) {
         MPI_Test(&t->request, &done, MPI_STATUS_IGNORE);
         if (!done)
@@ -81,6 +83,42 @@ static mt_status give_up(mpi_group *g, mt_p2p *p2p)
                    p2p->op.kind == MT_OP_SEND ? "receive" : "send");
 }
 
+/* The receive's side of the wire: the peer's next message, when it has come, checked before
+ * it is taken. One longer than the buffer is taken into scratch memory and refused: received
+ * into the buffer, MPI would report the truncation through MPI_COMM_WORLD's error handler
+ * (MPICH does for MPI_Test), which ends the job. Sets *posted once the receive is under way. */
+static mt_status receive_when_arrived(mpi_group *g, mt_p2p *p2p, transfer *t, int *posted)
+{
+    const mt_comm_op *op = &p2p->op;
+    char what[96];
+    MPI_Message message;
+    MPI_Status status;
+    int arrived = 0;
+    *posted = 0;
+    int rc = MPI_Improbe(op->peer, MPI_ANY_TAG, g->transfers, &arrived, &message, &status);
+    if (rc != MPI_SUCCESS)
+        return mt_mpi_fail(MT_EPEER, rc, "%s: MPI_Improbe failed", describe(op, what, sizeof what));
+    if (!arrived)
+        return MT_OK;
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    if (bytes < 0 || (size_t)bytes > op->count * mt_dtype_size(op->dtype)) {
+        void *scratch = malloc(bytes > 0 ? (size_t)bytes : 1);
+        if (!scratch)
+            return mt_fail(MT_ENOMEM, "%s: no memory to take a message that is too long",
+                           describe(op, what, sizeof what));
+        MPI_Mrecv(scratch, bytes > 0 ? bytes : 0, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+        free(scratch);
+        return mt_fail(MT_EPEER, "%s: the next message from rank %d is longer",
+                       describe(op, what, sizeof what), op->peer);
+    }
+    rc = MPI_Imrecv(op->recv, (int)op->count, mt_mpi_datatype(op->dtype), &message, &t->request);
+    if (rc != MPI_SUCCESS)
+        return mt_mpi_fail(MT_EPEER, rc, "%s: MPI_Imrecv failed", describe(op, what, sizeof what));
+    *posted = 1;
+    return MT_OK;
+}
+
 mt_status mt_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     mpi_group *g = impl;
@@ -96,19 +134,30 @@ mt_status mt_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
         if (!(t = malloc(sizeof *t)))
             return mt_fail(MT_ENOMEM, "%s: allocating its request",
                            describe(op, what, sizeof what));
-        MPI_Datatype type = mt_mpi_datatype(op->dtype);
-        int rc = op->kind == MT_OP_SEND
-                     ? MPI_Isend(op->send, (int)op->count, type, op->peer,
-                                 wire_tag(g, op->tag, op->dtype), g->transfers, &t->request)
-                     : MPI_Irecv(op->recv, (int)op->count, type, op->peer, MPI_ANY_TAG,
-                                 g->transfers, &t->request);
-        if (rc != MPI_SUCCESS) {
-            free(t);
-            return mt_mpi_fail(MT_EPEER, rc, "%s: %s failed", describe(op, what, sizeof what),
-                               mt_mpi_call(op));
+        t->request = MPI_REQUEST_NULL;
+        if (op->kind == MT_OP_SEND) {
+            int rc = MPI_Isend(op->send, (int)op->count, mt_mpi_datatype(op->dtype), op->peer,
+                               wire_tag(g, op->tag, op->dtype), g->transfers, &t->request);
+            if (rc != MPI_SUCCESS) {
+                free(t);
+                return mt_mpi_fail(MT_EPEER, rc, "%s: %s failed",
+                                   describe(op, what, sizeof what), mt_mpi_call(op));
+            }
         }
         p2p->backend_state = t;
         p2p->started = mt_clock_seconds();
+    }
+    if (t->request == MPI_REQUEST_NULL) { /* a receive waiting for its message */
+        int posted = 0;
+        mt_status st = receive_when_arrived(g, p2p, t, &posted);
+        if (st) {
+            transfer_end(p2p);
+            return st;
+        }
+        if (!posted)
+            return mt_clock_seconds() - p2p->started > g->comm->timeout_seconds
+                       ? give_up(g, p2p)
+                       : MT_OK;
     }
     MPI_Status status;
     int complete = 0, rc = MPI_Test(&t->request, &complete, &status);

@@ -9,7 +9,7 @@
 #include "meshtrain/dtype.h"
 
 /* Creates the bf16 datatype and the user-defined operations. Call once per process, after
- * MPI is initialised (they live until MPI_Finalize, like MPI's own). */
+ * MPI is initialised; MPI_Finalize frees them (an attribute of MPI_COMM_SELF). */
 mt_status mt_mpi_types_create(void);
 
 MPI_Datatype mt_mpi_datatype(mt_dtype dtype);
