@@ -146,7 +146,9 @@ for ((k = 1; k <= kills; k++)); do
     sleep "0.$(printf '%03d' "$drawn")"
   fi
   draw 8; victim=${previous[$drawn]}
-  if ! kill -KILL "$victim" 2>/dev/null; then
+  # a worker that already exited (a zombie not yet reaped) would take the signal unharmed
+  state=$(awk '{print $3}' "/proc/$victim/stat" 2>/dev/null || echo gone)
+  if [ "$state" = Z ] || [ "$state" = gone ] || ! kill -KILL "$victim" 2>/dev/null; then
     # it ended on its own (the job finished, or the attempt failed by itself)
     kill -0 "$launcher" 2>/dev/null || { echo "chaos: the job ended before kill $k"; finished_early=1; break; }
     echo "chaos: kill $k: pid $victim had already ended; trying again"
@@ -159,6 +161,10 @@ for ((k = 1; k <= kills; k++)); do
 done
 rc=0
 timeout 300 tail --pid="$launcher" -f /dev/null || true
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "FAIL: the job did not end within 300 s of the last kill"
+  exit 1
+fi
 wait "$launcher" || rc=$?
 launcher=
 elapsed=$(( $(now_ms) - start ))
