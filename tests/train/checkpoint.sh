@@ -185,7 +185,7 @@ mkdir -p "$disk"
 if mount -t tmpfs -o size=4m tmpfs "$disk" 2>/dev/null; then
   # a worker may still be leaving when the job ends: a lazy unmount then
   release() { umount "$disk" 2>/dev/null || umount -l "$disk" 2>/dev/null || true; }
-  trap 'release; umount -l "$scratch/busy/ckpt/.partial_step_3" 2>/dev/null; rm -rf "$scratch"' EXIT
+  trap 'release; { umount -l "$scratch/busy/ckpt/.partial_step_3" 2>/dev/null || true; }; rm -rf "$scratch"' EXIT
   bytes=$(du -sb "$src/ckpt/step_6" | cut -f1)
   release
   # the first checkpoint, plus three of the four shards of the second
@@ -214,6 +214,8 @@ if mount -t tmpfs -o size=4m tmpfs "$disk" 2>/dev/null; then
   umount "$busy/ckpt/.partial_step_3" 2>/dev/null || umount -l "$busy/ckpt/.partial_step_3" || true
   grep -q "^\[0\] meshtrain train: error: checkpoint step 3: writing the shards failed on rank [0-9]: .*No space left on device (and its folder stays: cannot remove" "$scratch/busy.log" ||
     fail "rank 0 lost the failed asynchronous save's message: $(grep '^\[0\].*error' "$scratch/busy.log")"
+  grep -q "^\[0\] meshtrain train: error: checkpoint step 3: writing the shards failed" "$scratch/busy.log" &&
+    echo "ok a failed asynchronous save whose folder cannot be removed: rank 0 reports the cause"
 else
   echo "skipped the full-disk case: cannot mount a tmpfs here (needs root)"
 fi
