@@ -119,7 +119,7 @@ logged_step() {
 }
 # Each kill lands, one time in four, in the attempt's start-up (a time drawn below the
 # reference's), else in its training: after a step drawn from those left (each kill's share of
-# them, twice over, so the job outlasts the kills) plus up to 100 ms more.
+# them: the kill lands some steps later still, as the log is polled) plus up to 100 ms more.
 previous=()
 for ((k = 1; k <= kills; k++)); do
   rc=0; pids=$(wait_attempt "${previous[@]}") || rc=$?
@@ -130,7 +130,7 @@ for ((k = 1; k <= kills; k++)); do
   seen+=("${previous[@]}")
   resume=$(newest_step)
   left=$(( steps - 1 - resume )); [ $left -ge 1 ] || left=1
-  share=$(( 2 * left / (kills - k + 2) )); [ $share -ge 1 ] || share=1
+  share=$(( left / (kills - k + 2) )); [ $share -ge 1 ] || share=1
   draw 4
   if [ $drawn = 0 ]; then
     draw "$startup"; when="${drawn} ms into the start-up"
