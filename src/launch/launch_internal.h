@@ -46,7 +46,8 @@ typedef struct worker_set {
     char *const *argv;
     int prefix_output;
     sigset_t child_mask;   /* the signal mask workers start with */
-    const worker *first_failure; /* the first to end badly, in the order they were reaped */
+    const worker *first_failure; /* the job's cause: see worker_set_first_failure */
+    int signalled;         /* the launcher signalled the workers (forwarded, or stopping them) */
 } worker_set;
 
 /* The variables one worker gets on top of the inherited environment ("NAME=value" strings). */
@@ -69,7 +70,8 @@ int worker_set_drain(worker_set *s);
 /* After every worker ended: kills what is left in their process groups and reaps it. */
 void worker_set_sweep(worker_set *s);
 void worker_set_release(worker_set *s);
-/* The first worker (in time) that ended badly, or NULL. */
+/* The worker whose end is the job's failure, or NULL: the first reaped that ended badly, except
+ * that a later death by a signal the launcher did not send replaces an exit code. */
 const worker *worker_set_first_failure(const worker_set *s);
 /* "exited with code 3", "was killed by signal 9 (Killed)", "could not execute 'x': ..." */
 void worker_describe_end(const worker_set *s, const worker *w, char *out, size_t capacity);

@@ -405,14 +405,18 @@ static void watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
 {
     shutdown_clock c = {.started = -1, .term_sent = -1};
     double next_poll = 0, analyse_at = -1;
+    const worker *named = NULL; /* the local failure described in out */
     for (;;) {
         int alive = worker_set_reap(s);
         worker_set_drain(s);
         double now = mt_clock_seconds();
-        if (!out->failed && worker_set_first_failure(s)) {
+        /* a local failure, or a death by signal that replaced the one named (workers.c) */
+        const worker *first = worker_set_first_failure(s);
+        if (first && first != named && (!out->failed || named)) {
             describe_local_failure(a, s, out);
             publish_failure(a, attempt, out);
             out->failed = 1;
+            named = first;
         }
         if (alive == 0)
             return;

@@ -255,6 +255,20 @@ static int ended_badly(const worker *w)
             (WIFEXITED(w->wait_status) && WEXITSTATUS(w->wait_status) != 0));
 }
 
+static int killed_by_signal(const worker *w)
+{
+    return !w->exec_errno && WIFSIGNALED(w->wait_status);
+}
+
+/* A rank killed from outside makes its peers exit with errors a moment later, and the order
+ * in which they are reaped (in one pass, waitpid's; or a peer's exit seen first) says nothing
+ * about which came first: a death by signal replaces an exit code as the cause. Not once the
+ * launcher signalled the workers itself (those deaths are its own doing). */
+static int outranks(const worker_set *s, const worker *later, const worker *named)
+{
+    return !s->signalled && killed_by_signal(later) && !killed_by_signal(named);
+}
+
 int worker_set_reap(worker_set *s)
 {
     for (;;) {
@@ -268,7 +282,8 @@ int worker_set_reap(worker_set *s)
             if (s->workers[r].alive && s->workers[r].pid == got) {
                 s->workers[r].alive = 0;
                 s->workers[r].wait_status = status;
-                if (!s->first_failure && ended_badly(&s->workers[r]))
+                if (ended_badly(&s->workers[r]) &&
+                    (!s->first_failure || outranks(s, &s->workers[r], s->first_failure)))
                     s->first_failure = &s->workers[r];
             }
         /* Any other pid was an orphan we adopted: reaped, nothing to record. */
@@ -281,6 +296,7 @@ int worker_set_reap(worker_set *s)
 
 void worker_set_signal(worker_set *s, int sig)
 {
+    s->signalled = 1;
     for (int r = 0; r < s->count; r++)
         if (s->workers[r].alive)
             kill(-s->workers[r].pid, sig);

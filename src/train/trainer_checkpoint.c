@@ -191,8 +191,9 @@ static mt_status describe_run(trainer *tr, trainer_save *s)
     return MT_OK;
 }
 
-/* Removes what a save left unfinished (a killed job's .partial_step_* folders), and committed
- * checkpoints beyond the newest `keep`. */
+/* Removes what a killed job left unfinished (every .partial_* folder: a save's
+ * .partial_step_<N>, a removal's .partial_removed_step_<N>), and committed checkpoints beyond
+ * the newest `keep`. */
 static void prune(const trainer_save *s, int partial_only)
 {
     DIR *dir = opendir(s->root);
@@ -202,7 +203,7 @@ static void prune(const trainer_save *s, int partial_only)
     struct dirent *entry;
     char path[MT_PATH_MAX + 300];
     while ((entry = readdir(dir))) {
-        if (strncmp(entry->d_name, ".partial_step_", 14) == 0 && partial_only) {
+        if (strncmp(entry->d_name, ".partial_", 9) == 0 && partial_only) {
             snprintf(path, sizeof path, "%s/%s", s->root, entry->d_name);
             mt_remove_tree(path);
         }
@@ -232,10 +233,26 @@ static void prune(const trainer_save *s, int partial_only)
         char hidden[MT_PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/step_%d", s->root, steps[i]);
         snprintf(hidden, sizeof hidden, "%s/.partial_removed_step_%d", s->root, steps[i]);
-        if (rename(path, hidden) == 0)
+        int moved = rename(path, hidden) == 0;
+        if (!moved && (errno == ENOTEMPTY || errno == EEXIST)) /* a leftover of that name */
+            moved = mt_remove_tree(hidden) == MT_OK && rename(path, hidden) == 0;
+        if (moved)
             mt_remove_tree(hidden);
     }
     free(steps);
+}
+
+/* Removes what a failed save left at `path`, keeping the failure's message (the removal can
+ * fail too, say while a peer that has not yet heard of the failure still writes its shard; its
+ * error is added to the cause, never put in its place). Returns `cause`. */
+static mt_status remove_after_failure(const char *path, mt_status cause)
+{
+    char kept[1024], removal[1024];
+    snprintf(kept, sizeof kept, "%s", mt_last_error());
+    if (mt_remove_tree(path) == MT_OK)
+        return mt_fail(cause, "%s", kept);
+    snprintf(removal, sizeof removal, "%s", mt_last_error());
+    return mt_fail(cause, "%s (and its folder stays: %s)", kept, removal);
 }
 
 /* The folder's rename is the commit; a checkpoint of the same step already there (a run
@@ -256,7 +273,7 @@ static mt_status commit(const trainer_save *s)
         char hidden[MT_PATH_MAX + 64];
         snprintf(hidden, sizeof hidden, "%s/.partial_removed_step_%d", s->root, s->step);
         if (rename(s->final, hidden) == 0)
-            mt_remove_tree(hidden);
+            remove_after_failure(hidden, synced);
     }
     return synced;
 }
@@ -338,7 +355,7 @@ static mt_status write_and_commit(trainer_save *s)
     if (status == MT_OK)
         status = agree(s, write_metadata_and_commit(s), "committing");
     if (status && s->rank == 0)
-        mt_remove_tree(s->partial); /* every rank has stopped writing into it */
+        remove_after_failure(s->partial, status);
     s->seconds += mt_clock_seconds() - start;
     return status;
 }
@@ -423,7 +440,7 @@ static mt_status save(trainer *tr, int step)
     }
     if (status) {
         if (s->rank == 0)
-            mt_remove_tree(s->partial);
+            remove_after_failure(s->partial, status);
         free_save(s);
         return status;
     }

@@ -93,6 +93,17 @@ for attempt in 1 2; do
     [[ $(leftovers) -eq 0 ]] || fail "random SIGKILL: $(leftovers) marker processes left"
 done
 
+# ---- a peer's exit code seen before a death by signal: the signal is named ----
+# (a killed rank's peers exit 1 after their comm abort, and may be reaped first)
+timeout 60 "$MT" launch --nproc-per-node 2 --grace 3 -- \
+    sh -c 'if [ "$RANK" = 0 ]; then exit 1; fi; sleep 0.3; kill -KILL $$' >"$WORK/out" 2>&1
+status=$?
+if [[ $status -eq 0 || $status -ge 124 ]]; then
+    fail "exit code then signal: launcher exit status $status"
+elif expect "exit code then signal" "error: rank 1 \(pid [0-9]+ on host [^)]*\) was killed by signal 9"; then
+    pass "exit code then signal: the launcher names rank 1's SIGKILL, not rank 0's exit code"
+fi
+
 # ---- a worker that exits 3, aborts, or is terminated ----
 for case in "exit:exited with code 3" "abort:was killed by signal 6" "term:was killed by signal 15" \
             "kill:was killed by signal 9"; do

@@ -4,7 +4,9 @@
 # resumes bitwise on its layout and within 1e-5 on another dp; SIGKILL of one of 4 workers under
 # --max-restarts 1 ends bitwise an uninterrupted run; kills at three points inside a save never
 # leave a committed but incomplete checkpoint; async saves write the same bytes; a full disk on a
-# small tmpfs fails the save on every rank and keeps the previous checkpoint; bad files are
+# small tmpfs fails the save on every rank and keeps the previous checkpoint (and rank 0 keeps an
+# asynchronous save's failure when its folder cannot be removed); a leaked
+# .partial_removed_step_<N> is swept and --keep holds; bad files are
 # clear errors naming file and tensor. (reshard.sh carries checkpoints across tp and pp.)
 # usage: checkpoint.sh MESHTRAIN [quick]   (quick: one process and dp 2, for the sanitizers)
 set -euo pipefail
@@ -95,6 +97,15 @@ MT_RESTART_COUNT=1 train --out "$older" --resume "$ref1/ckpt/step_6" --steps 8 >
 grep -q "resumed from '.*older/ckpt/step_7' at step 7" "$older.log" || fail "a restart did not take its own newest commit"
 # auto with nothing saved yet is a fresh start
 train --out "$scratch/fresh" --resume auto --steps 3 > /dev/null || fail "resume auto without checkpoints"
+# a removal killed after hiding its checkpoint leaks a .partial_removed_step_<N>: the next
+# save sweeps it, and pruning a step_<N> of that name still holds --keep
+leak="$scratch/leak"
+train --out "$leak" --steps 6 > /dev/null
+cp -r "$leak/ckpt/step_3" "$leak/ckpt/.partial_removed_step_3"
+cp -r "$leak/ckpt/step_3" "$leak/ckpt/.partial_removed_step_1"
+train --out "$leak" --resume auto --keep 2 > /dev/null || fail "resume beside a leaked removal"
+[ "$(ls -A "$leak/ckpt" | tr '\n' ' ')" = "step_12 step_9 " ] ||
+  fail "a leaked .partial_removed_step_<N> with --keep 2 left: $(ls -A "$leak/ckpt" | tr '\n' ' ')"
 
 # --- data parallelism: reshard across dp and ZeRO -------------------------------------------
 if [ -n "$quick" ]; then
@@ -174,7 +185,7 @@ mkdir -p "$disk"
 if mount -t tmpfs -o size=4m tmpfs "$disk" 2>/dev/null; then
   # a worker may still be leaving when the job ends: a lazy unmount then
   release() { umount "$disk" 2>/dev/null || umount -l "$disk" 2>/dev/null || true; }
-  trap 'release; rm -rf "$scratch"' EXIT
+  trap 'release; { umount -l "$scratch/busy/ckpt/.partial_step_3" 2>/dev/null || true; }; rm -rf "$scratch"' EXIT
   bytes=$(du -sb "$src/ckpt/step_6" | cut -f1)
   release
   # the first checkpoint, plus three of the four shards of the second
@@ -193,6 +204,18 @@ if mount -t tmpfs -o size=4m tmpfs "$disk" 2>/dev/null; then
     echo "ok a full disk fails the save on every rank: $(grep -m1 -o 'writing the shards failed on rank [0-9]: .*' "$scratch/full.log" | cut -c1-150)"
   fi
   release
+  # an asynchronous save that fails where its folder cannot be removed (a full tmpfs mounted
+  # on it): rank 0 reports the save's failure, not only the removal's
+  busy="$scratch/busy"
+  mkdir -p "$busy/ckpt/.partial_step_3"
+  mount -t tmpfs -o size=64k tmpfs "$busy/ckpt/.partial_step_3"
+  train --out "$busy" --nproc 2 --async_save on --steps 6 > "$scratch/busy.log" 2>&1 &&
+    fail "a save into a full folder succeeded"
+  umount "$busy/ckpt/.partial_step_3" 2>/dev/null || umount -l "$busy/ckpt/.partial_step_3" || true
+  grep -q "^\[0\] meshtrain train: error: checkpoint step 3: writing the shards failed on rank [0-9]: .*No space left on device (and its folder stays: cannot remove" "$scratch/busy.log" ||
+    fail "rank 0 lost the failed asynchronous save's message: $(grep '^\[0\].*error' "$scratch/busy.log")"
+  grep -q "^\[0\] meshtrain train: error: checkpoint step 3: writing the shards failed" "$scratch/busy.log" &&
+    echo "ok a failed asynchronous save whose folder cannot be removed: rank 0 reports the cause"
 else
   echo "skipped the full-disk case: cannot mount a tmpfs here (needs root)"
 fi
