@@ -16,28 +16,8 @@ set -uo pipefail
 mt=$1
 skip=77 # ctest's SKIP_RETURN_CODE for this test
 
-if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then
-  echo "SKIPPED: needs root and ip (iproute2) to make network namespaces" >&2
-  exit $skip
-fi
-
-tag=mtl$$
-ns_a=${tag}a ns_b=${tag}b
-net=10.214.$(($$ % 250))
-addr_a=$net.1 addr_b=$net.2
-out=$(mktemp -d)
-cleanup() {
-  # Processes left in the namespaces (only after a failed check): ours, killed by pid.
-  for ns in "$ns_a" "$ns_b"; do
-    for pid in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null; done
-    ip netns del "$ns" 2> /dev/null || true
-  done
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
 . "$(dirname "$0")/netns_pair.sh"
-make_netns_pair
+netns_pair_begin mtl 214
 if ! ip netns exec "$ns_a" mount -t tmpfs mt-launch-netns /dev/shm 2> /dev/null; then
   echo "SKIPPED: cannot mount a private /dev/shm inside a network namespace" >&2
   exit $skip

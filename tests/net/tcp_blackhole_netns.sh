@@ -7,27 +7,9 @@ set -uo pipefail
 mt=$1
 skip=77 # ctest's SKIP_RETURN_CODE for this test
 
-if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then
-  echo "SKIPPED: needs root and ip (iproute2) to make network namespaces" >&2
-  exit $skip
-fi
-
-tag=mtb$$
-ns_a=${tag}a ns_b=${tag}b
-net=10.215.$(($$ % 250))
-addr_a=$net.1 addr_b=$net.2 hole=$net.9
-out=$(mktemp -d)
-cleanup() {
-  for ns in "$ns_a" "$ns_b"; do
-    for pid in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null; done
-    ip netns del "$ns" 2> /dev/null || true
-  done
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
 . "$(dirname "$0")/netns_pair.sh"
-make_netns_pair
+netns_pair_begin mtb 217
+hole=$net.9
 # Rank 0 can listen on the hole (its namespace owns it); namespace b sends its SYNs to a MAC
 # that no interface has, so they are dropped without an answer.
 ip -n "$ns_a" addr add "$hole/32" dev lo

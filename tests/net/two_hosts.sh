@@ -28,26 +28,8 @@ grep -qF "export MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 MT_COMM_BACKEND=hier" "$
   fail "README lacks the page's MASTER_ADDR, MASTER_PORT and MT_COMM_BACKEND line"
 echo "  ok: README's two-host lines are the page's"
 
-if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then
-  echo "SKIPPED: needs root and ip (iproute2) to make network namespaces" >&2
-  exit $skip
-fi
-
-tag=mth$$
-ns_a=${tag}a ns_b=${tag}b
-net=10.215.$(($$ % 250))
-addr_a=$net.1 addr_b=$net.2
-out=$(mktemp -d)
-cleanup() {
-  for ns in "$ns_a" "$ns_b"; do
-    for pid in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null; done
-    ip netns del "$ns" 2> /dev/null || true
-  done
-  rm -rf "$out"
-}
-trap cleanup EXIT
 . "$(dirname "$0")/netns_pair.sh"
-make_netns_pair
+netns_pair_begin mth 215
 
 # blocks TAG: the page's ```sh TAG blocks, in order, each ended by a line "#--".
 blocks() {
