@@ -3,8 +3,10 @@
 # the example batch scripts train what `meshtrain train --nproc` trains, srun -n 8 on a 3D mesh
 # too, scancel stops every rank and the job resumes from its last checkpoint, a rank killed
 # under srun makes the others fail (naming it) well within the communicator's timeout, and
-# meshtrain launch inside a batch job restarts it, a stale MASTER_PORT is named in seconds. Two slurmd in network namespaces carry the
-# multi-node example where this host allows it; elsewhere it runs on the one node.
+# meshtrain launch inside a batch job restarts it, a stale MASTER_PORT is named in seconds, a
+# layout that does not divide the world and a missing secret are one message each. Two slurmd in
+# network namespaces carry the multi-node example where this host allows it; elsewhere it runs
+# on the one node.
 # usage: slurm.sh MESHTRAIN SOURCE_DIR   (exit 77: Slurm is not installed)
 set -euo pipefail
 meshtrain=$(realpath "$1")
@@ -129,26 +131,57 @@ else
 fi
 
 # --- a stale MASTER_PORT: something listens there and never speaks ----------------------
-# A program that accepts nothing (the kernel completes connections into its backlog) on the
-# controller's address, which every node reaches: rank 0 cannot host the store there, the other
-# rank gives up on the silent listener after a quarter of the timeout, srun fails.
-python3 -c 'import socket, sys, time
+# A program on rank 0's node holds the port and accepts nothing (the kernel completes
+# connections into its backlog): rank 0 cannot host the store there and says so, the other rank
+# gives up on the silent listener after a quarter of the timeout and leaves the message to
+# rank 0, srun fails.
+if [ "$slurm_nodes" = 2 ]; then
+  node0=(ip netns exec "${slurm_netns[0]}") where=(-w mtnode1)
+  node0_addr=$(ip -n "${slurm_netns[0]}" -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1)
+else
+  node0=() where=() node0_addr=$ctld_addr
+fi
+"${node0[@]}" python3 -c 'import socket, sys, time
 s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen(8)
-print(s.getsockname()[1], flush=True); time.sleep(120)' "$ctld_addr" > "$scratch/stale_port" &
+print(s.getsockname()[1], flush=True); time.sleep(120)' "$node0_addr" > "$scratch/stale_port" &
 stale_pid=$!
 for _ in $(seq 50); do [ -s "$scratch/stale_port" ] && break; sleep 0.1; done
 started=$(date +%s)
-if MASTER_ADDR=$ctld_addr MASTER_PORT=$(cat "$scratch/stale_port") MT_COMM_TIMEOUT=8 \
-     timeout 60 srun -N 1 -n 2 "$meshtrain" train "${job[@]}" --out "$scratch/stale" \
+if MASTER_ADDR=$node0_addr MASTER_PORT=$(cat "$scratch/stale_port") MT_COMM_TIMEOUT=8 \
+     timeout 60 srun -N 1 -n 2 "${where[@]}" "$meshtrain" train "${job[@]}" --out "$scratch/stale" \
      > "$scratch/stale.log" 2>&1; then
   fail "srun with a stale MASTER_PORT exited 0"
-elif grep -q "sent no greeting within 2.0 s: another program holds this port" "$scratch/stale.log"; then
-  echo "ok   a stale MASTER_PORT: named within $(($(date +%s) - started)) s, srun fails"
+elif [ "$(grep -c "meshtrain train: error:" "$scratch/stale.log")" = 1 ] &&
+     grep -q "error:.*$node0_addr:$(cat "$scratch/stale_port").*in use" "$scratch/stale.log"; then
+  echo "ok   a stale MASTER_PORT: named once within $(($(date +%s) - started)) s, srun fails"
 else
-  fail "a stale MASTER_PORT was not named"; cat "$scratch/stale.log"
+  fail "a stale MASTER_PORT was not named once"; cat "$scratch/stale.log"
 fi
 kill "$stale_pid" 2> /dev/null || true
 wait "$stale_pid" 2> /dev/null || true
+
+# --- bad input under srun: one message (rank 0's), srun fails, nothing hangs ------------
+# srun_refused NAME WANT ENV... -- ARGS...: `srun -n 4 meshtrain train ARGS` under ENV must fail
+# within 30 s with exactly one "error:" line, and that line must hold WANT.
+srun_refused() {
+  local name=$1 want=$2 environment=(); shift 2
+  while [ "$1" != -- ]; do environment+=("$1"); shift; done; shift
+  local log="$scratch/$name.log" started errors
+  started=$(date +%s)
+  if env "${environment[@]}" timeout 60 srun -N 1 -n 4 "$meshtrain" train "${job[@]}" \
+       --out "$scratch/$name" "$@" > "$log" 2>&1; then
+    fail "srun $name exited 0"; return
+  fi
+  errors=$(grep -c "meshtrain train: error:" "$log" || true)
+  if [ "$errors" = 1 ] && grep -q "error:.*$want" "$log" &&
+     [ $(($(date +%s) - started)) -lt 30 ]; then
+    echo "ok   srun $name: one message, srun fails ($(($(date +%s) - started)) s)"
+  else
+    fail "srun $name: $errors error lines, want 1 naming '$want'"; cat "$log"
+  fi
+}
+srun_refused layout_not_dividing "does not divide by tp 3" -- --tp 3
+srun_refused missing_secret "set MT_JOB_SECRET" -u MT_JOB_SECRET --
 
 # --- elastic.sbatch: meshtrain launch inside the job restarts after a rank dies -----------
 if MT_INJECT_FAULT=kill@1:7 WORKERS=4 sbatch_wait elastic "$examples/elastic.sbatch" \
