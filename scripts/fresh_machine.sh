@@ -19,6 +19,7 @@ command -v debootstrap > /dev/null || {
   echo "fresh_machine.sh: needs debootstrap (apt-get install -y debootstrap)" >&2; exit 2; }
 
 root=$(mktemp -d /var/tmp/meshtrain-fresh.XXXXXX)
+chmod 755 "$root" # mktemp makes it 0700: the root's own users (munge, _apt) could reach nothing
 cleanup() { [ "$keep" = 1 ] && echo "kept: $root" || rm -rf --one-file-system "$root"; }
 trap cleanup EXIT
 stamp() { date -u +%H:%M:%S; }
