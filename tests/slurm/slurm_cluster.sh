@@ -3,6 +3,9 @@
 # Set scratch and skip first. slurm_start [two]: starts the cluster, exports SLURM_CONF and waits
 # until every node is idle; exits $skip (saying why) when Slurm is not installed. The caller's
 # EXIT trap must call slurm_stop. slurm_nodes says how many nodes came up (1, or 2 in two mode).
+# slurm_cpus (set it first to change it) is the CPUs each node declares: 8 by default, more than
+# this host may have (SlurmdParameters=config_overrides), so srun -n 8 fits on one node; a
+# benchmark sets the host's real count. TaskPlugin=task/none: Slurm binds no task to any CPU.
 slurm_pids=()
 slurm_netns=()
 slurm_bridge=
@@ -127,7 +130,7 @@ slurm_start() {
   ctld_name=$(hostname -s)
   ctld_addr=127.0.0.1
   slurm_write_conf "$SLURM_SCRATCH" \
-    "NodeName=$ctld_name NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 State=UNKNOWN" "$ctld_name"
+    "NodeName=$ctld_name NodeAddr=127.0.0.1 CPUs=${slurm_cpus:-8} RealMemory=1000 State=UNKNOWN" "$ctld_name"
   slurm_spawn slurmctld.out slurmctld -D -c -f "$SLURM_CONF"
   slurm_spawn slurmd.out slurmd -D -N "$ctld_name" -f "$SLURM_CONF"
   slurm_nodes=1
@@ -160,7 +163,7 @@ slurm_two_nodes() {
   ctld_name=$(hostname -s)
   ctld_addr="$sub.1"
   slurm_write_conf "$SLURM_SCRATCH" \
-    "NodeName=mtnode[1-2] NodeAddr=$sub.[2-3] CPUs=8 RealMemory=1000 State=UNKNOWN" \
+    "NodeName=mtnode[1-2] NodeAddr=$sub.[2-3] CPUs=${slurm_cpus:-8} RealMemory=1000 State=UNKNOWN" \
     "mtnode[1-2]"
   slurm_spawn slurmctld.out slurmctld -D -c -f "$SLURM_CONF"
   for n in 1 2; do
