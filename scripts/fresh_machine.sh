@@ -46,6 +46,8 @@ steps='./run.sh --steps 20'
 unshare -m bash -euo pipefail -c '
   root=$1 steps=$2
   mount --make-rprivate /
+  # The root a mount point of its own, as / is on a machine: `ip netns exec` remounts it.
+  mount --bind "$root" "$root"
   for d in proc sys dev dev/shm; do mount --rbind "/$d" "$root/$d"; done
   mkdir -p "$root/run/netns"
   exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \

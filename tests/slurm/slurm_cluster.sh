@@ -91,7 +91,7 @@ slurm_start_munge() {
 
 # Waits until sinfo reports this many nodes idle.
 slurm_wait_idle() {
-  local want=$1 i states pid
+  local want=$1 i states= pid
   for i in $(seq 150); do
     for pid in "${slurm_pids[@]}"; do
       kill -0 "$pid" 2> /dev/null || { slurm_log "a daemon (pid $pid) has ended"; break 2; }
