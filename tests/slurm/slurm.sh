@@ -77,11 +77,16 @@ run="$scratch/cancelled"
 RUN_DIR="$run" sbatch --chdir "$source_dir" --output "$run.out" --parsable \
   "$examples/train.sbatch" "${job[@]}" --steps 100000 --save_every 5 > "$scratch/jobid"
 jobid=$(cut -d';' -f1 "$scratch/jobid")
+# newest_saved: the newest step_N in the run's ckpt folder, 0 when none (pruning under --keep
+# removes the older ones, so a fast machine may be far past step 15 when it looks).
+newest_saved() {
+  ls "$run/ckpt" 2> /dev/null | sed -n 's/^step_\([0-9]*\)$/\1/p' | sort -n | tail -n 1 | grep . || echo 0
+}
 for _ in $(seq 300); do
-  [ -d "$run/ckpt/step_15" ] && break
+  [ "$(newest_saved)" -ge 15 ] && break
   sleep 0.1
 done
-[ -d "$run/ckpt/step_15" ] || fail "scancel: the job saved no step_15 in 30 s: $(tail -n 5 "$run.out")"
+[ "$(newest_saved)" -ge 15 ] || fail "scancel: the job saved no step_15 in 30 s: $(tail -n 5 "$run.out")"
 scancel "$jobid"
 started=$(date +%s)
 ended=
@@ -95,7 +100,7 @@ if [ -z "$ended" ]; then
   fail "scancel: ranks of job $jobid still run after 30 s: $(pgrep -af -- "--out $run " | head -n 3)"
 else
   echo "ok   scancel: job $jobid and every rank gone within ${ended} s"
-  newest=$(ls "$run/ckpt" | sed -n 's/^step_\([0-9]*\)$/\1/p' | sort -n | tail -n 1)
+  newest=$(newest_saved)
   "$meshtrain" ckpt inspect "$run/ckpt/step_$newest" > "$scratch/inspect.log" 2>&1 ||
     fail "scancel: the newest checkpoint step_$newest does not read: $(tail -n 3 "$scratch/inspect.log")"
   if sbatch_wait cancelled "$examples/train.sbatch" "${job[@]}" --steps $((newest + 3)) \
