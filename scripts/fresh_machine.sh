@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves the README's two commands on a machine that has none of meshtrain's packages: a clean
 # Debian 12 root from debootstrap, this tree copied in, then `./run.sh --steps 20` and `./test.sh`.
-# Usage (root): scripts/fresh_machine.sh [--run-only] [--keep]. About 20 minutes on 2 cores; too
+# Usage (root): scripts/fresh_machine.sh [--run-only] [--keep]. About 30 minutes on 2 cores; too
 # slow for CI, run it before a release-like change. Mounts live in a private mount namespace, so
 # they vanish with the script whatever way it ends.
 set -euo pipefail
