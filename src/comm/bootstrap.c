@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
-#include "tcp_handshake.h"
+#include "tcp/tcp_handshake.h"
 #include "meshtrain/job_env.h"
 #include "meshtrain/store.h"
 

@@ -9,6 +9,7 @@
 
 #include "meshtrain/status.h"
 #include "meshtrain/store.h"
+#include "launch_keys.h"
 
 /* ---- output.c: "[rank] " before each line, one write() per line so that lines of different
  * workers never interleave mid-line. */
@@ -98,11 +99,6 @@ typedef struct launch_round {
     int group_rank;  /* this node's */
 } launch_round;
 
-/* The launchers' keys in the store: "launch/<attempt>/<what>[/<node>]" (node < 0: none). */
-void launch_key(char *out, size_t capacity, int attempt, const char *what, int node);
-/* *gone = whether the launcher of `node` has closed its connection (the store notes it under
- * "launcher/<node>/closed"). */
-mt_status launch_node_gone(mt_store *store, int node, int *gone);
 /* "0, 2, 3" into out (cut with "..." when long). */
 void launch_list_nodes(const int *nodes, int n, char *out, size_t capacity);
 /* Node 0 publishes --nnodes, --nproc-per-node and --max-restarts; every other launcher checks

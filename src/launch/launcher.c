@@ -137,9 +137,6 @@ static int request_dumps(agent *a, worker_set *s)
 
 /* ---- the store ---- */
 
-/* Set by node 0 when the job is over, just before its store stops. */
-static const char FINISHED_KEY[] = "launch/finished";
-
 
 static mt_status open_store(agent *a)
 {
@@ -149,7 +146,9 @@ static mt_status open_store(agent *a)
         mt_store_server_config sc = {.host = a->master_host, .port = a->master_port,
                                      .secret = &a->secret,
                                      .world_size = a->rdv.max_nodes * a->nproc,
-                                     .launchers = a->rdv.max_nodes};
+                                     .launchers = a->rdv.max_nodes,
+                                     .departed_prefix = LAUNCH_KEY_DEPARTED_PREFIX,
+                                     .departed_count = LAUNCH_KEY_DEPARTED_COUNT};
         mt_status st = mt_store_server_start(&sc, &a->server);
         if (st)
             return mt_fail_context(st, "launch: hosting the job's store");
@@ -169,7 +168,7 @@ static mt_status open_store(agent *a)
         char flag[4];
         size_t got = 0;
         int finished = 0;
-        if ((st = mt_store_try_get(a->store, FINISHED_KEY, flag, sizeof flag, &got, &finished)))
+        if ((st = mt_store_try_get(a->store, LAUNCH_KEY_FINISHED, flag, sizeof flag, &got, &finished)))
             return st;
         if (!finished)
             break;
@@ -201,7 +200,7 @@ static int failure_priority(const attempt_outcome *out)
 static void publish_failure(agent *a, int attempt, attempt_outcome *out)
 {
     char key[64], mine[sizeof out->failure + 4], current[sizeof mine];
-    launch_key(key, sizeof key, attempt, "failed", -1);
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_FAILED, -1);
     snprintf(mine, sizeof mine, "%d|%s", failure_priority(out), out->failure);
     const char *expected = NULL;
     size_t expected_bytes = 0, got = 0;
@@ -223,7 +222,7 @@ static void publish_failure(agent *a, int attempt, attempt_outcome *out)
 static int read_failure(agent *a, int attempt, char *text, size_t capacity)
 {
     char key[64];
-    launch_key(key, sizeof key, attempt, "failed", -1);
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_FAILED, -1);
     size_t got = 0;
     int found = 0;
     if (mt_store_try_get(a->store, key, text, capacity - 1, &got, &found) != MT_OK)
@@ -287,7 +286,7 @@ static int other_node_lost(agent *a, int attempt, attempt_outcome *out)
     char left[sizeof a->launchers_left];
     size_t got = 0;
     int found = 0;
-    if (mt_store_try_get(a->store, "launchers/left", left, sizeof left - 1, &got, &found) !=
+    if (mt_store_try_get(a->store, LAUNCH_KEY_DEPARTED_COUNT, left, sizeof left - 1, &got, &found) !=
         MT_OK) {
         lost_store(a, out);
         return 1;
@@ -527,7 +526,7 @@ static void exchange_dumps(agent *a, int attempt, int upload)
         if (mine != upload)
             continue;
         snprintf(path, sizeof path, "%s/rank%d.flight", a->dump_dir, rank);
-        launch_key(key, sizeof key, attempt, "dump", rank);
+        launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_DUMP, rank);
         if (upload) {
             FILE *f = fopen(path, "rb");
             if (!f)
@@ -556,7 +555,7 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
 {
     double deadline = mt_clock_seconds() + a->join_timeout;
     char key[64];
-    launch_key(key, sizeof key, attempt, "ended", a->o->node_rank);
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_ENDED, a->o->node_rank);
     if (mt_store_set(a->store, key, out->failed ? "failed" : "ok", 3) != MT_OK) {
         lost_store(a, out);
         return;
@@ -567,7 +566,7 @@ static void wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
             char value[8];
             size_t got = 0;
             int found = 0, gone = 0;
-            launch_key(key, sizeof key, attempt, "ended", node);
+            launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_ENDED, node);
             /* Whether the launcher is gone is read before its "ended" key: it sets the key
              * and then leaves, so "gone" seen first and no key after means it never set it
              * (the other order could see no key, then the departure that followed the set). */
@@ -604,7 +603,7 @@ static void wait_for_launchers_to_leave(agent *a)
         char key[64], host[256];
         size_t got = 0;
         int came = 0, gone = 0;
-        launch_key(key, sizeof key, a->attempt, "node", node);
+        launch_key(key, sizeof key, a->attempt, LAUNCH_ATTEMPT_NODE, node);
         if (mt_store_try_get(a->store, key, host, sizeof host, &got, &came) != MT_OK)
             return;
         while (came && launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline)
@@ -704,7 +703,7 @@ static mt_status setup(agent *a)
 static void teardown(agent *a, int keep_dumps)
 {
     if (a->server && a->store) {
-        mt_store_set(a->store, FINISHED_KEY, "1", 1);
+        mt_store_set(a->store, LAUNCH_KEY_FINISHED, "1", 1);
         wait_for_launchers_to_leave(a);
     }
     mt_store_close(a->store);

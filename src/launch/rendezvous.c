@@ -14,22 +14,6 @@ static const double ROUND_POLL_SECONDS = 0.05;
 /* Others wait for node 0's verdict this much longer than node 0 may take to give it. */
 static const double VERDICT_MARGIN_SECONDS = 10.0;
 
-void launch_key(char *out, size_t capacity, int attempt, const char *what, int node)
-{
-    if (node >= 0)
-        snprintf(out, capacity, "launch/%d/%s/%d", attempt, what, node);
-    else
-        snprintf(out, capacity, "launch/%d/%s", attempt, what);
-}
-
-mt_status launch_node_gone(mt_store *store, int node, int *gone)
-{
-    char key[64], host[256];
-    size_t got = 0;
-    snprintf(key, sizeof key, "launcher/%d/closed", node);
-    return mt_store_try_get(store, key, host, sizeof host, &got, gone);
-}
-
 void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
 {
     if (r->min_nodes == r->max_nodes)
@@ -39,8 +23,6 @@ void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
 }
 
 /* ---- settings every launcher must share ---- */
-
-static const char SETTINGS_KEY[] = "launch/settings";
 
 /* The timeouts belong here too: a launcher that gave up on a round sooner than node 0 would
  * leave a job that node 0 goes on with. */
@@ -58,9 +40,9 @@ mt_status rendezvous_agree_settings(const rendezvous *r)
     char mine[256], theirs[256];
     settings_text(r, mine, sizeof mine);
     if (r->node == 0)
-        return mt_store_set(r->store, SETTINGS_KEY, mine, strlen(mine) + 1);
+        return mt_store_set(r->store, LAUNCH_KEY_SETTINGS, mine, strlen(mine) + 1);
     size_t got = 0;
-    mt_status st = mt_store_get(r->store, SETTINGS_KEY, theirs, sizeof theirs - 1, &got);
+    mt_status st = mt_store_get(r->store, LAUNCH_KEY_SETTINGS, theirs, sizeof theirs - 1, &got);
     if (st)
         return mt_fail_context(st, "launch: node %d reading node 0's settings", r->node);
     theirs[got < sizeof theirs ? got : sizeof theirs - 1] = '\0';
@@ -126,7 +108,7 @@ static mt_status look_at(const rendezvous *r, int attempt, int node, node_state 
     char key[64], host[256];
     size_t got = 0;
     int found = 0;
-    launch_key(key, sizeof key, attempt, "node", node);
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_NODE, node);
     mt_status st = mt_store_try_get(r->store, key, host, sizeof host, &got, &found);
     if (st || found) {
         *state = found ? NODE_IN : *state;
@@ -273,7 +255,7 @@ mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round 
 {
     *out = (launch_round){.group_rank = -1};
     char key[64];
-    launch_key(key, sizeof key, attempt, "node", r->node);
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_NODE, r->node);
     mt_status st = mt_store_set(r->store, key, r->host, strlen(r->host) + 1);
     if (st)
         return mt_fail_context(st, "launch: node %d announcing itself", r->node);
@@ -282,7 +264,7 @@ mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round 
     char *verdict = malloc(capacity);
     if (!verdict)
         return mt_fail(MT_ENOMEM, "launch: out of memory");
-    launch_key(key, sizeof key, attempt, "members", -1);
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_MEMBERS, -1);
     if (r->node == 0) {
         st = close_round(r, attempt, previous, verdict, capacity - 1);
         if (st == MT_OK)

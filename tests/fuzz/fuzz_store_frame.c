@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "comm/store_service.h"
+#include "rendezvous/store_service.h"
 #include "fuzz_support.h"
 #ifndef MT_LIBFUZZER
 #include "fuzz_replay.h"
@@ -50,6 +50,10 @@
  * queued reply is one well-formed reply frame, an unjoined peer never gets an OK but for its
  * JOIN, a closing peer takes no input, a waiting peer is joined and owes nothing, table entries
  * keep the key and value limits, and the client's byte stream stays a sequence of frames. */
+
+/* The keys the service writes when a launcher leaves (mt_store_server_config). */
+#define DEPARTED_PREFIX "gone/"
+#define DEPARTED_COUNT "gone"
 
 enum {
     MAX_SLOTS = 3,
@@ -277,7 +281,7 @@ typedef struct world {
     slot slots[MAX_SLOTS];
     int nslots;
     model_table table;
-    unsigned long long launchers_left; /* the "launchers/left" count */
+    unsigned long long launchers_left; /* the DEPARTED_COUNT count */
 } world;
 
 static mt_store_secret secret_of(const char *text)
@@ -422,7 +426,7 @@ static void model_join(world *w, slot *sl, const uint8_t *b)
     sl->host[host_len] = '\0';
     if (role == MT_STORE_LAUNCHER) { /* a launcher of that node rank is back: not gone */
         char key[64];
-        int len = snprintf(key, sizeof key, "launcher/%u/closed", id);
+        int len = snprintf(key, sizeof key, DEPARTED_PREFIX "%u", id);
         model_entry *e = model_find(&w->table, (const uint8_t *)key, (uint32_t)len);
         if (e)
             model_delete(&w->table, e);
@@ -777,11 +781,12 @@ static void close_slot(world *w, int i)
     if (sl->joined && sl->role == MT_STORE_LAUNCHER) {
         /* The other launchers learn that this one is gone. */
         char key[64];
-        int len = snprintf(key, sizeof key, "launcher/%u/closed", sl->id);
+        int len = snprintf(key, sizeof key, DEPARTED_PREFIX "%u", sl->id);
         model_put(&w->table, (const uint8_t *)key, (uint32_t)len, sl->host,
                   (uint32_t)strlen(sl->host));
         len = snprintf(key, sizeof key, "%llu", ++w->launchers_left);
-        model_put(&w->table, (const uint8_t *)"launchers/left", 14, key, (uint32_t)len);
+        model_put(&w->table, (const uint8_t *)DEPARTED_COUNT, (uint32_t)strlen(DEPARTED_COUNT), key,
+                  (uint32_t)len);
         model_wake(w);
     }
     check_all(w);
@@ -1057,7 +1062,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     world *w = &W;
     w->secret = secret_of(SECRET);
     w->other_secret = secret_of(OTHER_SECRET);
-    store_service_init(&w->s, &w->secret, WORLD, LAUNCHERS);
+    mt_store_server_config service = {.secret = &w->secret, .world_size = WORLD,
+                                     .launchers = LAUNCHERS, .departed_prefix = DEPARTED_PREFIX,
+                                     .departed_count = DEPARTED_COUNT};
+    store_service_init(&w->s, &service);
     w->launchers_left = 0;
     unsigned config = data[0];
     w->nslots = (int)(config & 3) % 3 + 1;
@@ -1258,11 +1266,11 @@ static void write_seeds(const char *dir)
     s_cas(&wake, 1, "epoch", "", "x");
     write_seed(dir, "wait-and-get-woken", &wake);
 
-    static const char *const gone[1] = {"launcher/1/closed"};
+    static const char *const gone[1] = {DEPARTED_PREFIX "1"};
     script launcher = s_new(cfg(2, 3, 1, 1));
     s_wait(&launcher, 0, 1, gone);
     s_op(&launcher, 1, OP_CLOSE, 0);
-    s_text(&launcher, 0, STORE_GET, "launcher/1/closed", "");
+    s_text(&launcher, 0, STORE_GET, DEPARTED_PREFIX "1", "");
     write_seed(dir, "launcher-gone-wakes-a-wait", &launcher);
 
     script mixed = s_new(cfg(3, 7, 3, 1));

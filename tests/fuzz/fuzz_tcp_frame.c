@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/tcp_plan.h"
+#include "comm/tcp/tcp_plan.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/hmac.h"
 #include "fuzz_support.h"

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "comm/shm_internal.h" /* white box: is a buffer registered for every member of a group */
+#include "comm/shm/shm_internal.h" /* white box: is a buffer registered for every member of a group */
 #include "comm_harness.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/comm.h"

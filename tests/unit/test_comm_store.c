@@ -406,7 +406,7 @@ static void test_silent_listener(void)
 
 /* ---- 7. hostile bytes on a raw socket close that client only ---- */
 
-/* The documented wire format (src/comm/store_wire.h), written out independently. */
+/* The documented wire format (src/rendezvous/store_wire.h), written out independently. */
 enum { RAW_JOIN = 1, RAW_SET = 2, RAW_GET = 3, RAW_ADD = 6, RAW_HELLO = 64, RAW_OK = 65,
        RAW_ERROR = 66, RAW_JOIN_BYTES = 32 + 1 + 12 + 1 + 64 + 32 };
 

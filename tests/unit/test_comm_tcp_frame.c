@@ -5,7 +5,7 @@
 
 #include "check.h"
 #include "comm/comm_internal.h"
-#include "comm/tcp_frame.h"
+#include "comm/tcp/tcp_frame.h"
 
 static tcp_frame sample(void)
 {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "comm/tcp_internal.h"
+#include "comm/tcp/tcp_internal.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/comm.h"
 #include "meshtrain/store.h"

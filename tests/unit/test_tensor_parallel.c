@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/model/gpt_internal.h" /* white box: the activations of each layer */
+#include "model/gpt_internal.h" /* white box: the activations of each layer */
 #include "check.h"
 #include "comm_harness.h"
 #include "meshtrain/checksum.h"

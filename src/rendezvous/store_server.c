@@ -361,7 +361,7 @@ mt_status mt_store_server_start(const mt_store_server_config *config, mt_store_s
     if (!s)
         return mt_fail(MT_ENOMEM, "store server: out of memory");
     s->listen_fd = s->wake_read = s->wake_write = -1;
-    store_service_init(&s->service, config->secret, config->world_size, config->launchers);
+    store_service_init(&s->service, config);
     s->polls = malloc(2 * sizeof *s->polls);
     if (!s->polls) {
         free_server(s);

@@ -8,14 +8,15 @@
 
 #include "meshtrain/hmac.h"
 
-void store_service_init(store_service *s, const mt_store_secret *secret, int world_size,
-                        int launchers)
+void store_service_init(store_service *s, const mt_store_server_config *config)
 {
     memset(s, 0, sizeof *s);
-    s->secret = *secret;
-    atomic_init(&s->world_size, world_size);
+    s->secret = *config->secret;
+    atomic_init(&s->world_size, config->world_size);
     atomic_init(&s->round, 0);
-    s->launchers = launchers;
+    s->launchers = config->launchers;
+    s->departed_prefix = config->departed_prefix;
+    s->departed_count = config->departed_count;
 }
 
 void store_service_free(store_service *s)
@@ -170,24 +171,28 @@ static void put_text(store_service *s, const char *key, const char *value)
         wake_waiters(s);
 }
 
-/* A launcher whose connection ends leaves "launcher/<node>/closed" (its host) behind: the
+/* A launcher whose connection ends leaves its host under departed_prefix<id> behind: the
  * other launchers learn that it is gone instead of waiting for it forever. The count of such
- * departures ("launchers/left") lets them poll one key while all is well. */
+ * departures (departed_count) lets them poll one key while all is well. */
 static void note_launcher_gone(store_service *s, const store_peer *p)
 {
-    char key[64], count[24];
-    snprintf(key, sizeof key, "launcher/%u/closed", p->who.id);
+    char key[MT_STORE_MAX_KEY + 1], count[24];
+    if (!s->departed_prefix || !s->departed_count)
+        return;
+    snprintf(key, sizeof key, "%s%u", s->departed_prefix, p->who.id);
     put_text(s, key, p->who.host);
     s->launchers_left++;
     snprintf(count, sizeof count, "%llu", (unsigned long long)s->launchers_left);
-    put_text(s, "launchers/left", count);
+    put_text(s, s->departed_count, count);
 }
 
 /* A launcher (re)joining under a node rank is not gone, whatever an earlier one did. */
 static void forget_launcher_gone(store_service *s, const store_peer *p)
 {
-    char key[64];
-    int key_len = snprintf(key, sizeof key, "launcher/%u/closed", p->who.id);
+    char key[MT_STORE_MAX_KEY + 1];
+    if (!s->departed_prefix)
+        return;
+    int key_len = snprintf(key, sizeof key, "%s%u", s->departed_prefix, p->who.id);
     store_entry *e = find_entry(s, (const unsigned char *)key, (uint32_t)key_len);
     if (e) {
         free(e->data);

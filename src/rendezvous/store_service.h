@@ -49,15 +49,17 @@ typedef struct store_service {
      * earlier one (a worker that outlived its lost launcher) gives way to the new holder. */
     atomic_int round;
     int launchers;
+    const char *departed_prefix, *departed_count; /* see mt_store_server_config */
     store_entry *entries;
     size_t entry_count, entry_capacity;
     store_peer **peers; /* every live peer, for waking waiters and spotting duplicates */
     size_t peer_count, peer_capacity;
-    uint64_t launchers_left; /* launchers whose connection ended ("launchers/left") */
+    uint64_t launchers_left; /* launchers whose connection ended (departed_count) */
 } store_service;
 
-void store_service_init(store_service *s, const mt_store_secret *secret, int world_size,
-                        int launchers);
+/* Takes the secret, world size, launcher count and departure keys of config (the keys are
+ * not copied: they outlive the service). */
+void store_service_init(store_service *s, const mt_store_server_config *config);
 void store_service_free(store_service *s);
 
 /* A new connection: queues the HELLO. NULL when out of memory or out of randomness. */

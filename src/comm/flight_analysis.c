@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../comm/comm_internal.h"
+#include "comm_internal.h"
 #include "meshtrain/text.h"
 
 /* Bounds on what a dump may hold: anything past them is junk, not a bigger job. */

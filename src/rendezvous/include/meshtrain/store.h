@@ -45,6 +45,12 @@ typedef struct mt_store_server_config {
     const mt_store_secret *secret;
     int world_size;   /* ranks may join only with this world size (0: not checked) */
     int launchers;    /* launchers (nodes) of the job (0: not checked) */
+    /* Keys this server writes when a launcher's connection ends, so that the others learn it
+     * is gone instead of waiting for it (NULL: none). departed_prefix followed by the
+     * launcher's id holds its host; departed_count counts the departures, one key to poll
+     * while all is well. The launcher names both. */
+    const char *departed_prefix;
+    const char *departed_count;
 } mt_store_server_config;
 
 /* Starts a server thread. A port in use is an error that says so (another job's store?). */
