@@ -1,6 +1,7 @@
 /* `meshtrain train [--config FILE] [--key value ...]`: parses the configuration, places the
  * run on its mesh (launching local workers for --nproc), runs the training loop, and turns any
- * failure into a message naming its cause and exit status 1. */
+ * failure into a message naming its cause: exit status 2 for a configuration or layout that the
+ * run plan refuses before any worker starts, 1 for the rest. */
 #define _GNU_SOURCE /* gethostname's HOST_NAME_MAX */
 #include <limits.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "meshtrain/job_env.h"
 #include "meshtrain/launch.h"
 #include "meshtrain/mesh.h"
+#include "meshtrain/run_plan.h"
 #include "meshtrain/train.h"
 
 enum { HOST_BYTES = 64 };
@@ -59,35 +61,39 @@ static mt_status gather_hosts(mt_comm *world, char **storage, const char ***host
     return st;
 }
 
-/* --dry-run: the mesh of the run as configured. Under a launcher the ranks build the world and
- * report their real hosts (rank 0 prints); alone, the --nproc workers would share this host. */
-static int dry_run(const mt_config *cfg, const mt_job_env *job)
+/* --dry-run: the plan's mesh. Under a launcher the ranks build the world and report their real
+ * hosts (rank 0 prints); alone, the --nproc workers would share this host. */
+static int dry_run(const mt_run_plan *plan, const mt_job_env *job)
 {
-    int world_size = job->launcher == MT_JOB_NONE ? cfg->nproc : job->world_size;
-    mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
-    if (mt_mesh_shape_resolve(&shape, world_size, cfg->layers, cfg->heads))
+    int world_size = plan->world_size, pp = plan->shape.pp;
+    int *stage_layers = calloc((size_t)pp, sizeof *stage_layers);
+    if (!stage_layers)
         return cli_report_error("train");
+    for (int s = 0; s < pp; s++)
+        stage_layers[s] = mt_run_plan_stage_layers(plan, s);
+    mt_status st = MT_OK;
     if (job->launcher == MT_JOB_NONE || world_size == 1) {
         char host[HOST_NAME_MAX + 1] = "";
         gethostname(host, sizeof host);
         const char **hosts = calloc((size_t)world_size, sizeof *hosts);
         for (int r = 0; hosts && r < world_size; r++)
             hosts[r] = host;
-        mt_mesh_print(&shape, cfg->layers, NULL, hosts, stdout);
+        mt_mesh_print(&plan->shape, plan->config.layers, stage_layers, hosts, stdout);
         free(hosts);
-        return 0;
+    } else {
+        mt_comm *world = NULL;
+        char *storage = NULL;
+        const char **hosts = NULL;
+        st = mt_comm_create(NULL, &world);
+        if (st == MT_OK)
+            st = gather_hosts(world, &storage, &hosts);
+        if (st == MT_OK && mt_comm_rank(world) == 0)
+            mt_mesh_print(&plan->shape, plan->config.layers, stage_layers, hosts, stdout);
+        mt_comm_destroy(world);
+        free(storage);
+        free(hosts);
     }
-    mt_comm *world = NULL;
-    char *storage = NULL;
-    const char **hosts = NULL;
-    mt_status st = mt_comm_create(NULL, &world);
-    if (st == MT_OK)
-        st = gather_hosts(world, &storage, &hosts);
-    if (st == MT_OK && mt_comm_rank(world) == 0)
-        mt_mesh_print(&shape, cfg->layers, NULL, hosts, stdout);
-    mt_comm_destroy(world);
-    free(storage);
-    free(hosts);
+    free(stage_layers);
     return st ? cli_report_error("train") : 0;
 }
 
@@ -138,6 +144,16 @@ static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
     return 0;
 }
 
+/* One process, no launcher. */
+static int train_alone(const mt_config *cfg)
+{
+    mt_train_summary summary;
+    if (mt_train_run(cfg, NULL, stdout, stdout, &summary))
+        return cli_report_error("train");
+    print_done(&summary);
+    return 0;
+}
+
 int cli_train(int argc, char **argv)
 {
     int dry = 0, kept = 0;
@@ -157,41 +173,40 @@ int cli_train(int argc, char **argv)
         return cli_report_error("train");
     mt_config cfg;
     mt_config_defaults(&cfg);
-    mt_status st = mt_config_parse_args(&cfg, argc, argv); /* mt_train_run validates the whole */
+    mt_status st = mt_config_parse_args(&cfg, argc, argv); /* the plan validates the whole */
     if (st)
         return report_before_training(&job, st);
-    /* the shape a checkpoint or an --init file fixes, for the checks before any worker starts
-     * (the workers read them again, as ranks) */
+    /* The run's plan, before any worker starts, on the shape a checkpoint or an --init file
+     * fixes (the workers read them again, as ranks). Alone, a plan that cannot run is usage
+     * error 2; under an engine every rank meets it, and rank 0 says it once. */
+    int alone = job.launcher == MT_JOB_NONE;
+    int world_size = alone ? cfg.nproc : job.world_size;
     mt_config shaped = cfg;
-    if ((dry || job.world_size <= 1) && mt_train_peek_shape(&shaped))
+    mt_run_plan plan = {0};
+    mt_status peek = mt_train_peek_shape(&shaped);
+    if (peek && (dry || job.world_size <= 1))
         return cli_report_error("train");
+    if (peek) /* a rank of a job that cannot read the file here: the trainer says so on each */
+        return train_as_rank(&cfg, &job);
+    if ((st = mt_run_plan_resolve(&shaped, world_size, &plan))) {
+        mt_run_plan_free(&plan);
+        if (!alone && job.world_size > 1)
+            return report_before_training(&job, st);
+        cli_report_error("train");
+        return 2;
+    }
+    int status;
     if (dry)
-        return dry_run(&shaped, &job);
-    if (job.launcher == MT_JOB_NONE && cfg.nproc > 1) {
-        mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
-        if (mt_mesh_shape_resolve(&shape, cfg.nproc, shaped.layers, shaped.heads))
-            return cli_report_error("train");
+        status = dry_run(&plan, &job);
+    else if (alone && cfg.nproc > 1) {
         mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1,
                                    .max_restarts = cfg.max_restarts};
         const char *words[] = {"train"};
-        return cli_relaunch_locally(&local, "train", words, 1, argc, argv);
-    }
-    if (job.world_size > 1) {
-        /* A layout the world does not divide, said once before any rank connects. The shape
-         * of a checkpoint or --init file counts; where it cannot be read here, the trainer
-         * reports that on each rank. */
-        mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
-        if (mt_train_peek_shape(&shaped) == MT_OK &&
-            (st = mt_mesh_shape_resolve(&shape, job.world_size, shaped.layers, shaped.heads)))
-            return report_before_training(&job, st);
-        return train_as_rank(&cfg, &job);
-    }
-    mt_mesh_shape shape = {cfg.dp, cfg.pp, cfg.tp};
-    if (mt_mesh_shape_resolve(&shape, 1, shaped.layers, shaped.heads))
-        return cli_report_error("train");
-    mt_train_summary summary;
-    if (mt_train_run(&cfg, NULL, stdout, stdout, &summary))
-        return cli_report_error("train");
-    print_done(&summary);
-    return 0;
+        status = cli_relaunch_locally(&local, "train", words, 1, argc, argv);
+    } else if (job.world_size > 1)
+        status = train_as_rank(&cfg, &job);
+    else
+        status = train_alone(&cfg);
+    mt_run_plan_free(&plan);
+    return status;
 }

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "cli_verify.h"
 #include "meshtrain/pipeline.h"
+#include "meshtrain/run_plan.h"
 #include "meshtrain/train.h"
 
 /* Keys of how the job is spread over ranks: the layout run's alone; the reference runs with
@@ -169,11 +170,14 @@ static mt_status fit_model(mt_config *c)
     return status;
 }
 
-/* What `meshtrain train` would refuse before training, refused here before any run. */
-static mt_status check_layout(const mt_config *c, const mt_mesh_shape *shape)
+/* What `meshtrain train` would refuse before training (its run plan on world_size ranks),
+ * refused here before any run. */
+static mt_status check_plan(const mt_config *c, int world_size)
 {
-    mt_status status = mt_config_validate(c);
-    return status ? status : mt_train_check_layout(c, shape);
+    mt_run_plan plan;
+    mt_status status = mt_run_plan_resolve(c, world_size, &plan);
+    mt_run_plan_free(&plan);
+    return status;
 }
 
 /* The reference: the layout's job with every layout key at its default (one process), over
@@ -192,7 +196,7 @@ static mt_status plan_reference(cli_verify_plan *p)
             return status;
     }
     p->reference.microbatches = p->layout.microbatches * p->shape.dp;
-    return mt_config_validate(&p->reference);
+    return check_plan(&p->reference, 1);
 }
 
 /* Parses the train keys as `meshtrain train` does, over the small model, then fits the model
@@ -214,10 +218,9 @@ int cli_verify_plan_runs(const cli_verify_options *o, cli_verify_plan *p)
     if (c->steps < 1)
         return cli_verify_usage_error("--steps %d: verify needs at least 1 step to compare",
                                       c->steps);
-    p->shape = (mt_mesh_shape){c->dp, c->pp, c->tp};
-    if (fit_model(c) || mt_mesh_shape_resolve(&p->shape, c->nproc, c->layers, c->heads) ||
+    if (fit_model(c) || mt_run_plan_shape(c, c->nproc, &p->shape) ||
         fit(c, c->batch, "batch", 2LL * p->shape.dp * c->microbatches) ||
-        check_layout(c, &p->shape) || plan_reference(p))
+        check_plan(c, c->nproc) || plan_reference(p))
         return cli_report_error("verify");
     return -1;
 }

@@ -217,8 +217,10 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
         st = mt_flight_register_split(&child->flight, &parent->flight, split_number, color, world);
     if (st == MT_OK) {
         st = parent->backend->split(parent, members, n, child, child ? &child->impl : &(void *){0});
-        if (st == MT_OK && child)
+        if (st == MT_OK && child) {
             child->backend = parent->backend;
+            child->delay_seconds = parent->delay_seconds;
+        }
     }
     free(all), free(order), free(members), free(world);
     if (st) {
@@ -228,6 +230,12 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
     }
     *out = child;
     return MT_OK;
+}
+
+void mt_comm_set_delay(mt_comm *comm, double seconds)
+{
+    if (comm)
+        comm->delay_seconds = seconds > 0 ? seconds : 0;
 }
 
 void mt_comm_destroy(mt_comm *comm)

@@ -141,6 +141,7 @@ struct mt_comm {
     const mt_comm_backend *backend;
     void *impl;
     double timeout_seconds;
+    double delay_seconds;        /* mt_comm_set_delay: a test's slow peer (0: none) */
     int debug;
     uint64_t seq;                /* collectives issued so far; the next one is seq + 1 */
 

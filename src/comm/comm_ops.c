@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include "comm_internal.h"
+#include "meshtrain/clock.h"
 
 static mt_status check_buffer(const char *what, const void *p, size_t count, mt_dtype dtype,
                               const char *name)
@@ -90,6 +91,8 @@ static mt_status issue(mt_comm *comm, const mt_comm_op *op, mt_work **work)
     mt_status st = validate(comm, op);
     if (st)
         return st;
+    if (comm->delay_seconds > 0)
+        mt_clock_nap(comm->delay_seconds);
     if (!work)
         return mt_comm_run(comm, op);
     return mt_comm_submit(comm, op, work);

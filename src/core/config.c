@@ -373,19 +373,9 @@ mt_status mt_config_validate(const mt_config *c)
                        "config keys 'batch' and 'microbatches': batch %d is not a multiple of "
                        "microbatches %d",
                        c->batch, c->microbatches);
-    if (strcmp(c->schedule, "gpipe") && strcmp(c->schedule, "1f1b") &&
-        strcmp(c->schedule, "interleaved"))
-        return mt_fail(MT_EINVAL, "config key 'schedule': '%s' is not a pipeline schedule (gpipe, "
-                                  "1f1b, interleaved)", c->schedule);
     if (c->chunks > 1 && strcmp(c->schedule, "interleaved"))
         return mt_fail(MT_EINVAL, "config keys 'chunks' and 'schedule': %d model chunks per stage "
                                   "need the interleaved schedule, not %s", c->chunks, c->schedule);
-    /* the names of mt_gpt_recompute_parse, which the model layer owns (core includes only
-     * down), and its message */
-    if (strcmp(c->recompute, "none") && strcmp(c->recompute, "selective") &&
-        strcmp(c->recompute, "full"))
-        return mt_fail(MT_EINVAL, "config key 'recompute': '%s' is not none, selective or full",
-                       c->recompute);
     if (strcmp(c->balance, "even") && strcmp(c->balance, "cost"))
         return mt_fail(MT_EINVAL, "config key 'balance': '%s' is neither even nor cost",
                        c->balance);

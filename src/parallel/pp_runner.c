@@ -181,6 +181,8 @@ static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_act
     if (status)
         return status;
     double start = mt_clock_seconds();
+    if (a->op == MT_PP_FORWARD && a->chunk == 0 && st->batch->before_forward)
+        st->batch->before_forward(st->batch->context, a->micro);
     if (a->op == MT_PP_FORWARD) {
         float loss = 0;
         status = mt_gpt_chunk_forward(r->gpt, &loss);

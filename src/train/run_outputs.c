@@ -201,14 +201,13 @@ mt_status trainer_save_model(trainer *tr)
     else if (tr->writes)
         status = mt_safetensors_create(path, specs, gpt->param_count, metadata, &file);
     /* Every rank learns whether any could not start, so that none enters a gather alone. */
-    int ready = status == MT_OK;
-    if (tr->world && mt_comm_size(tr->world) > 1) {
-        mt_status agreed = mt_comm_allreduce(tr->world, &ready, &ready, 1, MT_I32, MT_MIN);
-        status = status ? status : agreed;
-    }
+    mt_comm_agreement agreed;
+    mt_status agreement = mt_comm_agree(tr->world, status, &agreed);
+    int ready = agreement == MT_OK && agreed.failed == 0;
+    status = status ? status : agreement;
     if (status == MT_OK && !ready)
-        status = mt_fail(MT_EIO, "saving the model: another rank could not start (see its "
-                                 "message)");
+        status = mt_fail(agreed.first_status, "saving the model: rank %d could not start: %s",
+                         agreed.first, agreed.first_message);
     /* Every rank takes part in every unit's gathers (ZeRO-3, tensor parallelism), even after a
      * write failed on one of them. */
     for (int u = 0; ready && u < gpt->unit_count; u++) {

@@ -9,49 +9,12 @@
 #include "meshtrain/clock.h"
 #include "trainer_internal.h"
 
-mt_status trainer_read_fault(trainer *tr)
-{
-    tr->fault = (fault){FAULT_NONE, -1, -1};
-    const char *text = getenv("MT_INJECT_FAULT");
-    if (!text || !*text)
-        return MT_OK;
-    char kind[24];
-    int rank, step, used = 0;
-    static const char *const names = "nan_loss, nan_grad, skew, skew_norm, kill, kill_node, "
-                                     "kill_in_shard, kill_after_shard, kill_before_commit";
-    if (sscanf(text, "%23[a-z_]@%d:%d%n", kind, &rank, &step, &used) != 3 || text[used] != '\0')
-        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP with KIND one "
-                                  "of %s", text, names);
-    static const struct { const char *name; fault_kind kind; } kinds[] = {
-        {"nan_loss", FAULT_NAN_LOSS}, {"nan_grad", FAULT_NAN_GRAD}, {"skew", FAULT_SKEW},
-        {"skew_norm", FAULT_SKEW_NORM}, {"kill", FAULT_KILL}, {"kill_node", FAULT_KILL_NODE},
-        {"kill_in_shard", FAULT_KILL_IN_SHARD},
-        {"kill_after_shard", FAULT_KILL_AFTER_SHARD}, {"kill_before_commit", FAULT_KILL_BEFORE_COMMIT}};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strcmp(kind, kinds[i].name) == 0)
-            tr->fault = (fault){kinds[i].kind, rank, step};
-    if (tr->fault.kind == FAULT_NONE)
-        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
-    /* a restarted job must get past the step that killed its first attempt */
-    const char *restart = getenv("MT_RESTART_COUNT");
-    if (!restart)
-        restart = getenv("TORCHELASTIC_RESTART_COUNT");
-    if (restart && atoi(restart) > 0)
-        tr->fault = (fault){FAULT_NONE, -1, -1};
-    return MT_OK;
-}
-
-int trainer_fault_now(const trainer *tr, fault_kind kind, int step)
-{
-    return tr->fault.kind == kind && tr->fault.rank == tr->rank && tr->fault.step == step;
-}
-
 /* This rank's micro-batch: its dp_rank-th slice of the global batch's micro-th part, so the
  * group together draws exactly the sequences one process would. */
 void trainer_draw_microbatch(trainer *tr, int step, int micro)
 {
     const mt_config *cfg = tr->cfg;
-    int t = cfg->context, sequences = cfg->batch / cfg->microbatches / tr->dp_size;
+    int t = cfg->context, sequences = tr->plan->micro_sequences;
     uint64_t first = (uint64_t)(step - 1) * cfg->batch +
                      (uint64_t)micro * (cfg->batch / cfg->microbatches) +
                      (uint64_t)tr->dp_rank * sequences;
@@ -131,38 +94,27 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
  * one all-reduce over the world makes every rank stop, naming where it was seen. */
 static mt_status agree_on_check(trainer *tr, int step, mt_status mine)
 {
-    int n = tr->world ? mt_comm_size(tr->world) : 1;
-    if (n == 1)
+    if (!tr->world || mt_comm_size(tr->world) == 1)
         return mine;
     char message[512];
     snprintf(message, sizeof message, "%s", mine ? mt_last_error() : "");
-    int *failed = calloc((size_t)n, sizeof *failed);
-    if (!failed)
-        return mt_fail(MT_ENOMEM, "step %d: out of memory", step);
-    failed[tr->rank] = mine != MT_OK;
-    mt_status status = mt_comm_allreduce(tr->world, failed, failed, (size_t)n, MT_I32, MT_MAX);
-    char ranks[256] = "";
-    size_t used = 0;
-    int count = 0;
-    for (int r = 0; status == MT_OK && r < n; r++)
-        if (failed[r] && used + 16 < sizeof ranks)
-            used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", count++ ? ", " : "", r);
-    free(failed);
+    mt_comm_agreement agreed;
+    mt_status status = mt_comm_agree(tr->world, mine, &agreed);
     if (mine)
         return mt_fail(mine, "%s", message);
     if (status)
         return mt_fail_context(status, "step %d: agreeing on the replica check", step);
-    if (count)
+    if (agreed.failed)
         return mt_fail(MT_EPEER, "step %d: the replica check failed on rank%s %s (see %s "
-                                 "message); stopping", step, count > 1 ? "s" : "", ranks,
-                       count > 1 ? "their" : "its");
+                                 "message); stopping", step, agreed.failed > 1 ? "s" : "",
+                       agreed.ranks, agreed.failed > 1 ? "their" : "its");
     return MT_OK;
 }
 
 mt_status trainer_step(trainer *tr, int step, step_record *record)
 {
     const mt_config *cfg = tr->cfg;
-    int sequences = cfg->batch / cfg->microbatches / tr->dp_size, t = cfg->context;
+    int sequences = tr->plan->micro_sequences, t = cfg->context;
     float loss_scale = 1.0f / ((float)cfg->batch * t);
     double loss_sum = 0;
     for (int micro = 0; !tr->runner && micro < cfg->microbatches; micro++) {
@@ -170,6 +122,7 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         trainer_draw_microbatch(tr, step, micro);
         float loss;
         double start = mt_clock_seconds();
+        trainer_fault_before_forward(tr);
         mt_status status = mt_gpt_forward(&tr->gpt, tr->inputs, tr->targets, sequences, t, &loss);
         double middle = mt_clock_seconds();
         mt_trace_span(tr->trace, MT_TRACE_FORWARD, start, middle, micro, -1);

@@ -59,31 +59,18 @@ static mt_status open_outputs(trainer *tr)
     return MT_OK;
 }
 
-/* The mesh of the world and this rank's place in it, with the pipeline's schedule and stage
- * layers; the global batch must split evenly into data-parallel ranks and micro-batches. */
+/* The plan's mesh over the world and this rank's place in it, with the pipeline's schedule and
+ * stage layers. */
 static mt_status place_rank(trainer *tr)
 {
-    const mt_config *cfg = tr->cfg;
     tr->dp_size = tr->tp_size = tr->pp_size = 1;
-    if (!tr->world && (cfg->pp > 1 || cfg->tp > 1 || cfg->dp > 1))
-        return mt_fail(MT_EINVAL, "config keys 'dp', 'pp' and 'tp': dp %d x pp %d x tp %d needs "
-                                  "that many ranks, and this is one process (use --nproc)",
-                       cfg->dp > 0 ? cfg->dp : 1, cfg->pp, cfg->tp);
     if (tr->world) {
-        mt_mesh_shape shape = {cfg->dp, cfg->pp, cfg->tp};
-        mt_status status = mt_mesh_shape_resolve(&shape, mt_comm_size(tr->world), cfg->layers,
-                                                 cfg->heads);
-        /* before a cost-balanced split times micro-batches of that size (one process's split
-         * into micro-batches is mt_config_validate's) */
+        const mt_mesh_shape shape = tr->plan->shape;
+        int *stage_layers = calloc((size_t)shape.pp, sizeof *stage_layers);
+        mt_status status = stage_layers ? trainer_plan_pipeline(tr, stage_layers)
+                                        : mt_fail(MT_ENOMEM, "planning the mesh: out of memory");
         if (status == MT_OK)
-            status = mt_train_check_layout(cfg, &shape);
-        int *stage_layers = status ? NULL : calloc((size_t)shape.pp, sizeof *stage_layers);
-        if (status == MT_OK && !stage_layers)
-            status = mt_fail(MT_ENOMEM, "planning the mesh: out of memory");
-        if (status == MT_OK)
-            status = trainer_plan_pipeline(tr, &shape, stage_layers);
-        if (status == MT_OK)
-            status = mt_mesh_create(tr->world, &shape, cfg->layers, stage_layers, &tr->mesh);
+            status = mt_mesh_create(tr->world, &shape, tr->cfg->layers, stage_layers, &tr->mesh);
         free(stage_layers);
         if (status)
             return status;
@@ -102,6 +89,11 @@ static mt_status place_rank(trainer *tr)
     }
     tr->writes = tr->rank == 0;
     return MT_OK;
+}
+
+int trainer_step_is_timed(const trainer *tr, int step)
+{
+    return step > tr->start_step + 2 || tr->cfg->steps - tr->start_step <= 2;
 }
 
 /* Whether checkpoint folder `dir` lies in OUT/ckpt (its run's metrics are this folder's). */
@@ -141,14 +133,15 @@ static mt_status setup(trainer *tr, const mt_ckpt_meta *resume, trainer_init *in
     if (tr->world && (status = mt_comm_allgather(tr->world, &tr->threads.threads,
                                                  tr->rank_threads, 1, MT_I32)))
         return mt_fail_context(status, "threads per rank");
-    status = place_rank(tr);
+    /* before the mesh: a slow_comm rank's groups inherit its world's delay */
+    status = trainer_read_fault(tr);
     if (status == MT_OK)
-        status = trainer_read_fault(tr);
+        status = place_rank(tr);
     if (status == MT_OK)
         status = open_corpus(tr);
     if (status)
         return status;
-    int sequences = cfg->batch / cfg->microbatches / tr->dp_size;
+    int sequences = tr->plan->micro_sequences;
     mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
     mt_gpt_tensor_parallel split = mt_tensor_parallel_over(tr->tp, cfg->sp);
     mt_gpt_stage stage;
@@ -235,8 +228,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         mt_trace_span(tr->trace, MT_TRACE_STEP, step_start, mt_clock_seconds(), step, -1);
         double seconds = mt_clock_seconds() - step_start;
         tr->step_seconds[step - 1] = seconds;
-        /* the first steps warm up, as for the median */
-        if (step > tr->start_step + 2 || cfg->steps - tr->start_step <= 2) {
+        if (trainer_step_is_timed(tr, step)) {
             tr->timed_wait += tr->wait_seconds + mt_dp_model_wait_seconds(tr->model) - waited;
             tr->timed_tp += tr->gpt.tp_seconds - in_tp;
             tr->timed_seconds += seconds;
@@ -318,14 +310,15 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     mt_status status = trainer_resolve_resume(&run, world, &resume);
     if (status)
         return status;
+    mt_run_plan plan = {0};
     if ((status = trainer_resolve_init(&run, &resume, world, &init)) ||
-        (status = mt_config_validate(&run))) {
+        (status = mt_run_plan_resolve(&run, world ? mt_comm_size(world) : 1, &plan))) {
         mt_ckpt_meta_free(&resume);
         mt_safetensors_close(init.file);
         return status;
     }
-    cfg = &run;
-    trainer tr = {.cfg = cfg, .world = world};
+    cfg = &plan.config;
+    trainer tr = {.plan = &plan, .cfg = cfg, .world = world};
     char resumed_from[MT_PATH_MAX];
     snprintf(resumed_from, sizeof resumed_from, "%s", resume.dir);
     status = setup(&tr, &resume, &init);
@@ -373,5 +366,6 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     tr.trace = NULL;
     status = status ? status : traced;
     teardown(&tr);
+    mt_run_plan_free(&plan);
     return status;
 }

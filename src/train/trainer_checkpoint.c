@@ -39,23 +39,16 @@ struct trainer_save {
 
 mt_status trainer_agree(mt_comm *comm, mt_status mine, const char *what)
 {
-    int size = comm ? mt_comm_size(comm) : 1, rank = comm ? mt_comm_rank(comm) : 0;
-    if (size == 1)
+    if (!comm || mt_comm_size(comm) == 1)
         return mine ? mt_fail_context(mine, "%s", what) : MT_OK;
-    /* the lowest failing rank, then its message from it: fixed sizes, nothing to allocate */
-    int32_t first = mine ? rank : size;
-    mt_status status = mt_comm_allreduce(comm, &first, &first, 1, MT_I32, MT_MIN);
+    mt_comm_agreement agreed;
+    mt_status status = mt_comm_agree(comm, mine, &agreed);
     if (status)
         return mt_fail_context(status, "%s", what);
-    if (first == size)
+    if (agreed.first < 0)
         return MT_OK;
-    struct { int32_t code; char message[500]; } told = {(int32_t)mine, ""};
-    if (rank == first)
-        snprintf(told.message, sizeof told.message, "%s", mt_last_error());
-    if ((status = mt_comm_broadcast(comm, &told, sizeof told, MT_U8, first)))
-        return mt_fail_context(status, "%s", what);
-    told.message[sizeof told.message - 1] = '\0';
-    return mt_fail((mt_status)told.code, "%s failed on rank %d: %s", what, first, told.message);
+    return mt_fail(agreed.first_status, "%s failed on rank %d: %s", what, agreed.first,
+                   agreed.first_message);
 }
 
 static mt_status agree(const trainer_save *s, mt_status mine, const char *phase)

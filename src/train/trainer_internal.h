@@ -8,6 +8,7 @@
 #include "meshtrain/memory.h"
 #include "meshtrain/mesh.h"
 #include "meshtrain/pipeline_stage.h"
+#include "meshtrain/run_plan.h"
 #include "meshtrain/safetensors.h"
 #include "meshtrain/tensor_parallel.h"
 #include "meshtrain/thread_count.h"
@@ -15,27 +16,32 @@
 #include "meshtrain/train.h"
 #include "progress.h"
 
-/* A fault a test asks for through MT_INJECT_FAULT=KIND@RANK:STEP (world rank, step): nan_loss
- * (that rank's loss becomes NaN), nan_grad (its gradients do), skew (one of its parameters
- * moves after the update, as a silent corruption would) or skew_norm (the same for the final
- * norm's weight, which every tensor-parallel rank holds whole); kill (SIGKILL at the start of
- * the step), kill_node (the same, to its parent first: under meshtrain launch, the node's
- * launcher, so the whole node is lost), kill_in_shard (halfway through writing its shard of that step's checkpoint),
- * kill_after_shard (its shard durable, before the ranks agree) and kill_before_commit (world
- * rank 0: the metadata written, before the folder's rename commits it). Only the first attempt
- * of a restarted job (MT_RESTART_COUNT 0 or unset) meets it. */
+/* A fault a test asks for through MT_INJECT_FAULT (trainer_fault.c): KIND@RANK:STEP (world
+ * rank, step) for nan_loss (that rank's loss becomes NaN), nan_grad (its gradients do), skew
+ * (one of its parameters moves after the update, as a silent corruption would) or skew_norm
+ * (the same for the final norm's weight, which every tensor-parallel rank holds whole); kill
+ * (SIGKILL at the start of the step), kill_node (the same, to its parent first: under
+ * meshtrain launch, the node's launcher, so the whole node is lost), kill_in_shard (halfway
+ * through writing its shard of that step's checkpoint), kill_after_shard (its shard durable,
+ * before the ranks agree) and kill_before_commit (world rank 0: the metadata written, before
+ * the folder's rename commits it); only the first attempt of a restarted job
+ * (MT_RESTART_COUNT 0 or unset) meets those. KIND@RANK:MS for a slow rank, on every attempt:
+ * slow_compute (MS milliseconds of extra compute before each micro-batch's forward) and
+ * slow_comm (a sleep of MS milliseconds before each of its collectives and transfers). */
 typedef enum fault_kind {
     FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM, FAULT_KILL,
-    FAULT_KILL_NODE, FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT
+    FAULT_KILL_NODE, FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT,
+    FAULT_SLOW_COMPUTE, FAULT_SLOW_COMM
 } fault_kind;
 typedef struct fault {
     fault_kind kind;
-    int rank, step;
+    int rank, step;  /* step: the step it strikes, or for a slow rank its milliseconds */
 } fault;
 
 typedef struct trainer_save trainer_save; /* a checkpoint being written (trainer_checkpoint.c) */
 
 typedef struct trainer {
+    mt_run_plan *plan;    /* the run's layout; cfg is its configuration */
     const mt_config *cfg;
     mt_comm *world;   /* NULL: one process */
     mt_mesh *mesh;    /* with a world */
@@ -67,7 +73,7 @@ typedef struct trainer {
      * of stage s is virtual stage c pp + s), the stage's executor and the communicator its
      * gradients travel on; and, over the timed steps, its busy and pipeline seconds. */
     mt_pp_schedule schedule;
-    int *virtual_layers;
+    int *virtual_layers; /* the plan's */
     mt_pp_runner *runner;
     mt_comm *pp_gradients;
     int pp_step, pp_peak_slots;
@@ -100,11 +106,10 @@ static inline int trainer_sequence_parallel(const trainer *tr)
 /* This rank's stage, and the stage that holds (and saves) a unit. */
 int trainer_stage(const trainer *tr);
 int trainer_stage_of_unit(const trainer *tr, int unit);
-/* Before the mesh exists, once mt_train_check_layout has passed: the schedule (made and
- * checked), each virtual stage's layers (even,
- * or balanced by measured cost, which is collective over the world) and each stage's total
- * into stage_layers[pp]. Errors name the keys at fault. */
-mt_status trainer_plan_pipeline(trainer *tr, const mt_mesh_shape *shape, int *stage_layers);
+/* Before the mesh exists: the plan's schedule (made and checked), its stage layers balanced by
+ * measured cost when it asks (collective over the world), and each stage's total into
+ * stage_layers[pp]. */
+mt_status trainer_plan_pipeline(trainer *tr, int *stage_layers);
 /* This rank's chunks and slots, for mt_gpt_create_stage. */
 mt_status trainer_stage_shape(const trainer *tr, mt_gpt_stage *stage);
 /* After the model: the gradient communicator and the executor. */
@@ -118,13 +123,23 @@ mt_forward trainer_forward(trainer *tr);
 /* Every stage's bubble and activation peak (collective); world rank 0 prints them. */
 mt_status trainer_report_pipeline(trainer *tr, FILE *out);
 
-/* train_step.c */
-/* This rank's sequences of micro-batch `micro` of step `step`, into tr->inputs and targets. */
-void trainer_draw_microbatch(trainer *tr, int step, int micro);
-/* Reads MT_INJECT_FAULT; a malformed value is an error naming it. */
+/* trainer.c */
+/* Whether step's times count in the run's figures: the first two steps of a run (or of its
+ * resumption) warm up, unless there are no others. */
+int trainer_step_is_timed(const trainer *tr, int step);
+
+/* trainer_fault.c */
+/* Reads MT_INJECT_FAULT (a malformed value is an error naming it); a slow_comm rank's world,
+ * and every group split from it later, starts sleeping before each operation. */
 mt_status trainer_read_fault(trainer *tr);
 /* Whether this rank meets fault `kind` at `step`. */
 int trainer_fault_now(const trainer *tr, fault_kind kind, int step);
+/* A slow_compute rank's extra compute before a micro-batch's forward (nothing elsewhere). */
+void trainer_fault_before_forward(const trainer *tr);
+
+/* train_step.c */
+/* This rank's sequences of micro-batch `micro` of step `step`, into tr->inputs and targets. */
+void trainer_draw_microbatch(trainer *tr, int step, int micro);
 /* One optimizer step over the global batch: this rank's share of every micro-batch, the
  * gradient sync, the NaN and replica checks, clipping and the update. */
 mt_status trainer_step(trainer *tr, int step, step_record *record);

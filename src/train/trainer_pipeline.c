@@ -17,7 +17,7 @@ int trainer_stage_of_unit(const trainer *tr, int unit)
     if (unit == mt_gpt_final_unit(&tr->gpt))
         return tr->pp_size - 1;
     int layer = unit - 1, first = 0;
-    for (int k = 0; k < tr->pp_size * tr->cfg->chunks; k++) {
+    for (int k = 0; k < tr->pp_size * tr->plan->chunks; k++) {
         if (layer < first + tr->virtual_layers[k])
             return k % tr->pp_size;
         first += tr->virtual_layers[k];
@@ -100,38 +100,28 @@ static mt_status measure_layer_costs(trainer *tr, int sequences, double *cost)
     return MT_OK;
 }
 
-mt_status trainer_plan_pipeline(trainer *tr, const mt_mesh_shape *shape, int *stage_layers)
+mt_status trainer_plan_pipeline(trainer *tr, int *stage_layers)
 {
-    const mt_config *cfg = tr->cfg;
+    mt_run_plan *plan = tr->plan;
+    const mt_mesh_shape *shape = &plan->shape;
     tr->pp_size = shape->pp;
-    /* one stage runs the whole model: chunks and a cost balance would change nothing */
-    int chunks = shape->pp > 1 ? cfg->chunks : 1, parts = shape->pp * chunks;
-    mt_pp_schedule_kind kind;
-    mt_status status = mt_pp_schedule_parse(cfg->schedule, &kind); /* sizes: place_rank's */
-    if (status == MT_OK && shape->pp > 1)
-        status = mt_pp_schedule_create(kind, shape->pp, cfg->microbatches, chunks, &tr->schedule);
+    tr->virtual_layers = plan->virtual_layers;
+    mt_status status = MT_OK;
+    if (shape->pp > 1)
+        status = mt_pp_schedule_create(plan->schedule, shape->pp, plan->config.microbatches,
+                                       plan->chunks, &tr->schedule);
     if (status == MT_OK && shape->pp > 1)
         status = mt_pp_schedule_check(&tr->schedule);
-    if (status)
-        return status;
-    tr->virtual_layers = calloc((size_t)parts, sizeof *tr->virtual_layers);
-    double *cost = calloc((size_t)cfg->layers, sizeof *cost);
-    if (!tr->virtual_layers || !cost) {
+    if (status == MT_OK && plan->balance_by_cost) {
+        double *cost = calloc((size_t)plan->config.layers, sizeof *cost);
+        status = cost ? measure_layer_costs(tr, plan->micro_sequences, cost)
+                      : mt_fail(MT_ENOMEM, "planning the pipeline: out of memory");
+        if (status == MT_OK)
+            mt_run_plan_balance(plan, cost);
         free(cost);
-        return mt_fail(MT_ENOMEM, "planning the pipeline: out of memory");
     }
-    int sequences = cfg->batch / cfg->microbatches / shape->dp;
-    int balanced = strcmp(cfg->balance, "cost") == 0 && parts > 1;
-    if (balanced)
-        status = measure_layer_costs(tr, sequences, cost);
-    if (status == MT_OK)
-        mt_pp_split_layers(cfg->layers, parts, balanced ? cost : NULL, tr->virtual_layers);
-    free(cost);
-    for (int s = 0; s < shape->pp; s++) {
-        stage_layers[s] = 0;
-        for (int c = 0; c < chunks; c++)
-            stage_layers[s] += tr->virtual_layers[c * shape->pp + s];
-    }
+    for (int s = 0; s < shape->pp; s++)
+        stage_layers[s] = mt_run_plan_stage_layers(plan, s);
     return status;
 }
 
@@ -150,6 +140,12 @@ static mt_status load_micro(void *context, int micro, const int32_t **tokens,
     *tokens = tr->inputs;
     *targets = tr->targets;
     return MT_OK;
+}
+
+static void before_forward(void *context, int micro)
+{
+    (void)micro;
+    trainer_fault_before_forward(context);
 }
 
 mt_status trainer_start_pipeline(trainer *tr)
@@ -171,20 +167,19 @@ void trainer_stop_pipeline(trainer *tr)
     mt_pp_runner_destroy(tr->runner);
     mt_comm_destroy(tr->pp_gradients);
     mt_pp_schedule_destroy(&tr->schedule);
-    free(tr->virtual_layers);
 }
 
 mt_status trainer_pipeline_step(trainer *tr, int step, float loss_scale, double *loss_sum)
 {
     const mt_config *cfg = tr->cfg;
-    int sequences = cfg->batch / cfg->microbatches / tr->dp_size;
+    int sequences = tr->plan->micro_sequences;
     tr->pp_step = step;
-    mt_pp_batch batch = {tr, load_micro};
+    mt_pp_batch batch = {tr, load_micro, before_forward};
     mt_pp_step_report report;
     mt_status status = mt_pp_runner_step(tr->runner, &batch, sequences, cfg->context, loss_scale,
                                          tr->trace, &report);
     *loss_sum = report.loss_sum;
-    if (step > 2 || cfg->steps <= 2) { /* the first steps warm up, as for throughput */
+    if (trainer_step_is_timed(tr, step)) {
         tr->pp_busy += report.busy;
         tr->pp_span += report.span;
     }

@@ -182,7 +182,7 @@ elif expect "environment" "^\[0\] env 0 2 0 2 127\.0\.0\.1 64$" "^\[1\] env 1 2 
 fi
 
 # ---- meshes: --dry-run, impossible ones, train --nproc ----
-"$MT" train --dry-run --nproc 8 --tp 2 --pp 2 --layers 5 --heads 4 --width 64 >"$WORK/out" 2>&1
+"$MT" train --dry-run --nproc 8 --tp 2 --pp 2 --microbatches 2 --layers 5 --heads 4 --width 64 >"$WORK/out" 2>&1
 if expect "dry-run" "mesh: dp 2 x pp 2 x tp 2 = 8 ranks; 5 layers: stage 0 layers 0-2, stage 1 layers 3-4" \
         "^rank 5  dp 1  pp 0  tp 1  host [^ ]+  stage 0  layers 0-2$"; then
     pass "dry-run of dp 2 x pp 2 x tp 2"
@@ -196,16 +196,16 @@ for case in "--nproc 6 --tp 4:world of 6 ranks does not divide by tp 4" \
     # shellcheck disable=SC2086
     timeout 60 "$MT" train --dry-run $args >"$WORK/out" 2>&1
     status=$?
-    if [[ $status -ne 1 ]]; then
-        fail "impossible mesh ($args): exit status $status"
+    if [[ $status -ne 2 ]]; then
+        fail "impossible mesh ($args): exit status $status, want 2"
     elif expect "impossible mesh ($args)" "$want"; then
         pass "impossible mesh ($args) refused: $want"
     fi
 done
 timeout 60 "$MT" train --nproc 4 --tp 4 --heads 6 --width 96 >"$WORK/out" 2>&1
 status=$?
-if [[ $status -ne 1 ]] || ! expect "train --nproc" "tp 4 does not divide the 6 attention heads"; then
-    [[ $status -ne 1 ]] && fail "train --nproc with a bad mesh: exit status $status"
+if [[ $status -ne 2 ]] || ! expect "train --nproc" "tp 4 does not divide the 6 attention heads"; then
+    [[ $status -ne 2 ]] && fail "train --nproc with a bad mesh: exit status $status, want 2"
 else
     pass "train --nproc checks the mesh before starting workers"
 fi

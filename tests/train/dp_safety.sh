@@ -17,13 +17,15 @@ job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 2 --widt
 failed=0
 # expect NAME FAULT PHRASE RANKS -- ARGS: the run must exit 1 within 60 s, and PHRASE must be
 # in the error lines of each of the world ranks RANKS (the launcher prefixes lines "[r] "), or
-# with RANKS "-" in the output of the command itself (refused before any rank starts).
+# with RANKS "-" exit 2 with PHRASE in the output of the command itself (the run plan refused
+# the layout before any rank started).
 expect() {
   local name=$1 fault=$2 phrase=$3 ranks=$4
   shift 5
   MT_INJECT_FAULT=$fault timeout 60 "$meshtrain" train "${job[@]}" "$@" > "$scratch/out" 2>&1
-  local status=$? problem=""
-  [ $status -eq 1 ] || problem="exit status $status, want 1"
+  local status=$? problem="" want=1
+  [ "$ranks" != - ] || want=2
+  [ $status -eq $want ] || problem="exit status $status, want $want"
   ! grep -qE 'Sanitizer|runtime error:' "$scratch/out" || problem="$problem; a sanitizer report"
   [ "$ranks" != - ] || grep -qF "$phrase" "$scratch/out" || problem="$problem; no '$phrase'"
   [ "$ranks" != - ] || ranks=""
@@ -62,7 +64,7 @@ expect "drifted replica 1 of 3 (DDP)" skew@1:4 \
 expect "drifted replica 1 of 2 (ZeRO-1)" skew@1:6 \
   "step 6: the parameters of data-parallel replica 1 differ" "0 1" -- --nproc 2 --zero 1 --check_every 3
 expect "batch that dp x microbatches does not divide" "" \
-  "a global batch of 12 sequences does not split into 4 data-parallel ranks x 2 micro-batches" "0 1 2 3" \
+  "a global batch of 12 sequences does not split into 4 data-parallel ranks x 2 micro-batches" - \
   -- --nproc 4 --microbatches 2
 expect "NaN gradient on tensor-parallel rank 1 of dp 2 x tp 2" nan_grad@3:3 \
   "step 3: the gradient is NaN on ranks 2 (data-parallel 1, tensor-parallel 0), 3 (data-parallel 1, tensor-parallel 1)" "0 1 2 3" \
@@ -76,7 +78,7 @@ expect "drifted replicated norm on tensor-parallel rank 1 (tp 2)" skew_norm@1:4 
 expect "tp that does not divide the heads" "" "tp 3 does not divide the 2 attention heads" - \
   -- --nproc 3 --tp 3
 expect "sequence parallelism with a context tp does not divide" "" \
-  "sequence parallelism splits the sequence into tp 2 parts, which context 15 does not divide" "0 1" \
+  "sequence parallelism splits the sequence into tp 2 parts, which context 15 does not divide" - \
   -- --nproc 2 --tp 2 --sp on --context 15
 # Pipelines: a NaN loss scale on the last stage reaches stage 0 through the gradients it sends;
 # a drifted copy of the tied embeddings is caught; layouts a pipeline cannot take are refused.
@@ -86,14 +88,14 @@ expect "NaN gradient on the last of 2 pipeline stages" nan_grad@1:3 \
 expect "drifted tied-embedding copy on the last stage" skew@1:4 \
   "step 4: the last pipeline stage's copy of the tied embeddings differs from the first stage's" \
   "0 1" -- --nproc 2 --pp 2 --microbatches 2 --check_every 2
-expect "fewer micro-batches than stages" "" "1 micro-batches cannot fill 2 pipeline stages" "0 1" \
+expect "fewer micro-batches than stages" "" "1 micro-batches cannot fill 2 pipeline stages" - \
   -- --nproc 2 --pp 2
-expect "ZeRO 2 under a pipeline" "" "ZeRO 2 cannot run under pipeline parallelism" "0 1" \
+expect "ZeRO 2 under a pipeline" "" "ZeRO 2 cannot run under pipeline parallelism" - \
   -- --nproc 2 --pp 2 --microbatches 2 --zero 2
-expect "more model chunks than layers" "" "2 layers cannot be cut into pp 2 x chunks 2" "0 1" \
+expect "more model chunks than layers" "" "2 layers cannot be cut into pp 2 x chunks 2" - \
   -- --nproc 2 --pp 2 --microbatches 2 --schedule interleaved --chunks 2
 expect "chunks without the interleaved schedule" "" "need the interleaved schedule, not 1f1b" \
-  "0 1" -- --nproc 2 --pp 2 --microbatches 2 --chunks 2
+  - -- --nproc 2 --pp 2 --microbatches 2 --chunks 2
 expect "a malformed fault request" "nan@x" "MT_INJECT_FAULT 'nan@x'" "0 1" -- --nproc 2
 
 # One process: the key is checked before anything runs, and a skewed replica cannot exist.

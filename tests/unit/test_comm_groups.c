@@ -1010,6 +1010,68 @@ static void scenario_work_race(group *w)
     }
 }
 
+/* ---- agreement --------------------------------------------------------------------------------- */
+
+/* mt_comm_agree: nobody failing; the odd ranks failing (every rank learns the list and rank
+ * 1's status and message, its own failure included); then only the last rank. */
+static void scenario_agree(group *w)
+{
+    mt_comm_agreement a;
+    ok(mt_comm_agree(w->comm, MT_OK, &a), w, "agree, all well");
+    CHECK_MSG(a.failed == 0 && a.first == -1 && a.ranks[0] == '\0',
+              "all well: %d failed, first %d, ranks '%s'", a.failed, a.first, a.ranks);
+
+    mt_status mine = MT_OK;
+    if (w->rank % 2)
+        mine = mt_fail(w->rank == 1 ? MT_EIO : MT_EINVAL, "rank %d cannot go on", w->rank);
+    char want[64] = "";
+    for (int r = 1, used = 0; r < w->size; r += 2)
+        used += snprintf(want + used, sizeof want - (size_t)used, "%s%d", r > 1 ? ", " : "", r);
+    ok(mt_comm_agree(w->comm, mine, &a), w, "agree, odd ranks failing");
+    if (w->size == 1)
+        CHECK_MSG(a.failed == 0, "one rank: %d failed", a.failed);
+    else
+        CHECK_MSG(a.failed == w->size / 2 && a.first == 1 && a.first_status == MT_EIO &&
+                      strcmp(a.first_message, "rank 1 cannot go on") == 0 &&
+                      strcmp(a.ranks, want) == 0,
+                  "odd ranks: %d failed, first %d (status %d: '%s'), ranks '%s' (want '%s')",
+                  a.failed, a.first, (int)a.first_status, a.first_message, a.ranks, want);
+
+    int last = w->size - 1;
+    mine = w->rank == last ? mt_fail(MT_ENUMERIC, "the last rank's loss is NaN") : MT_OK;
+    ok(mt_comm_agree(w->comm, mine, &a), w, "agree, the last rank failing");
+    char last_text[16];
+    snprintf(last_text, sizeof last_text, "%d", last);
+    CHECK_MSG(a.failed == 1 && a.first == last && a.first_status == MT_ENUMERIC &&
+                  strcmp(a.first_message, "the last rank's loss is NaN") == 0 &&
+                  strcmp(a.ranks, last_text) == 0,
+              "the last rank: %d failed, first %d, '%s', ranks '%s'", a.failed, a.first,
+              a.first_message, a.ranks);
+}
+
+/* mt_comm_set_delay: rank 0's world, and a group split from it afterwards, sleep before each
+ * operation (a test's slow peer); results stay right, and the other ranks are not delayed by
+ * themselves. */
+static void scenario_delay(group *w)
+{
+    if (w->rank == 0)
+        mt_comm_set_delay(w->comm, 0.05);
+    group half = {.name = "half"};
+    if (!ok(mt_comm_split(w->comm, 0, w->rank, &half.comm), w, "split"))
+        return;
+    double start = mt_clock_seconds();
+    for (int i = 0; i < 4; i++) {
+        int32_t x = w->rank + i, sum = 0;
+        if (!ok(mt_comm_allreduce(half.comm, &x, &sum, 1, MT_I32, MT_SUM), w, "allreduce"))
+            break;
+        CHECK_MSG(sum == w->size * (w->size - 1) / 2 + w->size * i, "sum %d", sum);
+    }
+    double took = mt_clock_seconds() - start;
+    if (w->rank == 0)
+        CHECK_MSG(took >= 0.2, "4 delayed all-reduces took %.3f s, under 4 x 50 ms", took);
+    mt_comm_destroy(half.comm);
+}
+
 /* ---- the ranks and the launcher -------------------------------------------------------------- */
 
 typedef struct scenario {
@@ -1027,6 +1089,8 @@ static const scenario SCENARIOS[] = {
     {"errors", scenario_errors, {8, 6, 2, 1}, 0},
     {"p2p_order", scenario_p2p_order, {2, 0, 0, 0}, 0},
     {"work_race", scenario_work_race, {1, 2, 0, 0}, 0},
+    {"agree", scenario_agree, {5, 2, 1, 0}, 0},
+    {"delay", scenario_delay, {3, 1, 0, 0}, 0},
 };
 enum { N_SCENARIOS = sizeof SCENARIOS / sizeof SCENARIOS[0] };
 

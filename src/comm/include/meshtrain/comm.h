@@ -124,6 +124,27 @@ mt_status mt_comm_send_async(mt_comm *comm, const void *buffer, size_t count, mt
 mt_status mt_comm_recv_async(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype, int peer,
                              int tag, mt_work **work);
 
+/* A slow peer for tests: every collective and transfer this rank issues on comm, and on the
+ * groups split from it afterwards, first sleeps `seconds` (0: none). */
+void mt_comm_set_delay(mt_comm *comm, double seconds);
+
+/* ---- Agreement ----
+ * Whether every rank of a group got through a phase: after a failure on some ranks, the others
+ * must not go on into a collective those will never join. */
+enum { MT_COMM_AGREE_MESSAGE = 448, MT_COMM_AGREE_RANKS = 256 };
+typedef struct mt_comm_agreement {
+    int failed;                 /* how many ranks failed */
+    int first;                  /* the lowest failing rank, or -1 */
+    mt_status first_status;     /* its status, and its message (cut to fit) */
+    char first_message[MT_COMM_AGREE_MESSAGE];
+    char ranks[MT_COMM_AGREE_RANKS]; /* the failing ranks, "1, 3" ("..." when cut) */
+} mt_comm_agreement;
+
+/* Collective over comm (NULL: one process): every rank passes its own status and learns which
+ * ranks failed, with the lowest's status and message, to phrase its own error. Returns a
+ * failure only of the agreement itself (a dead peer), with its message. */
+mt_status mt_comm_agree(mt_comm *comm, mt_status mine, mt_comm_agreement *out);
+
 /* Waits for the work, frees the handle and returns its status (with its message). */
 mt_status mt_work_wait(mt_work *work);
 /* Sets *done without blocking; the handle stays valid until mt_work_wait. */

@@ -27,6 +27,9 @@ mt_status mt_pp_stage_of(const mt_pp_schedule *schedule, int stage, const int *v
 typedef struct mt_pp_batch {
     void *context;
     mt_status (*load)(void *context, int micro, const int32_t **tokens, const int32_t **targets);
+    /* Optional: called before micro-batch `micro`'s first forward pass on this stage, inside
+     * its busy time (a test's slow rank spends its extra compute there). */
+    void (*before_forward)(void *context, int micro);
 } mt_pp_batch;
 
 /* What one step of the schedule did on this stage. */

@@ -13,11 +13,6 @@
 #include "meshtrain/model.h"
 #include "meshtrain/pipeline.h"
 
-/* What a run of `cfg` on a mesh of `shape` must satisfy beyond mt_config_validate and the
- * mesh's own checks: the global batch splitting into data-parallel ranks x micro-batches, and a
- * pipeline schedule that the micro-batches, chunks and layers can fill. Errors name the keys. */
-mt_status mt_train_check_layout(const mt_config *cfg, const mt_mesh_shape *shape);
-
 /* Learning rate of optimizer step `step` (counted from 1): linear warm-up to lr over
  * `warmup` steps, then cosine decay to min_lr at the last step. */
 double mt_lr_at(const mt_config *cfg, int step);

@@ -1,0 +1,107 @@
+/* The run plan (run_plan.h): every check between configuration keys and the world, made once,
+ * and the layout they resolve to. train, verify, --dry-run and --nproc all start here. */
+#include "meshtrain/run_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshtrain/model.h"
+#include "meshtrain/pipeline_stage.h"
+
+/* The mesh against the world: dp x pp x tp must be the world (dp 0 takes the rest), tp must
+ * divide the heads and pp the layers. mt_mesh_shape_resolve says which; this names the keys. */
+mt_status mt_run_plan_shape(const mt_config *c, int world_size, mt_mesh_shape *shape)
+{
+    *shape = (mt_mesh_shape){c->dp, c->pp, c->tp};
+    if (world_size == 1 && (c->dp > 1 || c->pp > 1 || c->tp > 1))
+        return mt_fail(MT_EINVAL, "config keys 'dp', 'pp' and 'tp': dp %d x pp %d x tp %d needs "
+                                  "that many ranks, and this is one process (use --nproc)",
+                       c->dp > 0 ? c->dp : 1, c->pp, c->tp);
+    mt_status status = mt_mesh_shape_resolve(shape, world_size, c->layers, c->heads);
+    return status ? mt_fail_context(status, "config keys 'dp', 'pp' and 'tp' on %d ranks",
+                                    world_size)
+                  : MT_OK;
+}
+
+/* The global batch splits into data-parallel ranks x micro-batches, and a pipeline's schedule
+ * can be filled by the micro-batches, chunks and layers it is given. */
+static mt_status check_batch_and_schedule(const mt_config *c, mt_run_plan *p)
+{
+    if (c->batch % (p->shape.dp * c->microbatches))
+        return mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'dp': a global batch "
+                                  "of %d sequences does not split into %d data-parallel ranks x "
+                                  "%d micro-batches", c->batch, p->shape.dp, c->microbatches);
+    p->micro_sequences = c->batch / (p->shape.dp * c->microbatches);
+    if (p->shape.pp == 1) /* one stage runs the whole model: chunks change nothing */
+        return MT_OK;
+    p->chunks = c->chunks;
+    return mt_pp_schedule_check_sizes(p->schedule, p->shape.pp, c->microbatches, c->chunks,
+                                      c->layers);
+}
+
+/* ZeRO 2 and 3 free a unit's gradient or parameters as its pass ends, but a pipeline stage
+ * runs each unit once per micro-batch in flight, interleaved with the others. Sequence
+ * parallelism gives every tensor-parallel rank the same share of each sequence. */
+static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *shape)
+{
+    if (shape->pp > 1 && c->zero >= 2)
+        return mt_fail(MT_EINVAL, "config keys 'zero' and 'pp': ZeRO %d cannot run under "
+                                  "pipeline parallelism (use zero 0 or 1 with pp > 1)", c->zero);
+    if (c->sp && shape->tp > 1 && c->context % shape->tp)
+        return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
+                                  "splits the sequence into tp %d parts, which context %d does "
+                                  "not divide", shape->tp, c->context);
+    return MT_OK;
+}
+
+/* Names that another layer owns, checked by their owner. */
+static mt_status check_names(const mt_config *c, mt_run_plan *p)
+{
+    mt_gpt_recompute recompute;
+    if (mt_pp_schedule_parse(c->schedule, &p->schedule))
+        return mt_fail_context(MT_EINVAL, "config key 'schedule'");
+    return mt_gpt_recompute_parse(c->recompute, &recompute); /* its message names the key */
+}
+
+mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan *out)
+{
+    *out = (mt_run_plan){.config = *cfg, .world_size = world_size, .chunks = 1};
+    mt_status status = mt_config_validate(cfg);
+    if (status == MT_OK)
+        status = check_names(cfg, out);
+    if (status == MT_OK)
+        status = mt_run_plan_shape(cfg, world_size, &out->shape);
+    if (status == MT_OK)
+        status = check_batch_and_schedule(cfg, out);
+    if (status == MT_OK)
+        status = check_state_layout(cfg, &out->shape);
+    if (status)
+        return status;
+    int parts = out->shape.pp * out->chunks;
+    out->balance_by_cost = strcmp(cfg->balance, "cost") == 0 && parts > 1;
+    out->virtual_layers = calloc((size_t)parts, sizeof *out->virtual_layers);
+    if (!out->virtual_layers)
+        return mt_fail(MT_ENOMEM, "planning the run: out of memory");
+    mt_pp_split_layers(cfg->layers, parts, NULL, out->virtual_layers);
+    return MT_OK;
+}
+
+void mt_run_plan_balance(mt_run_plan *plan, const double *layer_cost)
+{
+    mt_pp_split_layers(plan->config.layers, plan->shape.pp * plan->chunks, layer_cost,
+                       plan->virtual_layers);
+}
+
+int mt_run_plan_stage_layers(const mt_run_plan *plan, int stage)
+{
+    int layers = 0;
+    for (int c = 0; c < plan->chunks; c++)
+        layers += plan->virtual_layers[c * plan->shape.pp + stage];
+    return layers;
+}
+
+void mt_run_plan_free(mt_run_plan *plan)
+{
+    free(plan->virtual_layers);
+    plan->virtual_layers = NULL;
+}
