@@ -144,22 +144,16 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         if (trainer_fault_now(tr, FAULT_NAN_LOSS, step))
             loss_sum = NAN;
     }
-    double local_squares, norm, start = mt_clock_seconds();
+    double local_squares, start = mt_clock_seconds();
     mt_status status = mt_dp_model_finish_gradients(tr->model, &local_squares);
     if (status == MT_OK)
         status = check_finite(tr, step, loss_sum, local_squares, &record->loss);
-    if (status == MT_OK)
-        status = mt_dp_model_grad_norm(tr->model, &norm);
     if (status)
         return status;
-    record->grad_norm = norm;
     record->lr = mt_lr_at(cfg, step);
-    if (!isfinite(norm))
-        return mt_fail(MT_ENUMERIC, "step %d: the gradient norm is %g; stopping before the "
-                                    "update (lower lr or raise warmup)", step, norm);
-    mt_adamw_hyper hyper =
-        mt_adamw_settings(cfg, step, record->lr, mt_clip_coefficient(cfg->clip, norm));
-    status = mt_dp_model_update(tr->model, &hyper);
+    mt_optimizer_report report;
+    status = mt_optimizer_step(tr->model, cfg, step, record->lr, &report);
+    record->grad_norm = report.grad_norm;
     mt_trace_span(tr->trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
     if (status)
         return status;

@@ -1,13 +1,17 @@
 /* Dumps a meshtrain GPT's initial weights, one forward/backward and three AdamW steps with
- * clipping, for tests/ref/check_gpt.py to replay in PyTorch (float64) and compare. */
+ * clipping, for tests/ref/check_gpt.py to replay in PyTorch (float64) and compare. The model
+ * trains as a run does: its state held by the data-parallel layer, updated by
+ * mt_optimizer_step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "meshtrain/config.h"
+#include "meshtrain/data_parallel.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/model.h"
 #include "meshtrain/rng.h"
+#include "meshtrain/tensor_parallel.h"
 #include "meshtrain/train.h"
 
 enum { DTYPE_F32 = 0, DTYPE_I32 = 1, STEPS = 3 };
@@ -28,14 +32,16 @@ static void write_record(FILE *f, const char *name, int dtype, int ndim, const l
     fwrite(data, 4, count, f);
 }
 
-static void write_params(FILE *f, const mt_gpt *gpt, const char *prefix, const float *base)
+/* Every tensor's parameters, or with `gradients` its gradients, as "<prefix><name>". */
+static void write_params(FILE *f, const mt_gpt *gpt, const char *prefix, int gradients)
 {
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         char name[96];
         snprintf(name, sizeof name, "%s%s", prefix, p->name);
         long shape[2] = {p->rows, p->cols};
-        write_record(f, name, DTYPE_F32, p->cols ? 2 : 1, shape, base + p->offset);
+        write_record(f, name, DTYPE_F32, p->cols ? 2 : 1, shape,
+                     gradients ? mt_gpt_grad_data(gpt, i) : mt_gpt_param_data(gpt, i));
     }
 }
 
@@ -54,11 +60,14 @@ int main(int argc, char **argv)
     cfg.weight_decay = 0.1;
     mt_kernels_set_threads(2);
     mt_gpt gpt;
-    if (mt_gpt_create(&gpt, &shape, b)) {
+    mt_gpt_tensor_parallel whole = mt_tensor_parallel_over(NULL, 0);
+    mt_dp_options options = {.zero = 0, .bucket_bytes = 1 << 20, .seed = 4242};
+    mt_dp_model *model = NULL;
+    if (mt_gpt_create_stateless(&gpt, &shape, &whole, b, NULL) ||
+        mt_dp_model_create(&gpt, NULL, &options, &model)) {
         fprintf(stderr, "mt_ref_dump: %s\n", mt_last_error());
         return 1;
     }
-    mt_gpt_init_params(&gpt, 4242);
     int32_t *tokens = malloc(sizeof(int32_t) * b * t), *targets = malloc(sizeof(int32_t) * b * t);
     mt_rng rng = {7, mt_name_hash("ref.batch")};
     for (int i = 0; i < b * t; i++) {
@@ -78,7 +87,7 @@ int main(int argc, char **argv)
     write_record(f, "hyper", DTYPE_F32, 1, &six, hyper);
     write_record(f, "tokens", DTYPE_I32, 2, bt, tokens);
     write_record(f, "targets", DTYPE_I32, 2, bt, targets);
-    write_params(f, &gpt, "param/", gpt.param);
+    write_params(f, &gpt, "param/", 0);
 
     float *logits = malloc(sizeof(float) * b * t * shape.vocab);
     float unused;
@@ -95,18 +104,23 @@ int main(int argc, char **argv)
 
     float step_lr[STEPS] = {1e-3f, 2e-3f, 1.5e-3f}, step_loss[STEPS], step_norm[STEPS];
     for (int step = 1; step <= STEPS; step++) {
-        memset(gpt.grad, 0, gpt.numel * sizeof(float));
+        mt_dp_model_begin_micro(model, 0, 1);
         float loss;
         if (mt_gpt_forward(&gpt, tokens, targets, b, t, &loss)) {
             fprintf(stderr, "mt_ref_dump: %s\n", mt_last_error());
             return 1;
         }
         step_loss[step - 1] = loss;
-        mt_gpt_backward(&gpt, 1.0f / (float)(b * t));
-        if (step == 1)
-            write_params(f, &gpt, "grad/", gpt.grad);
+        double squares;
         mt_optimizer_report report;
-        if (mt_optimizer_step(&gpt, &cfg, step, step_lr[step - 1], &report)) {
+        if (mt_gpt_backward(&gpt, 1.0f / (float)(b * t)) ||
+            mt_dp_model_finish_gradients(model, &squares)) {
+            fprintf(stderr, "mt_ref_dump: %s\n", mt_last_error());
+            return 1;
+        }
+        if (step == 1)
+            write_params(f, &gpt, "grad/", 1);
+        if (mt_optimizer_step(model, &cfg, step, step_lr[step - 1], &report)) {
             fprintf(stderr, "mt_ref_dump: %s\n", mt_last_error());
             return 1;
         }
@@ -116,8 +130,9 @@ int main(int argc, char **argv)
     write_record(f, "step_lr", DTYPE_F32, 1, &steps, step_lr);
     write_record(f, "step_loss", DTYPE_F32, 1, &steps, step_loss);
     write_record(f, "step_grad_norm", DTYPE_F32, 1, &steps, step_norm);
-    write_params(f, &gpt, "final/", gpt.param);
+    write_params(f, &gpt, "final/", 0);
     fclose(f);
+    mt_dp_model_destroy(model);
     mt_gpt_destroy(&gpt);
     free(tokens);
     free(targets);

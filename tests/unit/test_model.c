@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "gradcheck.h"
+#include "meshtrain/data_parallel.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/model.h"
 #include "meshtrain/train.h"
@@ -254,26 +255,35 @@ static void test_errors(void)
     mt_gpt_destroy(&gpt);
 }
 
-/* A NaN or infinite gradient stops the step with a message naming it; nothing is updated. */
+/* A NaN or infinite gradient stops the optimizer step (the one every run takes) with a
+ * message naming it; nothing is updated. */
 static void test_nonfinite_gradient(void)
 {
     mt_gpt gpt;
-    CHECK(mt_gpt_create(&gpt, &TINY, 1) == MT_OK);
-    mt_gpt_init_params(&gpt, 1);
+    mt_gpt_tensor_parallel whole = {.size = 1};
+    mt_dp_options options = {.zero = 0, .bucket_bytes = 1 << 20, .seed = 1};
+    mt_dp_model *model = NULL;
+    CHECK(mt_gpt_create_stateless(&gpt, &TINY, &whole, 1, NULL) == MT_OK);
+    CHECK(mt_dp_model_create(&gpt, NULL, &options, &model) == MT_OK);
     mt_config cfg;
     mt_config_defaults(&cfg);
-    float *before = malloc(gpt.numel * sizeof(float));
-    memcpy(before, gpt.param, gpt.numel * sizeof(float));
+    int middle = gpt.unit_count / 2;
+    size_t numel = gpt.units[middle].numel;
+    float *before = malloc(numel * sizeof(float));
+    memcpy(before, gpt.unit_param[middle], numel * sizeof(float));
     float bad[2] = {NAN, INFINITY};
     for (int i = 0; i < 2; i++) {
-        memset(gpt.grad, 0, gpt.numel * sizeof(float));
-        gpt.grad[gpt.numel / 2] = bad[i];
+        mt_dp_model_begin_micro(model, 0, 1);
+        gpt.unit_grad[middle][numel / 2] = bad[i];
+        double squares;
         mt_optimizer_report report;
-        CHECK(mt_optimizer_step(&gpt, &cfg, 3, 1e-3, &report) == MT_ENUMERIC);
+        CHECK(mt_dp_model_finish_gradients(model, &squares) == MT_OK);
+        CHECK(mt_optimizer_step(model, &cfg, 3, 1e-3, &report) == MT_ENUMERIC);
         CHECK_MSG(strstr(mt_last_error(), "step 3") != NULL, "%s", mt_last_error());
-        CHECK(memcmp(before, gpt.param, gpt.numel * sizeof(float)) == 0);
+        CHECK(memcmp(before, gpt.unit_param[middle], numel * sizeof(float)) == 0);
     }
     free(before);
+    mt_dp_model_destroy(model);
     mt_gpt_destroy(&gpt);
 }
 

@@ -8,6 +8,7 @@
 #include "meshtrain/comm.h"
 #include "meshtrain/config.h"
 #include "meshtrain/data.h"
+#include "meshtrain/data_parallel.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/mesh.h"
 #include "meshtrain/model.h"
@@ -30,10 +31,12 @@ double mt_clip_coefficient(double clip, double norm);
  * clipping coefficient); weight_decay is the matrices' (others take 0). */
 mt_adamw_hyper mt_adamw_settings(const mt_config *cfg, int step, double lr, double grad_scale);
 
-/* Global-norm clipping (PyTorch's clip_grad_norm_ formula) and one AdamW update of every
- * parameter, with weight decay on matrices only. A non-finite gradient norm is an error
- * naming the step, and leaves the parameters untouched. */
-mt_status mt_optimizer_step(mt_gpt *gpt, const mt_config *cfg, int step, double lr,
+/* The optimizer step of every run, on any layout: the global gradient norm over every shard
+ * (data-, tensor- and pipeline-parallel), PyTorch's clip_grad_norm_ coefficient and one AdamW
+ * update of what this rank owns, with weight decay on matrices only. After
+ * mt_dp_model_finish_gradients. A non-finite norm is an error naming the step, and leaves the
+ * parameters untouched. Collective over the model's groups. */
+mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, double lr,
                             mt_optimizer_report *report);
 
 /* The whole model's forward, wherever its layers are: this rank's model when it is whole (its
