@@ -56,7 +56,7 @@ typedef struct mpi_bootstrap_record {
 
 static int mpi_matches_launcher(const mt_job_env *job)
 {
-    const char *family = mt_mpi_library_family();
+    const char *family = mpi_library_family();
     return (job->launcher == MT_JOB_OPENMPI && strcmp(family, "Open MPI") == 0) ||
            (job->launcher == MT_JOB_PMI && strcmp(family, "MPICH") == 0);
 }
@@ -92,7 +92,7 @@ static mt_status bootstrap_through_mpi(const mt_job_env *job, mt_comm_config *c,
         }
     }
     int mpi_rank = -1, mpi_size = 0;
-    mt_status st = mt_mpi_share_bootstrap(&rec, sizeof rec, c->timeout_seconds, &mpi_rank,
+    mt_status st = mpi_share_bootstrap(&rec, sizeof rec, c->timeout_seconds, &mpi_rank,
                                           &mpi_size);
     if (st == MT_OK && (mpi_rank != c->rank || mpi_size != c->size))
         st = mt_fail(MT_EINVAL, "%s says rank %d of %d, but MPI says %d of %d: this meshtrain "
@@ -133,7 +133,7 @@ static mt_status plan_store(const mt_job_env *job, mt_comm_config *c, mt_store_s
     if (!job->store_hosted && !have_secret && mpi_matches_launcher(job))
         return bootstrap_through_mpi(job, c, server, plan);
     /* The other MPI's launcher, and nothing else to find the store by. */
-    if (!job->store_hosted && !have_secret && (st = mt_comm_launcher_check(job)))
+    if (!job->store_hosted && !have_secret && (st = comm_launcher_check(job)))
         return st;
 #else
     (void)server;
@@ -148,7 +148,7 @@ static mt_status plan_store(const mt_job_env *job, mt_comm_config *c, mt_store_s
     return MT_OK;
 }
 
-mt_status mt_comm_bootstrap(mt_comm_config *c, mt_comm_bootstrap_result *out)
+mt_status comm_bootstrap(mt_comm_config *c, mt_comm_bootstrap_result *out)
 {
     memset(out, 0, sizeof *out);
     mt_job_env job;

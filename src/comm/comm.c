@@ -9,7 +9,7 @@
 
 static const double DEFAULT_TIMEOUT = 300;
 
-mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
+mt_status comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
                       int debug, mt_comm **out)
 {
     *out = NULL;
@@ -24,8 +24,8 @@ mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout
         c->world_ranks[r] = world_ranks ? world_ranks[r] : r;
     c->timeout_seconds = timeout_seconds;
     c->debug = debug;
-    mt_flight_init(&c->flight, rank, size);
-    mt_status st = mt_flight_register_direct(&c->flight, c->world_ranks, world_ranks != NULL);
+    flight_init(&c->flight, rank, size);
+    mt_status st = flight_register_direct(&c->flight, c->world_ranks, world_ranks != NULL);
     if (st) {
         free(c->world_ranks);
         free(c);
@@ -41,7 +41,7 @@ mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout
 
 static void comm_free(mt_comm *c)
 {
-    mt_flight_unregister(&c->flight); /* before a dump could read freed memory */
+    flight_unregister(&c->flight); /* before a dump could read freed memory */
     if (c->backend && c->impl)
         c->backend->destroy(c->impl);
     pthread_mutex_destroy(&c->lock);
@@ -54,9 +54,9 @@ static void comm_free(mt_comm *c)
 
 /* The back ends this build has, by name. */
 static const mt_comm_world_builder *const BUILDERS[] = {
-    &mt_shm_world, &mt_tcp_world, &mt_hier_world,
+    &shm_world, &tcp_world, &hier_world,
 #ifdef MT_HAVE_MPI
-    &mt_mpi_world,
+    &mpi_world,
 #endif
 };
 enum { N_BUILDERS = sizeof BUILDERS / sizeof BUILDERS[0] };
@@ -93,7 +93,7 @@ static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c,
     if (st)
         return st;
     /* Back ends with their own launcher (mpi) know rank and size; the others learn them
-     * in mt_comm_bootstrap, with the store. */
+     * in comm_bootstrap, with the store. */
     if ((*builder)->identify && (st = (*builder)->identify(&c->rank, &c->size)))
         return st;
     if (c->timeout_seconds == 0) {
@@ -133,7 +133,7 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
     mt_comm *comm;
     mt_comm_bootstrap_result boot = {0};
     if (!builder->identify)
-        st = mt_comm_bootstrap(&c, &boot);
+        st = comm_bootstrap(&c, &boot);
     /* Without MT_COMM_TCP_HOST, tcp listens on this host's address on the way to the store:
      * loopback when the store is local, else an address the other hosts reach too (srun across
      * nodes starts the ranks with no launcher to pick one). */
@@ -145,7 +145,7 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
         c.tcp_host = tcp_host;
     if (st)
         return mt_fail_context(st, "creating the world communicator (%s)", builder->name);
-    if ((st = mt_comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm))) {
+    if ((st = comm_new(c.rank, c.size, NULL, c.timeout_seconds, c.debug, &comm))) {
         mt_store_close(boot.store);
         mt_store_server_stop(boot.server);
         return st;
@@ -179,7 +179,7 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
     if (!parent)
         return mt_fail(MT_EINVAL, "split: no parent communicator");
     /* Counted on every member, whatever happens next: children's ids depend on it. */
-    int split_number = mt_flight_next_split(&parent->flight);
+    int split_number = flight_next_split(&parent->flight);
     if (color < MT_COMM_NO_GROUP)
         return mt_fail(MT_EINVAL, "split: color %d is negative (use MT_COMM_NO_GROUP to opt out)",
                        color);
@@ -212,9 +212,9 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
     }
     mt_comm *child = NULL;
     if (st == MT_OK && me >= 0)
-        st = mt_comm_new(me, n, world, parent->timeout_seconds, parent->debug, &child);
+        st = comm_new(me, n, world, parent->timeout_seconds, parent->debug, &child);
     if (st == MT_OK && child)
-        st = mt_flight_register_split(&child->flight, &parent->flight, split_number, color, world);
+        st = flight_register_split(&child->flight, &parent->flight, split_number, color, world);
     if (st == MT_OK) {
         st = parent->backend->split(parent, members, n, child, child ? &child->impl : &(void *){0});
         if (st == MT_OK && child) {
@@ -242,7 +242,7 @@ void mt_comm_destroy(mt_comm *comm)
 {
     if (!comm)
         return;
-    mt_comm_progress_stop(comm);
+    comm_progress_stop(comm);
     struct mt_store_server *server = comm->store_server;
     comm_free(comm);
     mt_store_server_stop(server);
@@ -280,7 +280,7 @@ mt_status mt_comm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
 
 /* The call stays collective, as the interface promises (the sizes were compared already):
  * a rank that cannot allocate fails them all. */
-mt_status mt_comm_alloc_ordinary(mt_comm *comm, size_t bytes, void **out)
+mt_status comm_alloc_ordinary(mt_comm *comm, size_t bytes, void **out)
 {
     size_t rounded = (bytes + 63) / 64 * 64;
     void *memory = aligned_alloc(64, rounded ? rounded : 64);
@@ -296,7 +296,7 @@ mt_status mt_comm_alloc_ordinary(mt_comm *comm, size_t bytes, void **out)
     return MT_OK;
 }
 
-void mt_comm_free_ordinary(void *impl, void *memory)
+void comm_free_ordinary(void *impl, void *memory)
 {
     (void)impl;
     free(memory);
@@ -308,7 +308,7 @@ void mt_comm_free_shared(mt_comm *comm, void *memory)
         comm->backend->free_shared(comm->impl, memory);
 }
 
-const char *mt_op_name(mt_op_kind kind)
+const char *comm_op_name(mt_op_kind kind)
 {
     static const char *const names[MT_OP_KIND_COUNT] = {
         "all-reduce", "reduce",  "broadcast", "all-gather", "reduce-scatter",
@@ -317,10 +317,10 @@ const char *mt_op_name(mt_op_kind kind)
     return kind < MT_OP_KIND_COUNT ? names[kind] : "unknown operation";
 }
 
-void mt_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_varies,
+void comm_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_varies,
                     mt_dtype dtype, mt_redop redop, int root, char *out, size_t capacity)
 {
-    snprintf(out, capacity, "%s #%llu (count %llu%s, %s", mt_op_name(kind),
+    snprintf(out, capacity, "%s #%llu (count %llu%s, %s", comm_op_name(kind),
              (unsigned long long)seq, count_varies ? 0ull : (unsigned long long)count,
              count_varies ? " per rank varying" : "", mt_dtype_name(dtype));
     size_t n = strlen(out);
@@ -332,7 +332,7 @@ void mt_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_var
         snprintf(out + n, capacity - n, ")");
 }
 
-uint64_t mt_op_counts_hash(const mt_comm_op *op, int size)
+uint64_t comm_op_counts_hash(const mt_comm_op *op, int size)
 {
     if (!op->counts)
         return 0;

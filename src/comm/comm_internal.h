@@ -36,7 +36,7 @@ typedef struct mt_comm_op {
     int peer, tag;         /* send, recv */
 } mt_comm_op;
 
-const char *mt_op_name(mt_op_kind kind);
+const char *comm_op_name(mt_op_kind kind);
 static inline int mt_op_is_rooted(mt_op_kind k) { return k == MT_OP_REDUCE || k == MT_OP_BROADCAST; }
 static inline int mt_op_is_reduction(mt_op_kind k)
 {
@@ -50,10 +50,10 @@ static inline int mt_op_avg_needs_wide_sum(const mt_comm_op *op)
 }
 /* Variable counts as one number for headers that ranks compare: 0 when the op has none,
  * else a hash that is equal on every rank exactly when the counts are (never 0). */
-uint64_t mt_op_counts_hash(const mt_comm_op *op, int size);
+uint64_t comm_op_counts_hash(const mt_comm_op *op, int size);
 /* How error messages name a call, the same in every back end: "all-reduce #3 (count 7, f32,
  * sum)"; counts that vary per rank print as such. */
-void mt_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_varies,
+void comm_op_describe(mt_op_kind kind, uint64_t seq, uint64_t count, int count_varies,
                     mt_dtype dtype, mt_redop redop, int root, char *out, size_t capacity);
 /* Elements rank r contributes (or receives) under op: counts[r] or count. */
 static inline size_t mt_op_count_of(const mt_comm_op *op, int r)
@@ -171,18 +171,18 @@ struct mt_comm {
 /* comm.c */
 /* Registered memory for back ends whose peers cannot read it (tcp, mpi): ordinary memory,
  * aligned for the vector copies and reductions, still allocated collectively. */
-mt_status mt_comm_alloc_ordinary(mt_comm *comm, size_t bytes, void **out);
-void mt_comm_free_ordinary(void *impl, void *memory);
+mt_status comm_alloc_ordinary(mt_comm *comm, size_t bytes, void **out);
+void comm_free_ordinary(void *impl, void *memory);
 /* A communicator without a back end yet (the back end's create or split fills it in). */
-mt_status mt_comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
+mt_status comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
                       int debug, mt_comm **out);
 /* progress.c */
-mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work);
-mt_status mt_comm_run(mt_comm *comm, const mt_comm_op *op);
-void mt_comm_progress_stop(mt_comm *comm);
+mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work);
+mt_status comm_run(mt_comm *comm, const mt_comm_op *op);
+void comm_progress_stop(mt_comm *comm);
 /* Advances pending transfers if no other thread is doing so; returns 1 if any moved. */
-int mt_comm_progress_p2p(mt_comm *comm);
-void mt_comm_mark_broken(mt_comm *comm, const char *message);
+int comm_progress_p2p(mt_comm *comm);
+void comm_mark_broken(mt_comm *comm, const char *message);
 
 /* bootstrap.c: rank and size (from the config, else the launcher's variables), a connection
  * to the job's store, joined as this rank, and the key its data plane proves (tcp's handshake,
@@ -197,7 +197,7 @@ typedef struct mt_comm_bootstrap_result {
     /* HMAC(secret, "meshtrain data plane key" NUL "attempt<N>/"): of this job and attempt. */
     unsigned char data_key[MT_COMM_KEY_BYTES];
 } mt_comm_bootstrap_result;
-mt_status mt_comm_bootstrap(mt_comm_config *config, mt_comm_bootstrap_result *out);
+mt_status comm_bootstrap(mt_comm_config *config, mt_comm_bootstrap_result *out);
 
 /* How each back end builds a world communicator (comm.c picks one by name). */
 typedef struct mt_comm_world_builder {
@@ -211,36 +211,36 @@ typedef struct mt_comm_world_builder {
                               const mt_comm_config *config, void **impl);
 } mt_comm_world_builder;
 
-extern const mt_comm_backend mt_shm_backend, mt_tcp_backend, mt_hier_backend;
-extern const mt_comm_world_builder mt_shm_world, mt_tcp_world, mt_hier_world;
+extern const mt_comm_backend shm_backend, tcp_backend, hier_backend;
+extern const mt_comm_world_builder shm_world, tcp_world, hier_world;
 #ifdef MT_HAVE_MPI
-extern const mt_comm_backend mt_mpi_backend;
-extern const mt_comm_world_builder mt_mpi_world;
+extern const mt_comm_backend mpi_backend;
+extern const mt_comm_world_builder mpi_world;
 #endif
 
 #ifdef MT_HAVE_MPI
 /* mpi_backend.c, for bootstrapping the other back ends under mpirun: rank 0's `bytes` reach
  * every rank (MPI is started if needed); rank and size as MPI sees them. */
-mt_status mt_mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
+mt_status mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
                                  int *size);
 /* "Open MPI", "MPICH" or "MPI": whose launcher's variables this build's MPI understands. */
-const char *mt_mpi_library_family(void);
+const char *mpi_library_family(void);
 #endif
 
 /* launcher_check.c: MT_EINVAL naming both MPIs when the other MPI's launcher (Open MPI's
  * mpirun, MPICH's Hydra) started a build that links this one; MT_OK otherwise, and always in
  * a build without MPI. */
 struct mt_job_env;
-mt_status mt_comm_launcher_check(const struct mt_job_env *job);
+mt_status comm_launcher_check(const struct mt_job_env *job);
 
 /* shm_backend.c: a shm group of some of a parent's members, all on this host, whatever the
  * parent's back end (hier builds its host groups over tcp). The group takes the algorithm
  * and registered-memory registry of `like` (another shm group's impl), or when `like` is NULL
  * the named algorithm and a new registry over `world_size` ranks. Collective over the parent;
  * ranks outside the group pass child NULL. */
-mt_status mt_shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
+mt_status shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
                             const char *algorithm, int world_size, void **child_impl);
 /* This host's identity for grouping ranks: "boot" or "netns" (see mt_comm_config). */
-mt_status mt_host_identity(const char *kind, char *out, size_t capacity);
+mt_status comm_host_identity(const char *kind, char *out, size_t capacity);
 
 #endif

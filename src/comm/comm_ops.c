@@ -26,7 +26,7 @@ static size_t sum_counts(const mt_comm *comm, const size_t *counts)
 /* Checks what every operation shares; the per-kind buffer sizes follow. */
 static mt_status validate(mt_comm *comm, const mt_comm_op *op)
 {
-    const char *what = mt_op_name(op->kind);
+    const char *what = comm_op_name(op->kind);
     if (!comm)
         return mt_fail(MT_EINVAL, "%s: no communicator", what);
     if ((unsigned)op->dtype >= MT_DTYPE_COUNT)
@@ -94,8 +94,8 @@ static mt_status issue(mt_comm *comm, const mt_comm_op *op, mt_work **work)
     if (comm->delay_seconds > 0)
         mt_clock_nap(comm->delay_seconds);
     if (!work)
-        return mt_comm_run(comm, op);
-    return mt_comm_submit(comm, op, work);
+        return comm_run(comm, op);
+    return comm_submit(comm, op, work);
 }
 
 #define OP(...) (&(mt_comm_op){__VA_ARGS__})

@@ -156,7 +156,7 @@ static int lookup(const char *name, int n, const char *(*name_of)(int))
     }
     return -1;
 }
-static const char *op_name_of(int i) { return mt_op_name((mt_op_kind)i); }
+static const char *op_name_of(int i) { return comm_op_name((mt_op_kind)i); }
 static const char *dtype_name_of(int i) { return mt_dtype_name((mt_dtype)i); }
 static const char *redop_name_of(int i) { return mt_redop_name((mt_redop)i); }
 
@@ -184,7 +184,7 @@ static int parse_call(fields *f, const comm_view *c, call *out)
     out->kind = lookup(get(f, "kind"), MT_OP_KIND_COUNT, op_name_of);
     out->dtype = lookup(get(f, "dtype"), MT_DTYPE_COUNT, dtype_name_of);
     out->redop = lookup(get(f, "redop"), MT_REDOP_COUNT, redop_name_of);
-    out->state = lookup(get(f, "state"), MT_FLIGHT_FAILED + 1, mt_flight_state_name);
+    out->state = lookup(get(f, "state"), MT_FLIGHT_FAILED + 1, flight_state_name);
     int transfer = out->kind == MT_OP_SEND || out->kind == MT_OP_RECV;
     return ok && out->kind >= 0 && out->dtype >= 0 && out->redop >= 0 && out->state > 0 &&
            (!transfer || out->peer >= 0);
@@ -395,7 +395,7 @@ static int same_call(const call *a, const call *b)
 static void add_call(mt_text *t, const call *c)
 {
     char description[256];
-    mt_op_describe(c->kind, c->seq, c->count, c->varies, c->dtype, c->redop, c->root,
+    comm_op_describe(c->kind, c->seq, c->count, c->varies, c->dtype, c->redop, c->root,
                    description, sizeof description);
     mt_text_add(t, "%s", description);
 }
@@ -449,8 +449,8 @@ static void add_absent(mt_text *t, const group *g, dump *dumps, const int *posit
         add_ranks(t, ranks, k);
         if (last)
             mt_text_add(t, " %s it (%s last call there: %s #%llu, %s)", verb, k == 1 ? "its" : "their",
-                mt_op_name(last->kind), (unsigned long long)last->seq,
-                mt_flight_state_name(last->state));
+                comm_op_name(last->kind), (unsigned long long)last->seq,
+                flight_state_name(last->state));
         else
             mt_text_add(t, " %s it (%s no collective call there)", verb, k == 1 ? "it made" : "they made");
     }
@@ -593,7 +593,7 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
                     ranks[k++] = world_rank_of(g, p);
             if (!k)
                 continue;
-            mt_text_add(&t, "%s%s on ", sep, mt_flight_state_name(states[s]));
+            mt_text_add(&t, "%s%s on ", sep, flight_state_name(states[s]));
             add_ranks(&t, ranks, k);
             sep = ", ";
         }
@@ -609,7 +609,7 @@ out:
 
 static void add_transfer(mt_text *t, const group *g, const call *c)
 {
-    mt_text_add(t, "%s %s rank %d (count %llu, %s, tag %d)", mt_op_name(c->kind),
+    mt_text_add(t, "%s %s rank %d (count %llu, %s, tag %d)", comm_op_name(c->kind),
         c->kind == MT_OP_SEND ? "to" : "from", world_rank_of(g, c->peer),
         (unsigned long long)c->count, mt_dtype_name(c->dtype), c->tag);
 }
@@ -633,7 +633,7 @@ static void analyze_transfers(const group *g, dump *dumps, FILE *out, int *findi
             mt_text_add(&t, "comm %s: rank %d waits in ", g->first->name, world_rank_of(g, p));
             add_transfer(&t, g, c);
             mt_text_add(&t, " (its transfer #%llu there, %s); ", (unsigned long long)c->seq,
-                mt_flight_state_name(c->state));
+                flight_state_name(c->state));
             const comm_view *pv = view_of(g, dumps, c->peer);
             const call *last = NULL;
             int wanted = c->kind == MT_OP_SEND ? MT_OP_RECV : MT_OP_SEND;
@@ -644,12 +644,12 @@ static void analyze_transfers(const group *g, dump *dumps, FILE *out, int *findi
             if (!pv && g->dump_of[c->peer] < 0)
                 mt_text_add(&t, "no dump from rank %d", peer);
             else if (!last)
-                mt_text_add(&t, "rank %d made no %s to rank %d there", peer, mt_op_name(wanted),
+                mt_text_add(&t, "rank %d made no %s to rank %d there", peer, comm_op_name(wanted),
                     world_rank_of(g, p));
             else {
                 mt_text_add(&t, "rank %d's last: ", peer);
                 add_transfer(&t, g, last);
-                mt_text_add(&t, ", %s", mt_flight_state_name(last->state));
+                mt_text_add(&t, ", %s", flight_state_name(last->state));
             }
             finding(out, findings, &t);
             reported++;

@@ -22,7 +22,7 @@ static void boot_identity(char *out, size_t capacity)
     snprintf(out, capacity, "%s/%s", host, boot);
 }
 
-mt_status mt_host_identity(const char *kind, char *out, size_t capacity)
+mt_status comm_host_identity(const char *kind, char *out, size_t capacity)
 {
     /* A launcher that knows the topology better (or a test) names the host itself. */
     if (kind && strncmp(kind, "name:", 5) == 0 && kind[5]) {

@@ -18,10 +18,10 @@ static const mpi_family MPICH = {"MPICH", "mpiexec.mpich (Hydra)",
                                  "mpicc.mpich"};
 #endif
 
-mt_status mt_comm_launcher_check(const mt_job_env *job)
+mt_status comm_launcher_check(const mt_job_env *job)
 {
 #ifdef MT_HAVE_MPI
-    const char *family = mt_mpi_library_family();
+    const char *family = mpi_library_family();
     const mpi_family *built = strcmp(family, OPEN_MPI.name) == 0 ? &OPEN_MPI
                               : strcmp(family, MPICH.name) == 0  ? &MPICH
                                                                  : NULL;

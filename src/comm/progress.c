@@ -11,7 +11,7 @@
 
 static int is_p2p(const mt_comm_op *op) { return op->kind == MT_OP_SEND || op->kind == MT_OP_RECV; }
 
-void mt_comm_mark_broken(mt_comm *comm, const char *message)
+void comm_mark_broken(mt_comm *comm, const char *message)
 {
     pthread_mutex_lock(&comm->lock);
     if (!atomic_load(&comm->broken)) {
@@ -35,7 +35,7 @@ static mt_status broken_status(mt_comm *comm)
 static mt_status note_result(mt_comm *comm, mt_status st)
 {
     if (st == MT_EPEER)
-        mt_comm_mark_broken(comm, mt_last_error());
+        comm_mark_broken(comm, mt_last_error());
     return st;
 }
 
@@ -65,7 +65,7 @@ static mt_status verify_replicated(mt_comm *comm, const mt_comm_op *op, uint64_t
     if (st == MT_OK && (most[0] != (int64_t)h || ~most[1] != (int64_t)h))
         st = mt_fail(MT_EPEER, "debug check: ranks hold different results after %s #%llu "
                                "(rank %d's differs from another rank's)",
-                     mt_op_name(op->kind), (unsigned long long)seq, comm->rank);
+                     comm_op_name(op->kind), (unsigned long long)seq, comm->rank);
     return st;
 }
 
@@ -76,15 +76,15 @@ static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t se
                                 uint64_t ticket)
 {
     if (ticket)
-        mt_flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
+        flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
     else
-        ticket = mt_flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
+        ticket = flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
     mt_status st = comm->backend->collective(comm->impl, op, seq);
     if (st == MT_OK && comm->debug)
         st = verify_replicated(comm, op, seq);
-    mt_flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
+    flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
     if (st)
-        mt_flight_on_failure(mt_last_error());
+        flight_on_failure(mt_last_error());
     return note_result(comm, st);
 }
 
@@ -101,7 +101,7 @@ static void finish_work(mt_work *w, mt_status st)
     pthread_mutex_unlock(&comm->lock);
 }
 
-int mt_comm_progress_p2p(mt_comm *comm)
+int comm_progress_p2p(mt_comm *comm)
 {
     if (!atomic_load(&comm->p2p_pending) || pthread_mutex_trylock(&comm->p2p_lock) != 0)
         return 0;
@@ -124,11 +124,11 @@ int mt_comm_progress_p2p(mt_comm *comm)
         if (st == MT_OK) {
             if (!w->flight_started) {
                 w->flight_started = 1;
-                mt_flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_STARTED);
+                flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_STARTED);
             }
             st = comm->backend->p2p_progress(comm->impl, &w->p2p, &done);
             if (st)
-                mt_flight_on_failure(mt_last_error());
+                flight_on_failure(mt_last_error());
             st = note_result(comm, st);
         }
         moved |= w->p2p.bytes_done != before || w->p2p.header_done != header_before;
@@ -143,7 +143,7 @@ int mt_comm_progress_p2p(mt_comm *comm)
                 comm->p2p_tail = e;
         }
         atomic_fetch_sub(&comm->p2p_pending, 1);
-        mt_flight_update(&comm->flight, w->flight_ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
+        flight_update(&comm->flight, w->flight_ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
         finish_work(w, st);
         moved = 1;
     }
@@ -182,7 +182,7 @@ static void *progress_thread(void *arg)
             if (st == MT_OK)
                 st = run_collective(comm, &w->op, w->seq, w->flight_ticket);
             else
-                mt_flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_FAILED);
+                flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_FAILED);
             finish_work(w, st);
             pthread_mutex_lock(&comm->lock);
             comm->collective_running = 0;
@@ -192,7 +192,7 @@ static void *progress_thread(void *arg)
         }
         if (atomic_load(&comm->p2p_pending)) {
             pthread_mutex_unlock(&comm->lock);
-            if (mt_comm_progress_p2p(comm))
+            if (comm_progress_p2p(comm))
                 idle = 0;
             else
                 backoff(&idle);
@@ -207,7 +207,7 @@ static void *progress_thread(void *arg)
     return NULL;
 }
 
-mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
+mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
 {
     *work = NULL;
     mt_work *w = calloc(1, sizeof *w);
@@ -228,7 +228,7 @@ mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
     if (is_p2p(op)) {
         pthread_mutex_unlock(&comm->lock);
         pthread_mutex_lock(&comm->p2p_lock);
-        w->flight_ticket = mt_flight_issue(&comm->flight, op, 0, MT_FLIGHT_ISSUED);
+        w->flight_ticket = flight_issue(&comm->flight, op, 0, MT_FLIGHT_ISSUED);
         if (comm->p2p_tail)
             comm->p2p_tail->next = w;
         else
@@ -239,7 +239,7 @@ mt_status mt_comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
         pthread_mutex_lock(&comm->lock);
     } else {
         w->seq = ++comm->seq;
-        w->flight_ticket = mt_flight_issue(&comm->flight, op, w->seq, MT_FLIGHT_ISSUED);
+        w->flight_ticket = flight_issue(&comm->flight, op, w->seq, MT_FLIGHT_ISSUED);
         if (comm->collective_tail)
             comm->collective_tail->next = w;
         else
@@ -257,7 +257,7 @@ mt_status mt_work_test(mt_work *work, bool *done)
     if (!work)
         return mt_fail(MT_EINVAL, "test: no work handle");
     if (is_p2p(&work->op))
-        mt_comm_progress_p2p(work->comm);
+        comm_progress_p2p(work->comm);
     *done = atomic_load_explicit(&work->done, memory_order_acquire) != 0;
     return MT_OK;
 }
@@ -271,7 +271,7 @@ mt_status mt_work_wait(mt_work *work)
     while (!atomic_load_explicit(&work->done, memory_order_acquire)) {
         if (is_p2p(&work->op)) {
             /* Drive transfers here rather than wait for the progress thread to wake. */
-            if (mt_comm_progress_p2p(comm))
+            if (comm_progress_p2p(comm))
                 rounds = 0;
             else
                 backoff(&rounds);
@@ -293,7 +293,7 @@ mt_status mt_work_wait(mt_work *work)
     return st;
 }
 
-mt_status mt_comm_run(mt_comm *comm, const mt_comm_op *op)
+mt_status comm_run(mt_comm *comm, const mt_comm_op *op)
 {
     mt_status st = broken_status(comm);
     if (st)
@@ -314,12 +314,12 @@ mt_status mt_comm_run(mt_comm *comm, const mt_comm_op *op)
         }
     }
     mt_work *w;
-    if ((st = mt_comm_submit(comm, op, &w)))
+    if ((st = comm_submit(comm, op, &w)))
         return st;
     return mt_work_wait(w);
 }
 
-void mt_comm_progress_stop(mt_comm *comm)
+void comm_progress_stop(mt_comm *comm)
 {
     pthread_mutex_lock(&comm->lock);
     int started = comm->thread_started;

@@ -121,7 +121,7 @@ static void check_decode(const uint8_t raw[TCP_FRAME_BYTES])
     tcp_frame back;
     REQUIRE(tcp_frame_decode(again, &back) == MT_OK && same_frame(&back, &f),
             "decode(encode(f)) != f");
-    REQUIRE(strcmp(mt_op_name((mt_op_kind)f.op_kind), "unknown operation") != 0 &&
+    REQUIRE(strcmp(comm_op_name((mt_op_kind)f.op_kind), "unknown operation") != 0 &&
                 strcmp(mt_dtype_name((mt_dtype)f.dtype), "unknown") != 0 &&
                 mt_dtype_size((mt_dtype)f.dtype) > 0 &&
                 strcmp(mt_redop_name((mt_redop)f.redop), "unknown") != 0,
@@ -206,7 +206,7 @@ static mt_comm *fuzz_comm(void)
 {
     static mt_comm *comm;
     if (!comm)
-        REQUIRE(mt_comm_new(0, 2, WORLD_RANKS, 5.0, 0, &comm) == MT_OK,
+        REQUIRE(comm_new(0, 2, WORLD_RANKS, 5.0, 0, &comm) == MT_OK,
                 "a communicator of rank 0 of 2");
     return comm;
 }
@@ -757,7 +757,7 @@ static void write_seeds(const char *dir)
     for (unsigned which = 0; which < N_EXPECTED_OPS; which++) {
         stream s = collective_frames(which, 3);
         char name[64];
-        snprintf(name, sizeof name, "collective-%s", mt_op_name(expected_op(which).kind));
+        snprintf(name, sizeof name, "collective-%s", comm_op_name(expected_op(which).kind));
         write_seed(dir, name, (uint8_t)(which << 2 | SCENARIO_COLLECTIVE), &s);
     }
     stream late = collective_frames(0, 3);

@@ -232,7 +232,7 @@ static void handshake_checks(void)
 static void accept_without_descriptors(void)
 {
     static mt_comm *comm;
-    CHECK(mt_comm_new(0, 2, NULL, 5.0, 0, &comm) == MT_OK);
+    CHECK(comm_new(0, 2, NULL, 5.0, 0, &comm) == MT_OK);
     tcp_group *g = NULL;
     CHECK(comm && tcp_group_new(comm, WORLD_ID, KEY, &g) == MT_OK);
     int listen_fd = -1;

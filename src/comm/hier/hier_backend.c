@@ -87,16 +87,16 @@ static mt_status hier_build(mt_comm *comm, mt_comm *flat, const int *host_of, vo
         g->uniform = 1;
         for (int h = 1; h < g->hosts; h++)
             g->uniform &= per_host[h] == per_host[0];
-        st = mt_comm_new(g->local_rank_of[flat->rank], local_size, world, flat->timeout_seconds,
+        st = comm_new(g->local_rank_of[flat->rank], local_size, world, flat->timeout_seconds,
                          flat->debug, &g->local);
     }
     /* The host group is built even after a local failure: every flat member must take part. */
     void *local_impl = NULL;
-    mt_status built = mt_shm_group_from(flat, members, st == MT_OK ? g->local : NULL, like,
+    mt_status built = shm_group_from(flat, members, st == MT_OK ? g->local : NULL, like,
                                         algorithm, world_size, &local_impl);
     if (st == MT_OK && (st = built) == MT_OK) {
         g->local->impl = local_impl;
-        g->local->backend = &mt_shm_backend;
+        g->local->backend = &shm_backend;
         g->local_members = members;
         members = NULL;
     }
@@ -140,19 +140,19 @@ static mt_status hier_create_world(mt_comm *comm, const mt_comm_bootstrap_result
 {
     *impl = NULL;
     mt_comm *flat;
-    mt_status st = mt_comm_new(comm->rank, comm->size, NULL, comm->timeout_seconds, comm->debug,
+    mt_status st = comm_new(comm->rank, comm->size, NULL, comm->timeout_seconds, comm->debug,
                                &flat);
     if (st)
         return st;
-    if ((st = mt_tcp_world.create_world(flat, boot, config, &flat->impl))) {
+    if ((st = tcp_world.create_world(flat, boot, config, &flat->impl))) {
         mt_comm_destroy(flat);
         return st;
     }
-    flat->backend = &mt_tcp_backend;
+    flat->backend = &tcp_backend;
     char mine[HOST_ID_BYTES] = "";
     char *ids = calloc((size_t)comm->size, HOST_ID_BYTES);
     int *host_of = malloc((size_t)comm->size * sizeof *host_of);
-    st = ids && host_of ? mt_host_identity(config->host_identity, mine, sizeof mine)
+    st = ids && host_of ? comm_host_identity(config->host_identity, mine, sizeof mine)
                         : mt_fail(MT_ENOMEM, "hier: allocating %d host names", comm->size);
     /* Every rank joins the exchange, even after a local failure, so that none is left waiting. */
     mt_status exchanged = mt_comm_allgather(flat, mine, ids, ids ? HOST_ID_BYTES : 0, MT_U8);
@@ -297,7 +297,7 @@ static mt_status hier_flat(hier_group *g, const mt_comm_op *op)
     case MT_OP_BARRIER:
         return mt_comm_barrier(f);
     default:
-        return mt_fail(MT_EINVAL, "hier: %s is not a collective", mt_op_name(op->kind));
+        return mt_fail(MT_EINVAL, "hier: %s is not a collective", comm_op_name(op->kind));
     }
 }
 
@@ -312,7 +312,7 @@ static hier_call call_of(const mt_comm_op *op, uint64_t seq, int size)
     hier_call c = {.seq = seq, .count = op->counts ? 0 : op->count, .kind = op->kind,
                    .dtype = op->dtype, .redop = mt_op_is_reduction(op->kind) ? op->redop : 0,
                    .root = mt_op_is_rooted(op->kind) ? op->root : 0,
-                   .counts_hash = mt_op_counts_hash(op, size)};
+                   .counts_hash = comm_op_counts_hash(op, size)};
     return c;
 }
 
@@ -330,15 +330,15 @@ static mt_status agree_on_host(hier_group *g, const mt_comm_op *op, uint64_t seq
                        : mt_fail(MT_ENOMEM, "hier: comparing calls");
     if (st)
         st = mt_fail_context(st, "comparing the calls on this host before %s #%llu",
-                             mt_op_name(op->kind), (unsigned long long)seq);
+                             comm_op_name(op->kind), (unsigned long long)seq);
     for (int r = 0; st == MT_OK && r < n; r++) {
         if (memcmp(&all[r], &mine, sizeof mine) == 0)
             continue;
         char a[200], b[200];
         const hier_call *h = &all[r];
-        mt_op_describe((mt_op_kind)h->kind, h->seq, h->count, h->counts_hash != 0,
+        comm_op_describe((mt_op_kind)h->kind, h->seq, h->count, h->counts_hash != 0,
                        (mt_dtype)h->dtype, (mt_redop)h->redop, h->root, a, sizeof a);
-        mt_op_describe((mt_op_kind)mine.kind, mine.seq, mine.count, mine.counts_hash != 0,
+        comm_op_describe((mt_op_kind)mine.kind, mine.seq, mine.count, mine.counts_hash != 0,
                        (mt_dtype)mine.dtype, (mt_redop)mine.redop, mine.root, b, sizeof b);
         st = mt_fail(MT_EPEER, "mismatched collective: rank %d called %s but rank %d called %s",
                      g->local_members[r], a, g->flat->rank, b);
@@ -398,7 +398,7 @@ static size_t hier_buffer_bytes(void *impl)
            mt_comm_buffer_bytes(g->flat);
 }
 
-const mt_comm_backend mt_hier_backend = {
+const mt_comm_backend hier_backend = {
     .name = "hier",
     .collective = hier_collective,
     .p2p_progress = hier_p2p_progress,
@@ -410,8 +410,8 @@ const mt_comm_backend mt_hier_backend = {
     .buffer_bytes = hier_buffer_bytes,
 };
 
-const mt_comm_world_builder mt_hier_world = {
+const mt_comm_world_builder hier_world = {
     .name = "hier",
-    .backend = &mt_hier_backend,
+    .backend = &hier_backend,
     .create_world = hier_create_world,
 };

@@ -23,7 +23,7 @@ static const double SPIN_SECONDS = 50e-6, YIELD_SECONDS = 0.1;
 static const struct timespec NAP = {0, 50000};
 
 /* The MPI call an operation becomes, for messages. */
-const char *mt_mpi_call(const mt_comm_op *op)
+const char *mpi_call(const mt_comm_op *op)
 {
     switch (op->kind) {
     case MT_OP_ALLREDUCE: return "MPI_Iallreduce";
@@ -41,8 +41,8 @@ const char *mt_mpi_call(const mt_comm_op *op)
 
 static mt_status collective_failed(const mt_comm_op *op, uint64_t seq, int rc)
 {
-    return mt_mpi_fail(MT_EPEER, rc, "%s #%llu: %s failed", mt_op_name(op->kind),
-                       (unsigned long long)seq, mt_mpi_call(op));
+    return mpi_fail(MT_EPEER, rc, "%s #%llu: %s failed", comm_op_name(op->kind),
+                       (unsigned long long)seq, mpi_call(op));
 }
 
 /* Waits for the request of collective `op` (number `seq`), posted with return code rc. MPI
@@ -69,8 +69,8 @@ static mt_status wait_collective(mpi_group *g, const mt_comm_op *op, uint64_t se
             atomic_store(&g->collectives_abandoned, 1);
             return mt_fail(MT_EPEER, "%s #%llu did not complete within %g s (%s still pending): "
                                      "a rank is stuck, gone, or called another collective",
-                           mt_op_name(op->kind), (unsigned long long)seq,
-                           g->comm->timeout_seconds, mt_mpi_call(op));
+                           comm_op_name(op->kind), (unsigned long long)seq,
+                           g->comm->timeout_seconds, mpi_call(op));
         }
         if (waited < YIELD_SECONDS)
             sched_yield();
@@ -102,7 +102,7 @@ static mt_status too_large(const mt_comm_op *op, size_t elements)
 {
     return mt_fail(MT_EINVAL, "%s of %zu elements: the mpi back end passes MPI at most INT_MAX "
                               "(%d) elements per call and splits only all-reduce, reduce and "
-                              "broadcast into pieces", mt_op_name(op->kind), elements, INT_MAX);
+                              "broadcast into pieces", comm_op_name(op->kind), elements, INT_MAX);
 }
 
 static int64_t widened(mt_dtype dtype, const void *data, size_t i)
@@ -126,8 +126,8 @@ static void store_average(mt_dtype dtype, const int64_t *sum, size_t n, int rank
 static int post_piece(mpi_group *g, const mt_comm_op *op, size_t first, size_t n,
                       MPI_Request *request)
 {
-    MPI_Datatype type = mt_mpi_datatype(op->dtype);
-    MPI_Op reduction = mt_mpi_op(op->dtype, op->redop);
+    MPI_Datatype type = mpi_datatype(op->dtype);
+    MPI_Op reduction = mpi_op(op->dtype, op->redop);
     size_t offset = first * mt_dtype_size(op->dtype);
     const void *send = at(op->send, offset);
     void *recv = at(op->recv, offset);
@@ -173,7 +173,7 @@ static mt_status average_narrow(mpi_group *g, const mt_comm_op *op, uint64_t seq
     int64_t *wide = malloc((window ? window : 1) * sizeof *wide);
     if (!wide)
         return mt_fail(MT_ENOMEM, "%s #%llu: allocating %zu bytes of scratch",
-                       mt_op_name(op->kind), (unsigned long long)seq, window * sizeof *wide);
+                       comm_op_name(op->kind), (unsigned long long)seq, window * sizeof *wide);
     int reduce = op->kind == MT_OP_REDUCE, keeps = !reduce || g->comm->rank == op->root;
     size_t esz = mt_dtype_size(op->dtype), first = 0;
     MPI_Request request = MPI_REQUEST_NULL;
@@ -210,7 +210,7 @@ static mt_status int_layout(mpi_group *g, const mt_comm_op *op, int **counts, in
     if (!*counts || !*offsets) {
         free(*counts), free(*offsets);
         *counts = *offsets = NULL;
-        return mt_fail(MT_ENOMEM, "%s: allocating the counts of %d ranks", mt_op_name(op->kind),
+        return mt_fail(MT_ENOMEM, "%s: allocating the counts of %d ranks", comm_op_name(op->kind),
                        size);
     }
     for (int r = 0; r < size; r++) {
@@ -226,7 +226,7 @@ static mt_status allgather(mpi_group *g, const mt_comm_op *op, uint64_t seq)
     mt_status st = int_layout(g, op, &counts, &offsets);
     if (st)
         return st;
-    MPI_Datatype type = mt_mpi_datatype(op->dtype);
+    MPI_Datatype type = mpi_datatype(op->dtype);
     int me = g->comm->rank;
     /* comm.h's in-place form (send is this rank's block of recv) is MPI's MPI_IN_PLACE. */
     const void *mine = at(op->recv, (size_t)offsets[me] * mt_dtype_size(op->dtype));
@@ -261,7 +261,7 @@ static mt_status reduce_scatter_average_narrow(mpi_group *g, const mt_comm_op *o
     if (!wide_send || !wide_recv) {
         free(wide_send), free(wide_recv);
         return mt_fail(MT_ENOMEM, "%s #%llu: allocating scratch for %zu elements",
-                       mt_op_name(op->kind), (unsigned long long)seq, total);
+                       comm_op_name(op->kind), (unsigned long long)seq, total);
     }
     for (size_t i = 0; i < total; i++)
         wide_send[i] = widened(op->dtype, op->send, i);
@@ -298,13 +298,13 @@ static mt_status reduce_scatter(mpi_group *g, const mt_comm_op *op, uint64_t seq
         if (!(scratch = malloc(mine ? mine * esz : 1))) {
             free(counts), free(offsets);
             return mt_fail(MT_ENOMEM, "%s #%llu: allocating %zu bytes of scratch",
-                           mt_op_name(op->kind), (unsigned long long)seq, mine * esz);
+                           comm_op_name(op->kind), (unsigned long long)seq, mine * esz);
         }
         into = scratch;
     }
     MPI_Request request = MPI_REQUEST_NULL;
-    int rc = post_reduce_scatter(g, op, op->send, into, counts, mt_mpi_datatype(op->dtype),
-                                 mt_mpi_op(op->dtype, op->redop), &request);
+    int rc = post_reduce_scatter(g, op, op->send, into, counts, mpi_datatype(op->dtype),
+                                 mpi_op(op->dtype, op->redop), &request);
     st = wait_collective(g, op, seq, rc, &request);
     if (st == MT_OK && scratch)
         memcpy(op->recv, scratch, mine * esz);
@@ -319,14 +319,14 @@ static mt_status alltoall(mpi_group *g, const mt_comm_op *op, uint64_t seq)
 {
     if (op->count * (size_t)g->comm->size > INT_MAX)
         return too_large(op, op->count * (size_t)g->comm->size);
-    MPI_Datatype type = mt_mpi_datatype(op->dtype);
+    MPI_Datatype type = mpi_datatype(op->dtype);
     MPI_Request request = MPI_REQUEST_NULL;
     int rc = MPI_Ialltoall(op->send, (int)op->count, type, op->recv, (int)op->count, type,
                            g->collectives, &request);
     return wait_collective(g, op, seq, rc, &request);
 }
 
-mt_status mt_mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+mt_status mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq)
 {
     mpi_group *g = impl;
     MPI_Request request = MPI_REQUEST_NULL;
@@ -342,6 +342,6 @@ mt_status mt_mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq)
     case MT_OP_ALLTOALL: return alltoall(g, op, seq);
     case MT_OP_BARRIER:
         return wait_collective(g, op, seq, MPI_Ibarrier(g->collectives, &request), &request);
-    default: return mt_fail(MT_EINVAL, "mpi: %s is not a collective", mt_op_name(op->kind));
+    default: return mt_fail(MT_EINVAL, "mpi: %s is not a collective", comm_op_name(op->kind));
     }
 }

@@ -50,7 +50,7 @@ static mt_status check_received(mpi_group *g, const mt_comm_op *op, MPI_Status *
         return mt_fail(MT_EPEER, "%s: the next message from rank %d has another tag or type",
                        describe(op, what, sizeof what), op->peer);
     int got = 0;
-    MPI_Get_count(status, mt_mpi_datatype(op->dtype), &got);
+    MPI_Get_count(status, mpi_datatype(op->dtype), &got);
     if (got < 0 || (size_t)got != op->count)
         return mt_fail(MT_EPEER, "%s: the next message from rank %d has %d elements",
                        describe(op, what, sizeof what), op->peer, got);
@@ -97,7 +97,7 @@ static mt_status receive_when_arrived(mpi_group *g, mt_p2p *p2p, transfer *t, in
     *posted = 0;
     int rc = MPI_Improbe(op->peer, MPI_ANY_TAG, g->transfers, &arrived, &message, &status);
     if (rc != MPI_SUCCESS)
-        return mt_mpi_fail(MT_EPEER, rc, "%s: MPI_Improbe failed", describe(op, what, sizeof what));
+        return mpi_fail(MT_EPEER, rc, "%s: MPI_Improbe failed", describe(op, what, sizeof what));
     if (!arrived)
         return MT_OK;
     int bytes = 0;
@@ -112,14 +112,14 @@ static mt_status receive_when_arrived(mpi_group *g, mt_p2p *p2p, transfer *t, in
         return mt_fail(MT_EPEER, "%s: the next message from rank %d is longer",
                        describe(op, what, sizeof what), op->peer);
     }
-    rc = MPI_Imrecv(op->recv, (int)op->count, mt_mpi_datatype(op->dtype), &message, &t->request);
+    rc = MPI_Imrecv(op->recv, (int)op->count, mpi_datatype(op->dtype), &message, &t->request);
     if (rc != MPI_SUCCESS)
-        return mt_mpi_fail(MT_EPEER, rc, "%s: MPI_Imrecv failed", describe(op, what, sizeof what));
+        return mpi_fail(MT_EPEER, rc, "%s: MPI_Imrecv failed", describe(op, what, sizeof what));
     *posted = 1;
     return MT_OK;
 }
 
-mt_status mt_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
+mt_status mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     mpi_group *g = impl;
     const mt_comm_op *op = &p2p->op;
@@ -136,12 +136,12 @@ mt_status mt_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
                            describe(op, what, sizeof what));
         t->request = MPI_REQUEST_NULL;
         if (op->kind == MT_OP_SEND) {
-            int rc = MPI_Isend(op->send, (int)op->count, mt_mpi_datatype(op->dtype), op->peer,
+            int rc = MPI_Isend(op->send, (int)op->count, mpi_datatype(op->dtype), op->peer,
                                wire_tag(g, op->tag, op->dtype), g->transfers, &t->request);
             if (rc != MPI_SUCCESS) {
                 free(t);
-                return mt_mpi_fail(MT_EPEER, rc, "%s: %s failed",
-                                   describe(op, what, sizeof what), mt_mpi_call(op));
+                return mpi_fail(MT_EPEER, rc, "%s: %s failed",
+                                   describe(op, what, sizeof what), mpi_call(op));
             }
         }
         p2p->backend_state = t;
@@ -168,7 +168,7 @@ mt_status mt_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
         if (error_class == MPI_ERR_TRUNCATE)
             return mt_fail(MT_EPEER, "%s: the next message from rank %d is longer",
                            describe(op, what, sizeof what), op->peer);
-        return mt_mpi_fail(MT_EPEER, rc, "%s failed", describe(op, what, sizeof what));
+        return mpi_fail(MT_EPEER, rc, "%s failed", describe(op, what, sizeof what));
     }
     if (!complete)
         return mt_clock_seconds() - p2p->started > g->comm->timeout_seconds ? give_up(g, p2p)

@@ -29,7 +29,7 @@ static mt_status shm_create_world(mt_comm *comm, const mt_comm_bootstrap_result 
         return st;
     }
     world_record rec = {0}, mine = {0};
-    mt_host_identity("boot", mine.host, sizeof mine.host);
+    comm_host_identity("boot", mine.host, sizeof mine.host);
     if (comm->rank == 0) {
         shm_segment_remove_stale();
         st = shm_group_create_segment(g, rec.name, sizeof rec.name);
@@ -62,7 +62,7 @@ static mt_status shm_create_world(mt_comm *comm, const mt_comm_bootstrap_result 
     return MT_OK;
 }
 
-mt_status mt_shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
+mt_status shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
                             const char *algorithm, int world_size, void **child_impl)
 {
     const mt_shm_group *model = like;
@@ -118,7 +118,7 @@ static mt_status shm_split(mt_comm *parent, const int *members, int n_members, m
                            void **child_impl)
 {
     (void)n_members;
-    return mt_shm_group_from(parent, members, child, parent->impl, NULL, 0, child_impl);
+    return shm_group_from(parent, members, child, parent->impl, NULL, 0, child_impl);
 }
 
 static void shm_abort_group(void *impl, const char *message) { (void)shm_abort(impl, "%s", message); }
@@ -128,7 +128,7 @@ static void shm_destroy(void *impl) { shm_group_free(impl); }
 /* Its own block of the segment (control page, staging, rings); the peers' blocks are theirs. */
 static size_t shm_buffer_bytes(void *impl) { return ((mt_shm_group *)impl)->rank_stride; }
 
-const mt_comm_backend mt_shm_backend = {
+const mt_comm_backend shm_backend = {
     .name = "shm",
     .collective = shm_collective,
     .p2p_progress = shm_p2p_progress,
@@ -140,8 +140,8 @@ const mt_comm_backend mt_shm_backend = {
     .buffer_bytes = shm_buffer_bytes,
 };
 
-const mt_comm_world_builder mt_shm_world = {
+const mt_comm_world_builder shm_world = {
     .name = "shm",
-    .backend = &mt_shm_backend,
+    .backend = &shm_backend,
     .create_world = shm_create_world,
 };

@@ -21,7 +21,7 @@ static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, uns
     h->redop = mt_op_is_reduction(op->kind) ? (uint32_t)op->redop : 0;
     h->root = mt_op_is_rooted(op->kind) ? op->root : 0;
     h->count = op->counts ? 0 : op->count;
-    h->counts_hash = mt_op_counts_hash(op, g->size);
+    h->counts_hash = comm_op_counts_hash(op, g->size);
     h->send_addr = (uint64_t)(uintptr_t)op->send;
     h->recv_addr = (uint64_t)(uintptr_t)op->recv;
     h->flags = flags;
@@ -29,7 +29,7 @@ static void post_header(mt_shm_group *g, const mt_comm_op *op, uint64_t seq, uns
 
 static void describe_call(const shm_op_header *h, char *out, size_t capacity)
 {
-    mt_op_describe((mt_op_kind)h->kind, h->seq, h->count, h->counts_hash != 0,
+    comm_op_describe((mt_op_kind)h->kind, h->seq, h->count, h->counts_hash != 0,
                    (mt_dtype)h->dtype, (mt_redop)h->redop, h->root, out, capacity);
 }
 
@@ -420,7 +420,7 @@ static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t
 mt_status shm_collective(void *impl, const mt_comm_op *op, uint64_t seq)
 {
     mt_shm_group *g = impl;
-    g->op_name = mt_op_name(op->kind);
+    g->op_name = comm_op_name(op->kind);
     g->op_seq = seq;
     mt_status st = shm_check_aborted(g);
     if (st)
@@ -437,6 +437,6 @@ mt_status shm_collective(void *impl, const mt_comm_op *op, uint64_t seq)
         post_header(g, op, seq, 0);
         return enter_first_round(g, &flags);
     }
-    default: return mt_fail(MT_EINVAL, "%s is not a collective", mt_op_name(op->kind));
+    default: return mt_fail(MT_EINVAL, "%s is not a collective", comm_op_name(op->kind));
     }
 }

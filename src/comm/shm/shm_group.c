@@ -236,7 +236,7 @@ mt_status shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, 
             }
         }
         /* Transfers queued on this communicator keep moving while a collective waits. */
-        mt_comm_progress_p2p(g->comm);
+        comm_progress_p2p(g->comm);
         if (now - start < SLEEP_AFTER) {
             sched_yield();
         } else {

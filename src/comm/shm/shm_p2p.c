@@ -37,7 +37,7 @@ static mt_status check_stalled(mt_shm_group *g, mt_p2p *p2p)
     double now = mt_clock_seconds();
     if (!mt_p2p_check_due(p2p, now))
         return MT_OK;
-    g->op_name = mt_op_name(p2p->op.kind);
+    g->op_name = comm_op_name(p2p->op.kind);
     mt_status st = shm_check_peer_alive(g, p2p->op.peer);
     if (st || now - p2p->started <= g->timeout_seconds)
         return st;

@@ -134,19 +134,19 @@ static void tcp_abort_group(void *impl, const char *message) { (void)tcp_abort(i
 
 static void tcp_destroy(void *impl) { tcp_group_free(impl); }
 
-const mt_comm_backend mt_tcp_backend = {
+const mt_comm_backend tcp_backend = {
     .name = "tcp",
     .collective = tcp_collective,
     .p2p_progress = tcp_p2p_progress,
     .split = tcp_split,
-    .alloc_shared = mt_comm_alloc_ordinary, /* nothing is shared between processes over TCP */
-    .free_shared = mt_comm_free_ordinary,
+    .alloc_shared = comm_alloc_ordinary, /* nothing is shared between processes over TCP */
+    .free_shared = comm_free_ordinary,
     .abort = tcp_abort_group,
     .destroy = tcp_destroy,
 };
 
-const mt_comm_world_builder mt_tcp_world = {
+const mt_comm_world_builder tcp_world = {
     .name = "tcp",
-    .backend = &mt_tcp_backend,
+    .backend = &tcp_backend,
     .create_world = tcp_create_world,
 };

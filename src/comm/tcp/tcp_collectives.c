@@ -85,7 +85,7 @@ static mt_status reduce_slots(tcp_group *g, const mt_comm_op *op, const uint8_t 
 {
     const void **sources = malloc((size_t)g->size * sizeof *sources);
     if (!sources)
-        return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
+        return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     for (int q = 0; q < g->size; q++)
         sources[q] = q == g->rank ? (const void *)mine : slots + (size_t)q * slot_bytes;
     mt_reduce_sources(op->dtype, op->redop, dst, sources, g->size, count);
@@ -100,7 +100,7 @@ static mt_status reduce_direct(tcp_group *g, const mt_comm_op *op, uint64_t seq,
     size_t bytes = op->count * mt_dtype_size(op->dtype);
     uint8_t *slots = scratch(g, bytes * (size_t)g->size);
     if (!slots)
-        return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
+        return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     direct_parts parts = {whole_input, input_slot, slots};
     mt_status st = run_direct(g, op, seq, &parts);
     if (st || (root >= 0 && root != g->rank))
@@ -151,7 +151,7 @@ static mt_status reduce_scatter_direct(tcp_group *g, const mt_comm_op *op, uint6
     size_t esz = mt_dtype_size(op->dtype), n = mt_op_count_of(op, g->rank), bytes = n * esz;
     scatter_arg a = {g->rank, scratch(g, bytes * (size_t)g->size)};
     if (!a.slots)
-        return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
+        return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     direct_parts parts = {block_for, my_block_slot, &a};
     mt_status st = run_direct(g, op, seq, &parts);
     if (st)
@@ -291,7 +291,7 @@ static mt_status run_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, ring
     R->redop = op->redop == MT_AVG ? MT_SUM : op->redop;
     size_t *starts = malloc(2 * ((size_t)R->steps + 1) * sizeof *starts);
     if (!starts)
-        return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
+        return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     tcp_plan p;
     mt_status st = tcp_plan_init(&p, g, op, seq);
     if (st) {
@@ -340,7 +340,7 @@ static mt_status count_blocks(const mt_comm_op *op, int P, size_t **lo, size_t *
     *n = malloc((size_t)P * sizeof **n);
     if (!*lo || !*n) {
         free(*lo), free(*n);
-        return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
+        return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     }
     for (int b = 0; b < P; b++) {
         (*n)[b] = mt_op_count_of(op, b);
@@ -357,7 +357,7 @@ static mt_status reduce_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, i
     int keep = root < 0 || root == g->rank;
     uint8_t *space = scratch(g, TCP_CHUNK_BYTES + (keep ? 0 : bytes));
     if (!space)
-        return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
+        return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     /* The input is read where it is (no copy into the result first: at 256 MiB that copy
      * was a third of the time); every block of acc is written by a reduction or a receive. */
     ring R = {.steps = 2 * g->size - 2, .reduce_steps = g->size - 1, .tmp = space,
@@ -388,7 +388,7 @@ static mt_status reduce_scatter_ring(tcp_group *g, const mt_comm_op *op, uint64_
     size_t bytes = mt_op_total_count(op, g->size) * mt_dtype_size(op->dtype);
     uint8_t *space = scratch(g, TCP_CHUNK_BYTES + bytes);
     if (!space)
-        return mt_fail(MT_ENOMEM, "%s: out of memory", mt_op_name(op->kind));
+        return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     ring R = {.steps = g->size - 1, .reduce_steps = g->size - 1, .shift = 1, .tmp = space,
               .acc = space + TCP_CHUNK_BYTES, .input = op->send, .final_block = op->recv};
     mt_status st = count_blocks(op, g->size, &R.lo, &R.n);
@@ -503,6 +503,6 @@ mt_status tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq)
     case MT_OP_REDUCE_SCATTER: return reduce_scatter(g, op, seq);
     case MT_OP_ALLTOALL: return alltoall(g, op, seq);
     case MT_OP_BARRIER: return barrier(g, op, seq);
-    default: return mt_fail(MT_EINVAL, "%s is not a collective", mt_op_name(op->kind));
+    default: return mt_fail(MT_EINVAL, "%s is not a collective", comm_op_name(op->kind));
     }
 }

@@ -12,7 +12,7 @@
 /* Variable counts travel as a hash: equal on every rank exactly when the counts are. */
 static uint64_t counts_key(const mt_comm_op *op, int size)
 {
-    return op->counts ? mt_op_counts_hash(op, size) | 1ull << 63 : op->count;
+    return op->counts ? comm_op_counts_hash(op, size) | 1ull << 63 : op->count;
 }
 
 mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq)
@@ -31,7 +31,7 @@ mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_
         .seq = seq,
         .count = op->kind == MT_OP_BARRIER ? 0 : counts_key(op, g->size),
     };
-    snprintf(p->during, sizeof p->during, "%s #%llu", mt_op_name(op->kind),
+    snprintf(p->during, sizeof p->during, "%s #%llu", comm_op_name(op->kind),
              (unsigned long long)seq);
     /* At most a send and a receive per peer. */
     p->flows = calloc(2 * (size_t)g->size, sizeof *p->flows);
@@ -70,7 +70,7 @@ static void span_of(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **buf, 
 
 static void describe_call(const tcp_frame *h, char *out, size_t capacity)
 {
-    mt_op_describe((mt_op_kind)h->op_kind, h->seq, h->count, (h->count >> 63) != 0,
+    comm_op_describe((mt_op_kind)h->op_kind, h->seq, h->count, (h->count >> 63) != 0,
                    (mt_dtype)h->dtype, (mt_redop)h->redop, (int)h->root_or_tag, out, capacity);
 }
 
@@ -324,7 +324,7 @@ static mt_status run_flows(tcp_plan *p, wait_state *w)
             return st;
         /* Transfers on this communicator keep moving while a collective waits. */
         if (!moved)
-            mt_comm_progress_p2p(g->comm);
+            comm_progress_p2p(g->comm);
         /* Wake for transfers, and in time to blame a silent peer on schedule. */
         int wait_ms = atomic_load(&g->comm->p2p_pending) ? 1 : 100;
         const tcp_flow *target = blame_target(p);
