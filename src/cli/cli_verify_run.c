@@ -4,21 +4,19 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "cli_verify.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/data.h"
+#include "meshtrain/launch.h"
 #include "meshtrain/rng.h"
 
 enum { TAIL_LINES = 20, TAIL_BYTES = 64 * 1024 };
@@ -79,63 +77,6 @@ void cli_verify_end_by_signal(int signal_number)
     sigaddset(&set, signal_number);
     sigprocmask(SIG_UNBLOCK, &set, NULL);
     raise(signal_number);
-}
-
-/* Waits up to `seconds` for the child: 1 when it was reaped (its status in *status), 0 when it
- * is still running, -1 when waitpid fails (errno says why). */
-static int reap_within(pid_t pid, double seconds, int *status)
-{
-    double until = mt_clock_seconds() + seconds;
-    for (;;) {
-        pid_t done = waitpid(pid, status, WNOHANG);
-        if (done == pid)
-            return 1;
-        if (done < 0 && errno != EINTR)
-            return -1;
-        if (mt_clock_seconds() >= until)
-            return 0;
-        mt_clock_nap(0.02);
-    }
-}
-
-/* SIGTERM to the run's whole process group (a launcher passes it on to its workers and
- * removes their shared memory), SIGKILL if it is still there after STOP_SECONDS. */
-static void stop_group(pid_t pid)
-{
-    int status;
-    kill(-pid, SIGTERM);
-    if (reap_within(pid, STOP_SECONDS, &status) == 0) {
-        kill(-pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
-}
-
-/* The child's side: its own process group (so the whole run can be stopped at once), SIGTERM
- * should verify die (its own group keeps it from the terminal's Ctrl-C, which verify passes
- * on), output to the log, then this program as `meshtrain train`. Only async-signal-safe
- * calls after fork. */
-static void become_run(char *const *argv, int log_fd, pid_t verify)
-{
-    setpgid(0, 0); /* exec restores the default action of verify's caught signals */
-    sigaction(SIGPIPE, &callers_sigpipe, NULL); /* the one verify ignores for itself */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != verify) /* verify died before prctl */
-        _exit(127);
-    if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)
-        _exit(127);
-    if (log_fd > STDERR_FILENO)
-        close(log_fd);
-    /* Not the terminal: outside the terminal's foreground group, a read of it would stop the
-     * run (SIGTTIN) until the timeout. */
-    int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0)
-        _exit(127);
-    if (null_fd > STDERR_FILENO)
-        close(null_fd);
-    execv(argv[0], argv);
-    static const char message[] = "meshtrain verify: error: cannot start this program again\n";
-    (void)!write(STDERR_FILENO, message, sizeof message - 1);
-    _exit(127);
 }
 
 /* One argument as a shell reads it back: as it is when made only of characters no shell
@@ -223,7 +164,7 @@ int cli_verify_run(const char *name, char *const *argv, const char *log_path, do
                 strsignal(signal_number), name);
         return 128 + signal_number;
     }
-    FILE *log = fopen(log_path, "w");
+    FILE *log = fopen(log_path, "we"); /* close-on-exec: the run gets it as stdout alone */
     if (!log) {
         fprintf(stderr, "meshtrain verify: error: cannot write %s: %s\n", log_path,
                 strerror(errno));
@@ -232,28 +173,34 @@ int cli_verify_run(const char *name, char *const *argv, const char *log_path, do
     write_command(log, argv);
     fflush(stdout);
     fflush(stderr);
-    pid_t verify = getpid(), pid = fork();
-    if (pid == 0)
-        become_run(argv, fileno(log), verify);
+    /* Its own group keeps the run from the terminal's Ctrl-C, which verify passes on; SIGPIPE
+     * as verify's caller left it, not as verify ignores it for itself. */
+    mt_process_spec spec = {.path = argv[0], .argv = argv, .stdout_fd = fileno(log),
+                            .stderr_fd = fileno(log), .stdin_null = 1, .cpu = -1,
+                            .default_sigpipe = callers_sigpipe.sa_handler != SIG_IGN};
+    pid_t pid;
+    int exec_errno;
+    mt_status started = mt_process_start(&spec, &pid, &exec_errno);
     fclose(log);
-    if (pid < 0) {
+    if (started || exec_errno) {
+        if (pid > 0)
+            waitpid(pid, &(int){0}, 0);
         fprintf(stderr, "meshtrain verify: error: cannot start the %s run: %s\n", name,
-                strerror(errno));
+                started ? mt_last_error() : strerror(exec_errno));
         return 1;
     }
-    setpgid(pid, pid); /* also here, so a signal sent before the child runs reaches its group */
     fflush(stdout);     /* nothing is printed while it runs; keep stdout before stderr */
     double deadline = mt_clock_seconds() + timeout;
     int status = 0, reaped;
-    while ((reaped = reap_within(pid, 0.1, &status)) == 0) {
+    while ((reaped = mt_process_reap_within(pid, 0.1, &status)) == 0) {
         if ((signal_number = interrupted)) {
             fprintf(stderr, "\nmeshtrain verify: %s: stopping the %s run\n",
                     strsignal(signal_number), name);
-            stop_group(pid);
+            mt_process_stop_group(pid, STOP_SECONDS);
             return 128 + signal_number;
         }
         if (mt_clock_seconds() > deadline) {
-            stop_group(pid);
+            mt_process_stop_group(pid, STOP_SECONDS);
             fprintf(stderr, "meshtrain verify: error: the %s run did not finish within %g s; ",
                     name, timeout);
             cli_verify_print_tail(log_path);

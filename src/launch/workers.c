@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "launch_internal.h"
+#include "meshtrain/launch.h"
 
 /* Output taken from one pipe in one pass of worker_set_drain. */
 enum { DRAIN_PASS_BYTES = 64 * 1024 };
@@ -139,46 +140,6 @@ mt_status worker_set_prepare(worker_set *s, int count, int first_rank, char *con
 
 /* ---- starting ---- */
 
-/* Runs in the forked child: async-signal-safe calls only, then exec. On failure the errno
- * goes to the parent through the close-on-exec pipe (which closes unread on success). */
-static void run_child(const worker_set *s, const worker *w, const int out[2], const int err[2],
-                      int error_pipe, pid_t launcher)
-{
-    setpgid(0, 0);
-    /* A launcher that dies (even by SIGKILL) takes its workers with it. One that died before
-     * the request sends no signal: the child sees it by having another parent. */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != launcher)
-        _exit(125);
-    if (out[1] >= 0) {
-        dup2(out[1], STDOUT_FILENO);
-        dup2(err[1], STDERR_FILENO);
-    }
-    if (w->cpu >= 0) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(w->cpu, &one);
-        (void)sched_setaffinity(0, sizeof one, &one); /* a performance hint; not fatal */
-    }
-    sigprocmask(SIG_SETMASK, &s->child_mask, NULL);
-    execve(s->path, s->argv, w->envp);
-    int e = errno;
-    ssize_t ignored = write(error_pipe, &e, sizeof e);
-    (void)ignored;
-    _exit(127);
-}
-
-/* Blocks until the child has exec'd (pipe closed, returns 0) or failed to (returns errno). */
-static int read_exec_error(int fd)
-{
-    int err = 0;
-    ssize_t n;
-    do
-        n = read(fd, &err, sizeof err);
-    while (n < 0 && errno == EINTR);
-    return n == (ssize_t)sizeof err ? err : 0;
-}
-
 static void close_pair(int fds[2])
 {
     for (int i = 0; i < 2; i++)
@@ -188,35 +149,25 @@ static void close_pair(int fds[2])
 
 static mt_status start_worker(worker_set *s, worker *w)
 {
-    int exec_pipe[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (pipe2(exec_pipe, O_CLOEXEC) != 0 ||
-        (s->prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))) {
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (s->prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
         int e = errno;
-        close_pair(exec_pipe);
         close_pair(out);
         close_pair(err);
         return mt_fail(MT_EIO, "launch: rank %d: pipe: %s", w->rank, strerror(e));
     }
-    pid_t launcher = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close_pair(exec_pipe);
+    mt_process_spec spec = {.path = s->path, .argv = s->argv, .envp = w->envp,
+                            .stdout_fd = out[1], .stderr_fd = err[1], .cpu = w->cpu,
+                            .mask = &s->child_mask};
+    pid_t pid;
+    mt_status st = mt_process_start(&spec, &pid, &w->exec_errno);
+    if (st) {
         close_pair(out);
         close_pair(err);
-        return mt_fail(MT_EIO, "launch: rank %d: fork: %s", w->rank, strerror(e));
+        return mt_fail_context(st, "launch: rank %d", w->rank);
     }
-    if (pid == 0) {
-        close(exec_pipe[0]);
-        run_child(s, w, out, err, exec_pipe[1], launcher);
-    }
-    close(exec_pipe[1]);
-    /* Also set here, so no signal to the group can arrive before the child made it. */
-    setpgid(pid, pid);
     w->pid = pid;
     w->alive = 1;
-    w->exec_errno = read_exec_error(exec_pipe[0]);
-    close(exec_pipe[0]);
     if (s->prefix_output) {
         close(out[1]);
         close(err[1]);

@@ -1,9 +1,12 @@
 /* The launcher (`meshtrain launch`): starts a node's workers with their place in the job, hosts
- * or joins the job's store, prefixes their output, and ends or restarts the job on any failure. */
+ * or joins the job's store, prefixes their output, and ends or restarts the job on any failure;
+ * and the supervised process that it and verify start. */
 #ifndef MESHTRAIN_LAUNCH_H
 #define MESHTRAIN_LAUNCH_H
 
+#include <signal.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "meshtrain/status.h"
 #include "meshtrain/store.h"
@@ -50,5 +53,32 @@ typedef struct mt_launch_result {
  * host, pid and exit code or signal). */
 mt_status mt_launch(const mt_launch_options *options, char *const argv[],
                     mt_launch_result *result);
+
+/* ---- One supervised process ----
+ * How meshtrain starts every process it watches (the launcher's workers, verify's runs): a
+ * process group of its own, so that it can be stopped whole; dying with its supervisor (even
+ * by SIGKILL), or not starting at all when the supervisor is already gone; its output where
+ * asked; an exec failure reported to the supervisor, not lost in the child. */
+typedef struct mt_process_spec {
+    const char *path;          /* the program, resolved */
+    char *const *argv;
+    char *const *envp;         /* NULL: the supervisor's environment */
+    int stdout_fd, stderr_fd;  /* where its output goes; -1 for the supervisor's own */
+    int stdin_null;            /* reads /dev/null: outside the terminal's foreground group, a
+                                * read of the terminal would stop it (SIGTTIN) */
+    int cpu;                   /* pinned to this CPU, or -1 */
+    const sigset_t *mask;      /* its signal mask, or NULL for the supervisor's */
+    int default_sigpipe;       /* SIGPIPE back to its default action (the supervisor's own
+                                * may ignore it; exec keeps an ignored signal ignored) */
+} mt_process_spec;
+
+/* Forks and execs; *pid is the child's (its process group id too). *exec_errno is why exec
+ * failed (the child then exited 127), or 0. A fork that fails is the error. */
+mt_status mt_process_start(const mt_process_spec *spec, pid_t *pid, int *exec_errno);
+/* Waits up to `seconds` for the child: 1 when reaped (*status), 0 when still running, -1 when
+ * waitpid fails (errno says why). */
+int mt_process_reap_within(pid_t pid, double seconds, int *status);
+/* SIGTERM to the child's whole process group, SIGKILL after grace_seconds; reaps the child. */
+void mt_process_stop_group(pid_t pid, double grace_seconds);
 
 #endif
