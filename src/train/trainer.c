@@ -277,10 +277,10 @@ static void print_pipeline(const trainer *tr, FILE *out)
             strcmp(cfg->balance, "cost") == 0 ? "balanced by measured cost" : "split evenly");
     for (int s = 0; s < p; s++) {
         fprintf(out, " %d [", s);
-        for (int c = 0, first = 0; c < v * p; first += tr->virtual_layers[c], c++)
+        for (int c = 0, first = 0; c < v * p; first += tr->plan->virtual_layers[c], c++)
             if (c % p == s)
                 fprintf(out, "%s%d-%d", c >= p ? " " : "", first,
-                        first + tr->virtual_layers[c] - 1);
+                        first + tr->plan->virtual_layers[c] - 1);
         fputc(']', out);
     }
     fputc('\n', out);

@@ -414,7 +414,7 @@ static mt_status save(trainer *tr, int step)
     snprintf(s->root, sizeof s->root, "%s/ckpt", cfg->out);
     snprintf(s->partial, sizeof s->partial, "%s/.partial_step_%d", s->root, step);
     snprintf(s->final, sizeof s->final, "%s/step_%d", s->root, step);
-    s->fault = tr->fault.rank == tr->rank && tr->fault.step == step ? tr->fault.kind : FAULT_NONE;
+    s->fault = trainer_fault_at(tr, step);
     /* the folder, before any rank writes into it */
     if (s->rank == 0) {
         prune(s, 1);

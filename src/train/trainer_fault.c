@@ -61,10 +61,15 @@ mt_status trainer_read_fault(trainer *tr)
     return MT_OK;
 }
 
+fault_kind trainer_fault_at(const trainer *tr, int step)
+{
+    int here = tr->fault.rank == tr->rank && tr->fault.step == step;
+    return here && !is_slow(tr->fault.kind) ? tr->fault.kind : FAULT_NONE;
+}
+
 int trainer_fault_now(const trainer *tr, fault_kind kind, int step)
 {
-    return !is_slow(kind) && tr->fault.kind == kind && tr->fault.rank == tr->rank &&
-           tr->fault.step == step;
+    return kind != FAULT_NONE && trainer_fault_at(tr, step) == kind;
 }
 
 void trainer_fault_before_forward(const trainer *tr)

@@ -69,11 +69,10 @@ typedef struct trainer {
     long long *memory;
     int memory_ranks;
     mt_trace *trace;  /* cfg->trace: this rank's timeline, or NULL */
-    /* Pipeline parallelism (pp > 1): the schedule, the layers of each virtual stage (chunk c
-     * of stage s is virtual stage c pp + s), the stage's executor and the communicator its
-     * gradients travel on; and, over the timed steps, its busy and pipeline seconds. */
+    /* Pipeline parallelism (pp > 1): the schedule (its stage layers are the plan's), the
+     * stage's executor and the communicator its gradients travel on; and, over the timed
+     * steps, its busy and pipeline seconds. */
     mt_pp_schedule schedule;
-    int *virtual_layers; /* the plan's */
     mt_pp_runner *runner;
     mt_comm *pp_gradients;
     int pp_step, pp_peak_slots;
@@ -134,6 +133,8 @@ int trainer_step_is_timed(const trainer *tr, int step);
 mt_status trainer_read_fault(trainer *tr);
 /* Whether this rank meets fault `kind` at `step`. */
 int trainer_fault_now(const trainer *tr, fault_kind kind, int step);
+/* The step fault this rank meets at `step`, or FAULT_NONE (a slow rank's is none). */
+fault_kind trainer_fault_at(const trainer *tr, int step);
 /* A slow_compute rank's extra compute before a micro-batch's forward (nothing elsewhere). */
 void trainer_fault_before_forward(const trainer *tr);
 

@@ -18,9 +18,9 @@ int trainer_stage_of_unit(const trainer *tr, int unit)
         return tr->pp_size - 1;
     int layer = unit - 1, first = 0;
     for (int k = 0; k < tr->pp_size * tr->plan->chunks; k++) {
-        if (layer < first + tr->virtual_layers[k])
+        if (layer < first + tr->plan->virtual_layers[k])
             return k % tr->pp_size;
-        first += tr->virtual_layers[k];
+        first += tr->plan->virtual_layers[k];
     }
     return -1;
 }
@@ -105,7 +105,6 @@ mt_status trainer_plan_pipeline(trainer *tr, int *stage_layers)
     mt_run_plan *plan = tr->plan;
     const mt_mesh_shape *shape = &plan->shape;
     tr->pp_size = shape->pp;
-    tr->virtual_layers = plan->virtual_layers;
     mt_status status = MT_OK;
     if (shape->pp > 1)
         status = mt_pp_schedule_create(plan->schedule, shape->pp, plan->config.microbatches,
@@ -127,7 +126,7 @@ mt_status trainer_plan_pipeline(trainer *tr, int *stage_layers)
 
 mt_status trainer_stage_shape(const trainer *tr, mt_gpt_stage *stage)
 {
-    return mt_pp_stage_of(&tr->schedule, trainer_stage(tr), tr->virtual_layers, stage);
+    return mt_pp_stage_of(&tr->schedule, trainer_stage(tr), tr->plan->virtual_layers, stage);
 }
 
 /* This rank's sequences of micro-batch `micro`: its data-parallel slice of the global batch's
