@@ -1,5 +1,5 @@
-/* mt_comm_agree: every rank of a group learns which ranks failed a phase, and why the first
- * did, in two collectives (a flag per rank, then the first's message), so callers phrase it. */
+/* Agreement after a phase: every rank of a group learns which ranks failed and why the first
+ * did, in two collectives (a flag per rank, then the first's message), raw or phrased. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,8 @@ mt_status mt_comm_agree(mt_comm *comm, mt_status mine, mt_comm_agreement *out)
     int n = comm ? mt_comm_size(comm) : 1, rank = comm ? mt_comm_rank(comm) : 0;
     memset(out, 0, sizeof *out);
     out->first = -1;
-    int32_t *failed = calloc((size_t)n, sizeof *failed);
+    int32_t small[1024];
+    int32_t *failed = n <= 1024 ? memset(small, 0, sizeof small) : calloc((size_t)n, sizeof *failed);
     if (!failed)
         return mt_fail(MT_ENOMEM, "agreeing with %d ranks: out of memory", n);
     failed[rank] = mine != MT_OK;
@@ -41,7 +42,8 @@ mt_status mt_comm_agree(mt_comm *comm, mt_status mine, mt_comm_agreement *out)
         }
     if (status == MT_OK)
         list_ranks(failed, n, out->ranks, sizeof out->ranks);
-    free(failed);
+    if (failed != small)
+        free(failed);
     if (status)
         return mt_fail_context(status, "agreeing on a phase's outcome");
     if (out->first < 0)
@@ -58,4 +60,18 @@ mt_status mt_comm_agree(mt_comm *comm, mt_status mine, mt_comm_agreement *out)
     out->first_status = (mt_status)told.code;
     memcpy(out->first_message, told.message, sizeof told.message);
     return MT_OK;
+}
+
+mt_status mt_comm_agree_outcome(mt_comm *comm, mt_status mine, const char *what)
+{
+    if (!comm || mt_comm_size(comm) == 1)
+        return mine ? mt_fail_context(mine, "%s", what) : MT_OK;
+    mt_comm_agreement agreed;
+    mt_status status = mt_comm_agree(comm, mine, &agreed);
+    if (status)
+        return mt_fail_context(status, "%s", what);
+    if (agreed.first < 0)
+        return MT_OK;
+    return mt_fail(agreed.first_status, "%s failed on rank %d: %s", what, agreed.first,
+                   agreed.first_message);
 }

@@ -35,7 +35,7 @@ static mt_status check_batch_and_schedule(const mt_config *c, mt_run_plan *p)
     if (p->shape.pp == 1) /* one stage runs the whole model: chunks change nothing */
         return MT_OK;
     p->chunks = c->chunks;
-    return mt_pp_schedule_check_sizes(p->schedule, p->shape.pp, c->microbatches, c->chunks,
+    return mt_pp_schedule_check_sizes(p->schedule_kind, p->shape.pp, c->microbatches, c->chunks,
                                       c->layers);
 }
 
@@ -58,7 +58,7 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
 static mt_status check_names(const mt_config *c, mt_run_plan *p)
 {
     mt_gpt_recompute recompute;
-    if (mt_pp_schedule_parse(c->schedule, &p->schedule))
+    if (mt_pp_schedule_parse(c->schedule, &p->schedule_kind))
         return mt_fail_context(MT_EINVAL, "config key 'schedule'");
     return mt_gpt_recompute_parse(c->recompute, &recompute); /* its message names the key */
 }
@@ -75,13 +75,22 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
         status = check_batch_and_schedule(cfg, out);
     if (status == MT_OK)
         status = check_state_layout(cfg, &out->shape);
-    if (status)
+    if (status == MT_OK && out->shape.pp > 1)
+        status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, cfg->microbatches,
+                                       out->chunks, &out->schedule);
+    if (status == MT_OK && out->shape.pp > 1)
+        status = mt_pp_schedule_check(&out->schedule);
+    if (status) {
+        mt_run_plan_free(out);
         return status;
+    }
     int parts = out->shape.pp * out->chunks;
     out->balance_by_cost = strcmp(cfg->balance, "cost") == 0 && parts > 1;
     out->virtual_layers = calloc((size_t)parts, sizeof *out->virtual_layers);
-    if (!out->virtual_layers)
+    if (!out->virtual_layers) {
+        mt_run_plan_free(out);
         return mt_fail(MT_ENOMEM, "planning the run: out of memory");
+    }
     mt_pp_split_layers(cfg->layers, parts, NULL, out->virtual_layers);
     return MT_OK;
 }
@@ -100,8 +109,23 @@ int mt_run_plan_stage_layers(const mt_run_plan *plan, int stage)
     return layers;
 }
 
+int mt_run_plan_stage_of_unit(const mt_run_plan *plan, int unit)
+{
+    int pp = plan->shape.pp;
+    if (pp == 1 || unit == mt_gpt_embed_unit())
+        return 0;
+    int layer = unit - mt_gpt_block_unit(0), first = 0;
+    for (int k = 0; k < pp * plan->chunks; k++) {
+        if (layer < first + plan->virtual_layers[k])
+            return k % pp;
+        first += plan->virtual_layers[k];
+    }
+    return pp - 1; /* the final norm, after every layer */
+}
+
 void mt_run_plan_free(mt_run_plan *plan)
 {
     free(plan->virtual_layers);
     plan->virtual_layers = NULL;
+    mt_pp_schedule_destroy(&plan->schedule);
 }

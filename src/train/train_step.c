@@ -1,6 +1,6 @@
-/* One optimizer step under data parallelism: each rank's slice of every micro-batch, the
- * gradient sync the model's hooks started, job-wide loss and NaN checks naming the rank,
- * clipping over every shard, the AdamW update, and the replica checksum. */
+/* One optimizer step on any layout: this rank's passes (plain or pipelined), the gradient sync
+ * the model's hooks started, job-wide loss and NaN checks naming the rank, clipping over every
+ * shard, the AdamW update, and the replica checksum. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,13 +14,14 @@
 void trainer_draw_microbatch(trainer *tr, int step, int micro)
 {
     const mt_config *cfg = tr->cfg;
+    trainer_state *st = &tr->state;
     int t = cfg->context, sequences = tr->plan->micro_sequences;
     uint64_t first = (uint64_t)(step - 1) * cfg->batch +
                      (uint64_t)micro * (cfg->batch / cfg->microbatches) +
-                     (uint64_t)tr->dp_rank * sequences;
+                     (uint64_t)st->at.dp * sequences;
     for (int i = 0; i < sequences; i++)
-        mt_sampler_sequence(&tr->train, first + i, tr->inputs + (size_t)i * t,
-                            tr->targets + (size_t)i * t);
+        mt_sampler_sequence(&st->train, first + i, st->inputs + (size_t)i * t,
+                            st->targets + (size_t)i * t);
 }
 
 /* Each rank's entry in the vector check_finite reduces: its loss, then its gradient's local
@@ -40,9 +41,9 @@ static int describe_ranks(const trainer *tr, const double *all, int n, enum fini
         if (isfinite(value))
             continue;
         *any_nan |= isnan(value);
-        mt_mesh_coord at = tr->mesh ? mt_mesh_coord_of(&tr->mesh->shape, r) : (mt_mesh_coord){0};
+        mt_mesh_coord at = mt_mesh_coord_of(&tr->plan->shape, r);
         char stage[32] = "";
-        if (tr->pp_size > 1)
+        if (tr->plan->shape.pp > 1)
             snprintf(stage, sizeof stage, ", stage %d", at.pp);
         if (used < capacity)
             used += (size_t)snprintf(text + used, capacity - used,
@@ -60,20 +61,20 @@ static int describe_ranks(const trainer *tr, const double *all, int n, enum fini
 static mt_status check_finite(trainer *tr, int step, double loss_sum, double local_squares,
                               double *loss)
 {
-    int n = tr->world ? mt_comm_size(tr->world) : 1;
+    int n = tr->plan->world_size;
     double *all = calloc(ENTRIES * (size_t)n, sizeof *all);
     if (!all)
         return mt_fail(MT_ENOMEM, "step %d: out of memory", step);
-    all[ENTRIES * tr->rank + ENTRY_LOSS] = loss_sum;
-    all[ENTRIES * tr->rank + ENTRY_GRADIENT] = local_squares;
+    all[ENTRIES * tr->state.rank + ENTRY_LOSS] = loss_sum;
+    all[ENTRIES * tr->state.rank + ENTRY_GRADIENT] = local_squares;
     double start = mt_clock_seconds();
-    mt_status status = n > 1 ? mt_comm_allreduce(tr->world, all, all, ENTRIES * (size_t)n,
+    mt_status status = n > 1 ? mt_comm_allreduce(tr->state.world, all, all, ENTRIES * (size_t)n,
                                                  MT_F64, MT_SUM)
                              : MT_OK;
-    tr->wait_seconds += mt_clock_seconds() - start;
+    tr->out.wait_seconds += mt_clock_seconds() - start;
     double total = 0;
     for (int r = 0; r < n; r++)
-        if (!tr->mesh || mt_mesh_coord_of(&tr->mesh->shape, r).tp == 0)
+        if (mt_mesh_coord_of(&tr->plan->shape, r).tp == 0)
             total += all[ENTRIES * r + ENTRY_LOSS];
     for (enum finite_entry which = ENTRY_LOSS; status == MT_OK && which < ENTRIES; which++) {
         char ranks[512];
@@ -86,7 +87,7 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
                              count > 1 ? "s" : "", ranks);
     }
     free(all);
-    *loss = total / ((double)tr->cfg->microbatches * tr->dp_size);
+    *loss = total / ((double)tr->cfg->microbatches * tr->plan->shape.dp);
     return status;
 }
 
@@ -94,12 +95,12 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
  * one all-reduce over the world makes every rank stop, naming where it was seen. */
 static mt_status agree_on_check(trainer *tr, int step, mt_status mine)
 {
-    if (!tr->world || mt_comm_size(tr->world) == 1)
+    if (tr->plan->world_size == 1)
         return mine;
     char message[512];
     snprintf(message, sizeof message, "%s", mine ? mt_last_error() : "");
     mt_comm_agreement agreed;
-    mt_status status = mt_comm_agree(tr->world, mine, &agreed);
+    mt_status status = mt_comm_agree(tr->state.world, mine, &agreed);
     if (mine)
         return mt_fail(mine, "%s", message);
     if (status)
@@ -114,57 +115,29 @@ static mt_status agree_on_check(trainer *tr, int step, mt_status mine)
 mt_status trainer_step(trainer *tr, int step, step_record *record)
 {
     const mt_config *cfg = tr->cfg;
-    int sequences = tr->plan->micro_sequences, t = cfg->context;
-    float loss_scale = 1.0f / ((float)cfg->batch * t);
-    double loss_sum = 0;
-    for (int micro = 0; !tr->runner && micro < cfg->microbatches; micro++) {
-        mt_dp_model_begin_micro(tr->model, micro, cfg->microbatches);
-        trainer_draw_microbatch(tr, step, micro);
-        float loss;
-        double start = mt_clock_seconds();
-        trainer_fault_before_forward(tr);
-        mt_status status = mt_gpt_forward(&tr->gpt, tr->inputs, tr->targets, sequences, t, &loss);
-        double middle = mt_clock_seconds();
-        mt_trace_span(tr->trace, MT_TRACE_FORWARD, start, middle, micro, -1);
-        if (status)
-            return status;
-        if (trainer_fault_now(tr, FAULT_NAN_LOSS, step))
-            loss = NAN;
-        float scale = trainer_fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
-        if ((status = mt_gpt_backward(&tr->gpt, scale)))
-            return status;
-        mt_trace_span(tr->trace, MT_TRACE_BACKWARD, middle, mt_clock_seconds(), micro, -1);
-        loss_sum += loss;
-    }
-    if (tr->runner) { /* a NaN loss scale reaches the gradients from the last stage back */
-        float scale = trainer_fault_now(tr, FAULT_NAN_GRAD, step) ? NAN : loss_scale;
-        mt_status status = trainer_pipeline_step(tr, step, scale, &loss_sum);
-        if (status)
-            return status;
-        if (trainer_fault_now(tr, FAULT_NAN_LOSS, step))
-            loss_sum = NAN;
-    }
+    trainer_state *st = &tr->state;
+    float loss_scale = 1.0f / ((float)cfg->batch * cfg->context);
+    trainer_fault_hook(&st->fault, FAULT_AT_LOSS_SCALE, step, &loss_scale);
+    double loss_sum;
+    mt_status status = st->passes->run(tr, step, loss_scale, &loss_sum);
+    if (status)
+        return status;
+    trainer_fault_hook(&st->fault, FAULT_AT_LOSS, step, &loss_sum);
     double local_squares, start = mt_clock_seconds();
-    mt_status status = mt_dp_model_finish_gradients(tr->model, &local_squares);
+    status = mt_dp_model_finish_gradients(st->model, &local_squares);
     if (status == MT_OK)
         status = check_finite(tr, step, loss_sum, local_squares, &record->loss);
     if (status)
         return status;
     record->lr = mt_lr_at(cfg, step);
     mt_optimizer_report report;
-    status = mt_optimizer_step(tr->model, cfg, step, record->lr, &report);
+    status = mt_optimizer_step(st->model, cfg, step, record->lr, &report);
     record->grad_norm = report.grad_norm;
-    mt_trace_span(tr->trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
+    mt_trace_span(tr->out.trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
     if (status)
         return status;
-    if (trainer_fault_now(tr, FAULT_SKEW, step) && tr->gpt.unit_param[0])
-        tr->gpt.unit_param[0][0] += 1e-3f;
-    if (trainer_fault_now(tr, FAULT_SKEW_NORM, step)) {
-        int lnf = mt_gpt_find_param(&tr->gpt, "lnf.weight");
-        if (tr->gpt.unit_param[tr->gpt.params[lnf].unit])
-            mt_gpt_param_data(&tr->gpt, lnf)[0] += 1e-3f;
-    }
+    trainer_fault_hook(&st->fault, FAULT_AT_UPDATED, step, &st->gpt);
     if (cfg->check_every > 0 && step % cfg->check_every == 0)
-        status = agree_on_check(tr, step, mt_dp_model_check_replicas(tr->model, step));
+        status = agree_on_check(tr, step, mt_dp_model_check_replicas(st->model, step));
     return status;
 }

@@ -37,25 +37,11 @@ struct trainer_save {
     char message[512];
 };
 
-mt_status trainer_agree(mt_comm *comm, mt_status mine, const char *what)
-{
-    if (!comm || mt_comm_size(comm) == 1)
-        return mine ? mt_fail_context(mine, "%s", what) : MT_OK;
-    mt_comm_agreement agreed;
-    mt_status status = mt_comm_agree(comm, mine, &agreed);
-    if (status)
-        return mt_fail_context(status, "%s", what);
-    if (agreed.first < 0)
-        return MT_OK;
-    return mt_fail(agreed.first_status, "%s failed on rank %d: %s", what, agreed.first,
-                   agreed.first_message);
-}
-
 static mt_status agree(const trainer_save *s, mt_status mine, const char *phase)
 {
     char what[96];
     snprintf(what, sizeof what, "checkpoint step %d: %s", s->step, phase);
-    return trainer_agree(s->comm, mine, what);
+    return mt_comm_agree_outcome(s->comm, mine, what);
 }
 
 static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
@@ -103,13 +89,13 @@ static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
  * first stage's to write; a replicated tensor tensor-parallel rank 0's), in each state. */
 static mt_status plan_shard(trainer *tr, trainer_save *s)
 {
-    const mt_gpt *gpt = &tr->gpt;
+    const mt_gpt *gpt = &tr->state.gpt;
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         if (gpt->holding[p->unit] != MT_UNIT_OWNED || (p->shard.split_dim < 0 && gpt->tp.rank))
             continue;
         mt_dp_tensor_state state;
-        mt_dp_model_tensor_state(tr->model, i, &state);
+        mt_dp_model_tensor_state(tr->state.model, i, &state);
         if (!state.save_count)
             continue;
         mt_ckpt_box boxes[MT_CKPT_RANGE_BOXES];
@@ -153,11 +139,11 @@ static mt_status snapshot(trainer_save *s)
 static mt_status describe_run(trainer *tr, trainer_save *s)
 {
     const mt_config *cfg = tr->cfg;
-    const mt_gpt *gpt = &tr->gpt;
+    const mt_gpt *gpt = &tr->state.gpt;
     mt_ckpt_meta *m = &s->meta;
     m->step = s->step;
     m->sequences = (long long)s->step * cfg->batch;
-    m->layout = (mt_ckpt_layout){s->size, tr->dp_size, tr->pp_size, tr->tp_size,
+    m->layout = (mt_ckpt_layout){s->size, tr->plan->shape.dp, tr->plan->shape.pp, tr->plan->shape.tp,
                                  trainer_sequence_parallel(tr), cfg->zero};
     int keys = mt_config_key_count();
     m->config_keys = calloc((size_t)keys + 1, sizeof *m->config_keys);
@@ -379,16 +365,16 @@ static void free_save(trainer_save *s)
 
 mt_status trainer_finish_save(trainer *tr)
 {
-    trainer_save *s = tr->save;
+    trainer_save *s = tr->out.save;
     if (!s)
         return MT_OK;
-    tr->save = NULL;
+    tr->out.save = NULL;
     if (s->running)
         pthread_join(s->thread, NULL);
     mt_status status = s->status ? mt_fail(s->status, "%s", s->message) : MT_OK;
-    tr->save_seconds += s->seconds;
-    tr->saved_bytes += s->total_bytes;
-    tr->saves += status == MT_OK;
+    tr->out.save_seconds += s->seconds;
+    tr->out.saved_bytes += s->total_bytes;
+    tr->out.saves += status == MT_OK;
     free_save(s);
     return status;
 }
@@ -404,17 +390,17 @@ static mt_status save(trainer *tr, int step)
     if (!s) { /* still meets the others in both agreements below */
         char what[64];
         snprintf(what, sizeof what, "checkpoint step %d: creating the folder", step);
-        return trainer_agree(tr->save_comm, mt_fail(MT_ENOMEM, "out of memory"), what);
+        return mt_comm_agree_outcome(tr->out.save_comm, mt_fail(MT_ENOMEM, "out of memory"), what);
     }
-    s->comm = tr->save_comm;
-    s->rank = tr->rank;
-    s->size = tr->world ? mt_comm_size(tr->world) : 1;
+    s->comm = tr->out.save_comm;
+    s->rank = tr->state.rank;
+    s->size = tr->plan->world_size;
     s->step = step;
     s->keep = cfg->keep;
     snprintf(s->root, sizeof s->root, "%s/ckpt", cfg->out);
     snprintf(s->partial, sizeof s->partial, "%s/.partial_step_%d", s->root, step);
     snprintf(s->final, sizeof s->final, "%s/step_%d", s->root, step);
-    s->fault = trainer_fault_at(tr, step);
+    s->fault = trainer_fault_in_save(&tr->state.fault, step);
     /* the folder, before any rank writes into it */
     if (s->rank == 0) {
         prune(s, 1);
@@ -438,7 +424,7 @@ static mt_status save(trainer *tr, int step)
         return status;
     }
     s->seconds = mt_clock_seconds() - start;
-    tr->save = s;
+    tr->out.save = s;
     if (cfg->async_save && pthread_create(&s->thread, NULL, save_thread, s) == 0) {
         s->running = 1;
         return MT_OK;
@@ -451,6 +437,6 @@ mt_status trainer_save_checkpoint(trainer *tr, int step)
 {
     double start = mt_clock_seconds();
     mt_status status = save(tr, step);
-    tr->save_stall_seconds += mt_clock_seconds() - start;
+    tr->out.save_stall_seconds += mt_clock_seconds() - start;
     return status;
 }

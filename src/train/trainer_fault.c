@@ -1,11 +1,17 @@
-/* The faults a test injects into a run (MT_INJECT_FAULT): parsing, the question "does this rank
- * meet one now", and the slow-rank kinds' effects. The rest of the trainer only asks. */
+/* The faults a test injects into a run (MT_INJECT_FAULT): parsing, and what each kind does at
+ * the points of a step where the trainer calls the hook. */
+#define _GNU_SOURCE
+#include "trainer_fault.h"
+
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "meshtrain/clock.h"
-#include "trainer_internal.h"
+#include "meshtrain/model.h"
 
 static const struct {
     const char *name;
@@ -27,9 +33,9 @@ enum { KIND_COUNT = sizeof KINDS / sizeof KINDS[0] };
 
 static int is_slow(fault_kind kind) { return kind == FAULT_SLOW_COMPUTE || kind == FAULT_SLOW_COMM; }
 
-mt_status trainer_read_fault(trainer *tr)
+mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int here)
 {
-    tr->fault = (fault){FAULT_NONE, -1, -1};
+    *fault = (trainer_fault){FAULT_NONE, -1, -1, 0};
     const char *text = getenv("MT_INJECT_FAULT");
     if (!text || !*text)
         return MT_OK;
@@ -44,40 +50,83 @@ mt_status trainer_read_fault(trainer *tr)
                                   "%s", text, names);
     for (int i = 0; i < KIND_COUNT; i++)
         if (strcmp(kind, KINDS[i].name) == 0)
-            tr->fault = (fault){KINDS[i].kind, rank, number};
-    if (tr->fault.kind == FAULT_NONE)
+            *fault = (trainer_fault){KINDS[i].kind, rank, number, rank == here};
+    if (fault->kind == FAULT_NONE)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
-    if (is_slow(tr->fault.kind) && number < 0)
+    if (is_slow(fault->kind) && number < 0)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': %d milliseconds", text, number);
     /* a restarted job must get past the step that killed its first attempt; a slow rank stays
      * slow */
     const char *restart = getenv("MT_RESTART_COUNT");
     if (!restart)
         restart = getenv("TORCHELASTIC_RESTART_COUNT");
-    if (restart && atoi(restart) > 0 && !is_slow(tr->fault.kind))
-        tr->fault = (fault){FAULT_NONE, -1, -1};
-    if (tr->fault.kind == FAULT_SLOW_COMM && tr->world && mt_comm_rank(tr->world) == rank)
-        mt_comm_set_delay(tr->world, number / 1000.0);
+    if (restart && atoi(restart) > 0 && !is_slow(fault->kind))
+        *fault = (trainer_fault){FAULT_NONE, -1, -1, 0};
+    if (fault->kind == FAULT_SLOW_COMM && world && fault->here)
+        mt_comm_set_delay(world, number / 1000.0);
     return MT_OK;
 }
 
-fault_kind trainer_fault_at(const trainer *tr, int step)
+/* The step fault this rank meets at `step`, or FAULT_NONE (a slow rank's is none). */
+static fault_kind fault_at(const trainer_fault *fault, int step)
 {
-    int here = tr->fault.rank == tr->rank && tr->fault.step == step;
-    return here && !is_slow(tr->fault.kind) ? tr->fault.kind : FAULT_NONE;
+    int now = fault->here && fault->number == step;
+    return now && !is_slow(fault->kind) ? fault->kind : FAULT_NONE;
 }
 
-int trainer_fault_now(const trainer *tr, fault_kind kind, int step)
+fault_kind trainer_fault_in_save(const trainer_fault *fault, int step)
 {
-    return kind != FAULT_NONE && trainer_fault_at(tr, step) == kind;
+    fault_kind kind = fault_at(fault, step);
+    return kind == FAULT_KILL_IN_SHARD || kind == FAULT_KILL_AFTER_SHARD ||
+                   kind == FAULT_KILL_BEFORE_COMMIT
+               ? kind
+               : FAULT_NONE;
 }
 
-void trainer_fault_before_forward(const trainer *tr)
+/* A parameter moves after the update: unit 0's first (skew) or the final norm's weight, which
+ * every tensor-parallel rank holds whole (skew_norm); only where this rank holds it. */
+static void skew(mt_gpt *gpt, fault_kind kind)
 {
-    if (tr->fault.kind != FAULT_SLOW_COMPUTE || tr->fault.rank != tr->rank)
+    int index = kind == FAULT_SKEW ? 0 : mt_gpt_find_param(gpt, "lnf.weight");
+    if (gpt->unit_param[gpt->params[index].unit])
+        mt_gpt_param_data(gpt, index)[0] += 1e-3f;
+}
+
+void trainer_fault_hook(const trainer_fault *fault, trainer_fault_point point, int step,
+                        void *subject)
+{
+    if (fault->kind == FAULT_NONE || !fault->here)
         return;
-    /* Busy, as compute is: the core stays taken, which a sleep would give to another rank. */
-    double until = mt_clock_seconds() + tr->fault.step / 1000.0;
-    while (mt_clock_seconds() < until) {
+    if (point == FAULT_AT_FORWARD && fault->kind == FAULT_SLOW_COMPUTE) {
+        /* Busy, as compute is: the core stays taken, which a sleep would give to another rank. */
+        double until = mt_clock_seconds() + fault->number / 1000.0;
+        while (mt_clock_seconds() < until) {
+        }
+        return;
+    }
+    fault_kind kind = fault_at(fault, step);
+    switch (point) {
+    case FAULT_AT_STEP_START:
+        /* the node's launcher dies first (only meshtrain launch's, never a shell or another
+         * launcher that happens to be the parent) */
+        if (kind == FAULT_KILL_NODE && getenv("MT_STORE_HOSTED"))
+            kill(getppid(), SIGKILL);
+        if (kind == FAULT_KILL || kind == FAULT_KILL_NODE)
+            raise(SIGKILL);
+        break;
+    case FAULT_AT_LOSS_SCALE:
+        if (kind == FAULT_NAN_GRAD)
+            *(float *)subject = NAN;
+        break;
+    case FAULT_AT_LOSS:
+        if (kind == FAULT_NAN_LOSS)
+            *(double *)subject = NAN;
+        break;
+    case FAULT_AT_UPDATED:
+        if (kind == FAULT_SKEW || kind == FAULT_SKEW_NORM)
+            skew(subject, kind);
+        break;
+    case FAULT_AT_FORWARD:
+        break;
     }
 }

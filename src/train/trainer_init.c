@@ -122,7 +122,7 @@ mt_status trainer_resolve_init(mt_config *cfg, const mt_ckpt_meta *resume, mt_co
         init->prefix = "transformer.";
     if (status == MT_OK)
         status = adopt_shape(cfg, init);
-    if ((status = trainer_agree(world, status, "reading --init"))) {
+    if ((status = mt_comm_agree_outcome(world, status, "reading --init"))) {
         mt_safetensors_close(init->file);
         init->file = NULL;
     }
@@ -190,9 +190,9 @@ static mt_status read_tensor(const trainer_init *init, const mt_param_info *p, i
  * whole tensor in `values`. */
 static void take_part(trainer *tr, int index, float *values)
 {
-    const mt_param_info *p = &tr->gpt.params[index];
+    const mt_param_info *p = &tr->state.gpt.params[index];
     mt_dp_tensor_state s;
-    mt_dp_model_tensor_state(tr->model, index, &s);
+    mt_dp_model_tensor_state(tr->state.model, index, &s);
     if (!s.param_count)
         return;
     mt_ckpt_box boxes[MT_CKPT_RANGE_BOXES];
@@ -207,7 +207,7 @@ static void take_part(trainer *tr, int index, float *values)
 
 mt_status trainer_load_init(trainer *tr, trainer_init *init)
 {
-    const mt_gpt *gpt = &tr->gpt;
+    const mt_gpt *gpt = &tr->state.gpt;
     int count = mt_safetensors_count(init->file);
     size_t largest = 0, turned = 1; /* the largest tensor, and the largest GPT-2 transposes */
     for (int i = 0; i < gpt->param_count; i++) {
@@ -242,6 +242,6 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init)
     free(used);
     free(values);
     free(scratch);
-    mt_dp_model_state_changed(tr->model);
-    return trainer_agree(tr->world, status, "loading --init");
+    mt_dp_model_state_changed(tr->state.model);
+    return mt_comm_agree_outcome(tr->state.world, status, "loading --init");
 }

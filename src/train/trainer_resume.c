@@ -17,7 +17,7 @@ static const char *const CHECKPOINT_KEYS[] = {
 
 static mt_status agree(mt_comm *world, mt_status mine)
 {
-    return trainer_agree(world, mine, "resuming");
+    return mt_comm_agree_outcome(world, mine, "resuming");
 }
 
 /* The attempt of a restarted job: meshtrain launch's count, else torchrun's. */
@@ -197,7 +197,7 @@ static mt_status load_range(mt_ckpt_reader *reader, const mt_param_info *p, int 
 
 static mt_status load_state(trainer *tr, mt_ckpt_reader *reader)
 {
-    const mt_gpt *gpt = &tr->gpt;
+    const mt_gpt *gpt = &tr->state.gpt;
     mt_status status = check_tensors(gpt, reader->meta);
     for (int i = 0; status == MT_OK && i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
@@ -205,7 +205,7 @@ static mt_status load_state(trainer *tr, mt_ckpt_reader *reader)
             continue; /* a tied copy loads the embeddings as the first stage does */
         int t = mt_ckpt_meta_find(reader->meta, p->name);
         mt_dp_tensor_state s;
-        mt_dp_model_tensor_state(tr->model, i, &s);
+        mt_dp_model_tensor_state(tr->state.model, i, &s);
         status = load_range(reader, p, t, MT_CKPT_PARAM, s.param, s.param_first, s.param_count);
         if (status == MT_OK)
             status = load_range(reader, p, t, MT_CKPT_EXP_AVG, s.exp_avg, s.moment_first,
@@ -225,8 +225,8 @@ mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta)
         status = load_state(tr, &reader);
         mt_ckpt_reader_close(&reader);
     }
-    mt_dp_model_state_changed(tr->model);
-    return agree(tr->world, status);
+    mt_dp_model_state_changed(tr->state.model);
+    return agree(tr->state.world, status);
 }
 
 mt_status trainer_trim_metrics(const mt_config *cfg, int step)

@@ -144,6 +144,10 @@ typedef struct mt_comm_agreement {
  * ranks failed, with the lowest's status and message, to phrase its own error. Returns a
  * failure only of the agreement itself (a dead peer), with its message. */
 mt_status mt_comm_agree(mt_comm *comm, mt_status mine, mt_comm_agreement *out);
+/* The same phrased for the caller: MT_OK when every rank got through `what`, else on every
+ * rank "WHAT failed on rank R: its message" with that rank's status. Allocates nothing for
+ * groups of up to 1024 ranks, so a rank out of memory still takes part. */
+mt_status mt_comm_agree_outcome(mt_comm *comm, mt_status mine, const char *what);
 
 /* Waits for the work, frees the handle and returns its status (with its message). */
 mt_status mt_work_wait(mt_work *work);

@@ -1,0 +1,116 @@
+/* The pipelined passes of a step: this rank's stage runs its part of the plan's schedule
+ * (mt_pp_runner), activations and gradients travelling between stages; and the measured bubble. */
+#include <stdlib.h>
+
+#include "trainer_internal.h"
+
+/* This rank's sequences of micro-batch `micro`: its data-parallel slice of the global batch's
+ * micro-th part, exactly those one process would draw there. */
+static mt_status load_micro(void *context, int micro, const int32_t **tokens,
+                            const int32_t **targets)
+{
+    trainer *tr = context;
+    trainer_draw_microbatch(tr, tr->state.pp_step, micro);
+    *tokens = tr->state.inputs;
+    *targets = tr->state.targets;
+    return MT_OK;
+}
+
+static void before_forward(void *context, int micro)
+{
+    (void)micro;
+    trainer *tr = context;
+    trainer_fault_hook(&tr->state.fault, FAULT_AT_FORWARD, tr->state.pp_step, NULL);
+}
+
+mt_status trainer_pipeline_start(trainer *tr)
+{
+    trainer_state *st = &tr->state;
+    /* Gradients travel on a communicator of their own, so that activations and gradients
+     * between two stages (both ways once stages hold several chunks) keep separate orders. */
+    mt_status status = mt_comm_split(st->mesh->pp_group, 0, st->at.pp, &st->pp_gradients);
+    if (status == MT_OK)
+        status = mt_pp_runner_create(&tr->plan->schedule, st->at.pp, &st->gpt, st->model,
+                                     st->mesh->pp_group, st->pp_gradients, &st->runner);
+    if (status == MT_OK)
+        mt_memory_count(&st->ledger, MT_MEMORY_COMM,
+                        (long long)mt_comm_buffer_bytes(st->pp_gradients));
+    return status;
+}
+
+void trainer_pipeline_stop(trainer *tr)
+{
+    mt_pp_runner_destroy(tr->state.runner);
+    mt_comm_destroy(tr->state.pp_gradients);
+    tr->state.runner = NULL;
+    tr->state.pp_gradients = NULL;
+}
+
+static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
+{
+    trainer_state *st = &tr->state;
+    trainer_outputs *out = &tr->out;
+    st->pp_step = step;
+    mt_pp_batch batch = {tr, load_micro, before_forward};
+    mt_pp_step_report report;
+    mt_status status = mt_pp_runner_step(st->runner, &batch, tr->plan->micro_sequences,
+                                         tr->cfg->context, loss_scale, out->trace, &report);
+    *loss_sum = report.loss_sum;
+    if (trainer_step_is_timed(tr, step)) {
+        out->pp_busy += report.busy;
+        out->pp_span += report.span;
+    }
+    if (report.peak_slots > out->pp_peak_slots)
+        out->pp_peak_slots = report.peak_slots;
+    return status;
+}
+
+static mt_forward forward(trainer *tr)
+{
+    return (mt_forward){.gpt = &tr->state.gpt, .schedule = &tr->plan->schedule,
+                        .stage = tr->state.at.pp, .activations = tr->state.mesh->pp_group};
+}
+
+const trainer_passes trainer_pipeline_passes = {run, forward};
+
+mt_status trainer_report_pipeline(trainer *tr, FILE *out)
+{
+    trainer_outputs *o = &tr->out;
+    const mt_mesh *mesh = tr->state.mesh;
+    int n = mt_comm_size(tr->state.world), p = tr->plan->shape.pp;
+    double mine[3] = {o->pp_busy, o->pp_span, o->pp_peak_slots};
+    double *all = calloc(3 * (size_t)n, sizeof *all);
+    o->bubble = calloc((size_t)p, sizeof *o->bubble);
+    o->stage_slots = calloc((size_t)p, sizeof *o->stage_slots);
+    if (!all || !o->bubble || !o->stage_slots) {
+        free(all);
+        return mt_fail(MT_ENOMEM, "pipeline report: out of memory");
+    }
+    mt_status status = mt_comm_allgather(tr->state.world, mine, all, 3, MT_F64);
+    /* The first replica's first tensor-parallel slice: its stages share one makespan, the
+     * longest of their spans (each stage starts the step together, after the last one's
+     * collectives, and the one that ends last sets the step's pipeline time). */
+    double makespan = 0;
+    for (int s = 0; status == MT_OK && s < p; s++) {
+        int r = mt_mesh_rank_of(&mesh->shape, (mt_mesh_coord){0, s, 0});
+        makespan = all[3 * r + 1] > makespan ? all[3 * r + 1] : makespan;
+    }
+    for (int s = 0; status == MT_OK && s < p; s++) {
+        int r = mt_mesh_rank_of(&mesh->shape, (mt_mesh_coord){0, s, 0});
+        o->bubble[s] = makespan > 0 ? 1 - all[3 * r] / makespan : 0;
+        o->stage_slots[s] = (int)all[3 * r + 2];
+    }
+    free(all);
+    o->bubble_expected = mt_pp_bubble_expected(tr->plan->schedule_kind, p, tr->cfg->microbatches,
+                                               tr->plan->chunks);
+    if (status || !out)
+        return status;
+    fprintf(out, "pipeline bubble (idle share of each stage's pipeline time, timed steps):");
+    for (int s = 0; s < p; s++)
+        fprintf(out, " stage %d %.1f%%%s", s, 100 * o->bubble[s], s + 1 < p ? "," : "");
+    fprintf(out, "; textbook %.1f%%\n", 100 * o->bubble_expected);
+    fprintf(out, "activations held at once (micro-batch chunks):");
+    for (int s = 0; s < p; s++)
+        fprintf(out, " stage %d %d%s", s, o->stage_slots[s], s + 1 < p ? "," : "\n");
+    return MT_OK;
+}

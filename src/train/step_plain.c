@@ -1,0 +1,36 @@
+/* The plain passes of a step: the whole model (or this rank's tensor-parallel slice of it)
+ * runs forward and backward on each of this rank's micro-batches in turn. */
+#include "meshtrain/clock.h"
+#include "trainer_internal.h"
+
+static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
+{
+    const mt_config *cfg = tr->cfg;
+    trainer_state *st = &tr->state;
+    int sequences = tr->plan->micro_sequences, t = cfg->context;
+    *loss_sum = 0;
+    for (int micro = 0; micro < cfg->microbatches; micro++) {
+        mt_dp_model_begin_micro(st->model, micro, cfg->microbatches);
+        trainer_draw_microbatch(tr, step, micro);
+        float loss;
+        double start = mt_clock_seconds();
+        trainer_fault_hook(&st->fault, FAULT_AT_FORWARD, step, NULL);
+        mt_status status = mt_gpt_forward(&st->gpt, st->inputs, st->targets, sequences, t, &loss);
+        double middle = mt_clock_seconds();
+        mt_trace_span(tr->out.trace, MT_TRACE_FORWARD, start, middle, micro, -1);
+        if (status == MT_OK)
+            status = mt_gpt_backward(&st->gpt, loss_scale);
+        if (status)
+            return status;
+        mt_trace_span(tr->out.trace, MT_TRACE_BACKWARD, middle, mt_clock_seconds(), micro, -1);
+        *loss_sum += loss;
+    }
+    return MT_OK;
+}
+
+static mt_forward forward(trainer *tr)
+{
+    return (mt_forward){.gpt = &tr->state.gpt};
+}
+
+const trainer_passes trainer_plain_passes = {run, forward};

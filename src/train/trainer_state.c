@@ -1,0 +1,220 @@
+/* The training state of one rank: its place on the plan's mesh, the corpus it samples, the
+ * model with its data-parallel state (fresh, from --init or from a checkpoint) and its passes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshtrain/clock.h"
+#include "meshtrain/kernels.h"
+#include "trainer_internal.h"
+
+/* Seconds of the fastest of three runs of each part of a one-layer model with the run's
+ * width, vocabulary and micro-batch: the embeddings, a block and the head, forward and
+ * backward. Every block costs the same; the first layer carries the embeddings, the last the
+ * head. The model's state is a single replica's, as every run's is. */
+static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
+{
+    mt_gpt_shape shape = {cfg->vocab, cfg->context, 1, cfg->heads, cfg->width};
+    mt_gpt_recompute recompute;
+    mt_gpt gpt = {0};
+    mt_dp_model *model = NULL;
+    mt_dp_options options = {.seed = cfg->seed};
+    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    /* under the run's recomputation, which makes a block's backward rerun its forward */
+    if (status == MT_OK)
+        status = mt_gpt_create_stage(&gpt, &shape, NULL, NULL, recompute, sequences, NULL);
+    if (status == MT_OK)
+        status = mt_dp_model_create(&gpt, NULL, &options, &model);
+    size_t n = (size_t)sequences * cfg->context;
+    int32_t *tokens = status == MT_OK ? malloc(n * sizeof *tokens) : NULL;
+    if (status == MT_OK && !tokens)
+        status = mt_fail(MT_ENOMEM, "out of memory");
+    for (size_t i = 0; tokens && i < n; i++)
+        tokens[i] = (int32_t)(i * 7 % (size_t)cfg->vocab);
+    part[0] = part[1] = part[2] = INFINITY;
+    for (int round = 0; round < 3 && status == MT_OK; round++) {
+        double t[7];
+        float loss;
+        mt_dp_model_begin_micro(model, 0, 1);
+        /* the six passes in order, a time stamp after each (a failure skips the rest) */
+        status = mt_gpt_begin_micro(&gpt, tokens, tokens, sequences, cfg->context);
+        t[0] = mt_clock_seconds();
+        status = status ? status : mt_gpt_embed_forward(&gpt);
+        t[1] = mt_clock_seconds();
+        status = status ? status : mt_gpt_block_forward(&gpt, 0);
+        t[2] = mt_clock_seconds();
+        status = status ? status : mt_gpt_head_forward(&gpt, &loss);
+        t[3] = mt_clock_seconds();
+        status = status ? status : mt_gpt_head_backward(&gpt, 1.0f / (float)n);
+        t[4] = mt_clock_seconds();
+        status = status ? status : mt_gpt_block_backward(&gpt, 0);
+        t[5] = mt_clock_seconds();
+        status = status ? status : mt_gpt_embed_backward(&gpt);
+        t[6] = mt_clock_seconds();
+        if (status)
+            break;
+        double measured[3] = {t[1] - t[0] + t[6] - t[5], t[2] - t[1] + t[5] - t[4],
+                              t[3] - t[2] + t[4] - t[3]};
+        for (int i = 0; i < 3; i++)
+            part[i] = measured[i] < part[i] ? measured[i] : part[i];
+    }
+    free(tokens);
+    mt_dp_model_destroy(model);
+    mt_gpt_destroy(&gpt);
+    return status ? mt_fail_context(status, "measuring the layers' cost") : MT_OK;
+}
+
+/* The plan's stage layers balanced by measured cost when it asks (collective over the world). */
+static mt_status balance_stages(mt_run_plan *plan, mt_comm *world)
+{
+    if (!plan->balance_by_cost)
+        return MT_OK;
+    double part[3];
+    mt_status status = time_parts(&plan->config, plan->micro_sequences, part);
+    /* the mean of every rank's measurement, so that all cut the same way */
+    int ranks = world ? mt_comm_size(world) : 1;
+    if (status == MT_OK && ranks > 1)
+        status = mt_comm_allreduce(world, part, part, 3, MT_F64, MT_SUM);
+    int layers = plan->config.layers;
+    double *cost = status == MT_OK ? calloc((size_t)layers, sizeof *cost) : NULL;
+    if (status == MT_OK && !cost)
+        status = mt_fail(MT_ENOMEM, "balancing the stages: out of memory");
+    if (status)
+        return status;
+    for (int l = 0; l < layers; l++)
+        cost[l] = part[1] / ranks;
+    cost[0] += part[0] / ranks;
+    cost[layers - 1] += part[2] / ranks;
+    mt_run_plan_balance(plan, cost);
+    free(cost);
+    return MT_OK;
+}
+
+static mt_status open_corpus(trainer *tr)
+{
+    const mt_config *cfg = tr->cfg;
+    trainer_state *st = &tr->state;
+    char path[MT_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/train.bin", cfg->data);
+    mt_status status = mt_tokens_open(&st->train_tokens, path);
+    if (status)
+        return status;
+    snprintf(path, sizeof path, "%s/val.bin", cfg->data);
+    if ((status = mt_tokens_open(&st->val_tokens, path)))
+        return status;
+    uint32_t corpus_vocab = st->train_tokens.vocab > st->val_tokens.vocab ? st->train_tokens.vocab
+                                                                          : st->val_tokens.vocab;
+    if ((uint32_t)cfg->vocab < corpus_vocab)
+        return mt_fail(MT_EINVAL, "config key 'vocab': %d is smaller than the corpus '%s' "
+                                  "vocabulary of %u", cfg->vocab, cfg->data, corpus_vocab);
+    if ((status = mt_sampler_init(&st->train, &st->train_tokens, cfg->context, cfg->seed)))
+        return status;
+    return mt_sampler_init(&st->val, &st->val_tokens, cfg->context, cfg->seed);
+}
+
+/* The plan's mesh over the world and this rank's place in it. */
+static mt_status place_rank(trainer *tr)
+{
+    trainer_state *st = &tr->state;
+    if (!st->world)
+        return MT_OK;
+    const mt_mesh_shape shape = tr->plan->shape;
+    int *stage_layers = calloc((size_t)shape.pp, sizeof *stage_layers);
+    if (!stage_layers)
+        return mt_fail(MT_ENOMEM, "placing the rank: out of memory");
+    for (int s = 0; s < shape.pp; s++)
+        stage_layers[s] = mt_run_plan_stage_layers(tr->plan, s);
+    mt_status status = mt_mesh_create(st->world, &shape, tr->cfg->layers, stage_layers, &st->mesh);
+    free(stage_layers);
+    if (status)
+        return status;
+    st->at = st->mesh->coord;
+    st->dp = shape.dp > 1 ? st->mesh->dp_group : NULL;
+    st->tp = shape.tp > 1 ? st->mesh->tp_group : NULL;
+    mt_memory_count(&st->ledger, MT_MEMORY_COMM,
+                    (long long)(mt_comm_buffer_bytes(st->world) +
+                                mt_comm_buffer_bytes(st->mesh->dp_group) +
+                                mt_comm_buffer_bytes(st->mesh->tp_group) +
+                                mt_comm_buffer_bytes(st->mesh->pp_group) +
+                                mt_comm_buffer_bytes(st->mesh->embedding_group)));
+    return MT_OK;
+}
+
+/* The model's table and activations for this rank's stage and tensor-parallel slice, and the
+ * data-parallel state that owns its parameters, gradients and moments. */
+static mt_status build_model(trainer *tr)
+{
+    const mt_config *cfg = tr->cfg;
+    trainer_state *st = &tr->state;
+    int pipelined = tr->plan->shape.pp > 1;
+    mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
+    mt_gpt_tensor_parallel split = mt_tensor_parallel_over(st->tp, cfg->sp);
+    mt_gpt_stage stage;
+    mt_gpt_recompute recompute;
+    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    if (status == MT_OK && pipelined)
+        status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
+    if (status == MT_OK)
+        status = mt_gpt_create_stage(&st->gpt, &shape, &split, pipelined ? &stage : NULL,
+                                     recompute, tr->plan->micro_sequences, &st->ledger);
+    if (status)
+        return status;
+    mt_dp_options options = {.zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * (1 << 20)),
+                             .seed = cfg->seed, .ledger = &st->ledger, .tensor_group = st->tp,
+                             .pipeline_group = pipelined ? st->mesh->pp_group : NULL,
+                             .embedding_group = pipelined ? st->mesh->embedding_group : NULL};
+    return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
+}
+
+mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
+                             trainer_init *init)
+{
+    const mt_config *cfg = &plan->config;
+    trainer_state *st = &tr->state;
+    st->rank = st->world ? mt_comm_rank(st->world) : 0;
+    /* before a cost-balanced split times layers */
+    mt_status status = mt_thread_count_for_rank(cfg->threads, st->world, &st->threads);
+    if (status)
+        return status;
+    mt_kernels_set_threads(st->threads.threads);
+    if ((status = balance_stages(plan, st->world)))
+        return status;
+    tr->plan = plan; /* final: the rest of the run only reads it */
+    /* before the mesh: a slow_comm rank's groups inherit its world's delay */
+    if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
+        (status = place_rank(tr)) || (status = open_corpus(tr)) || (status = build_model(tr)))
+        return status;
+    if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
+        return status;
+    if (init->file && (status = trainer_load_init(tr, init)))
+        return status;
+    st->start_step = resume->step > 0 ? resume->step : 0;
+    st->passes = tr->plan->shape.pp > 1 ? &trainer_pipeline_passes : &trainer_plain_passes;
+    if (tr->plan->shape.pp > 1 && (status = trainer_pipeline_start(tr)))
+        return status;
+    size_t tokens = (size_t)tr->plan->micro_sequences * cfg->context;
+    st->inputs = malloc(tokens * sizeof *st->inputs);
+    st->targets = malloc(tokens * sizeof *st->targets);
+    if (!st->inputs || !st->targets)
+        return mt_fail(MT_ENOMEM, "cannot allocate the batch buffers");
+    return MT_OK;
+}
+
+void trainer_state_close(trainer *tr)
+{
+    trainer_state *st = &tr->state;
+    trainer_pipeline_stop(tr);
+    mt_dp_model_destroy(st->model);
+    mt_gpt_destroy(&st->gpt);
+    mt_mesh_destroy(st->mesh);
+    mt_tokens_close(&st->train_tokens);
+    mt_tokens_close(&st->val_tokens);
+    free(st->inputs);
+    free(st->targets);
+}
+
+int trainer_step_is_timed(const trainer *tr, int step)
+{
+    int start = tr->state.start_step;
+    return step > start + 2 || tr->cfg->steps - start <= 2;
+}
