@@ -165,46 +165,8 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
     return mt_gpt_create_stage(gpt, shape, tp, NULL, MT_RECOMPUTE_NONE, max_sequences, ledger);
 }
 
-mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
-                              const mt_gpt_tensor_parallel *tp, int max_sequences)
-{
-    mt_status status = mt_gpt_create_stateless(gpt, shape, tp, max_sequences, NULL);
-    return status ? status : mt_gpt_own_state(gpt);
-}
-
-mt_status mt_gpt_own_state(mt_gpt *gpt)
-{
-    mt_status status;
-    static const char *kinds[4] = {"parameters", "gradients", "adam first moments",
-                                   "adam second moments"};
-    float **bases[4] = {&gpt->param, &gpt->grad, &gpt->adam_m, &gpt->adam_v};
-    for (int i = 0; i < 4; i++) {
-        gpt->state[i] = (mt_arena){.name = kinds[i]};
-        mt_arena_plan(&gpt->state[i], gpt->numel * sizeof(float));
-        if ((status = mt_arena_allocate(&gpt->state[i])) != MT_OK) {
-            mt_gpt_destroy(gpt);
-            return status;
-        }
-        *bases[i] = mt_arena_at(&gpt->state[i], 0);
-    }
-    for (int u = 0; u < gpt->unit_count; u++) {
-        if (gpt->holding[u] == MT_UNIT_ABSENT)
-            continue;
-        gpt->unit_param[u] = gpt->param + gpt->units[u].offset;
-        gpt->unit_grad[u] = gpt->grad + gpt->units[u].offset;
-    }
-    return MT_OK;
-}
-
-mt_status mt_gpt_create(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequences)
-{
-    return mt_gpt_create_split(gpt, shape, NULL, max_sequences);
-}
-
 void mt_gpt_destroy(mt_gpt *gpt)
 {
-    for (int i = 0; i < 4; i++)
-        mt_arena_free(&gpt->state[i]);
     mt_arena_free(&gpt->activation_arena);
     gpt_activations_destroy(gpt);
     free(gpt->params);

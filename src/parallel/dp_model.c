@@ -259,9 +259,10 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     if (options->zero < 0 || options->zero > 3)
         return mt_fail(MT_EINVAL, "config key 'zero': %d is not a ZeRO stage (0, 1, 2 or 3)",
                        options->zero);
-    if (gpt->param || gpt->grad)
-        return mt_fail(MT_EINVAL, "data parallel: the model already owns its state (make it "
-                                  "with mt_gpt_create_stateless)");
+    for (int u = 0; u < gpt->unit_count; u++)
+        if (gpt->unit_param[u] || gpt->unit_grad[u])
+            return mt_fail(MT_EINVAL, "data-parallel model: the model's units already have "
+                                      "state (make it with mt_gpt_create_stage)");
     /* ZeRO 2 and 3 free a unit's gradient or parameters as its pass ends, but a pipeline stage
      * runs each unit once per micro-batch in flight, interleaved with the others (DeepSpeed
      * and Megatron-LM likewise combine pipelines with ZeRO 1 only). */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gpt_arrays.h"
 #include "meshtrain/config.h"
 #include "meshtrain/files.h"
 #include "meshtrain/data.h"
@@ -116,15 +117,15 @@ static const float *param_data(const mt_gpt *gpt, const char *name, const mt_par
     if (i < 0)
         return NULL;
     *info = &gpt->params[i];
-    return gpt->param + gpt->params[i].offset;
+    return gpt_params(gpt) + gpt->params[i].offset;
 }
 
 static void test_init_slices(void)
 {
     mt_gpt_shape shape = {50, 16, 2, 2, 8};
     mt_gpt gpt;
-    mt_status status = mt_gpt_create(&gpt, &shape, 1);
-    CHECK_MSG(status == MT_OK, "mt_gpt_create: %s", mt_last_error());
+    mt_status status = gpt_arrays_create(&gpt, &shape, NULL, 1);
+    CHECK_MSG(status == MT_OK, "gpt_arrays_create: %s", mt_last_error());
     if (status)
         return;
     const uint64_t seed = 20240611;
@@ -177,7 +178,7 @@ static void test_init_slices(void)
     /* LayerNorm weights are 1 and every bias is 0; decay on matrices only. */
     for (int i = 0; i < gpt.param_count; i++) {
         const mt_param_info *p = &gpt.params[i];
-        const float *x = gpt.param + p->offset;
+        const float *x = gpt_params(&gpt) + p->offset;
         size_t len = strlen(p->name);
         int is_bias = len > 5 && strcmp(p->name + len - 5, ".bias") == 0;
         int is_norm_weight = strstr(p->name, "ln") != NULL && !is_bias;
@@ -192,12 +193,12 @@ static void test_init_slices(void)
             CHECK_MSG(p->cols > 0 && p->decay, "%s should be a decayed matrix", p->name);
         }
     }
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 
     /* Standard deviations at a bigger width. */
     mt_gpt_shape wide = {50, 16, 2, 2, 64};
-    status = mt_gpt_create(&gpt, &wide, 1);
-    CHECK_MSG(status == MT_OK, "mt_gpt_create: %s", mt_last_error());
+    status = gpt_arrays_create(&gpt, &wide, NULL, 1);
+    CHECK_MSG(status == MT_OK, "gpt_arrays_create: %s", mt_last_error());
     if (status)
         return;
     mt_gpt_init_params(&gpt, seed);
@@ -218,7 +219,7 @@ static void test_init_slices(void)
         CHECK_MSG(fabs(s - residual) < residual * 0.05, "%s std %g, want %g", projections[k], s,
                   residual);
     }
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 /* ---- 4. mt_permute ---- */

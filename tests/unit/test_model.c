@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "gpt_arrays.h"
 #include "gradcheck.h"
 #include "meshtrain/data_parallel.h"
 #include "meshtrain/kernels.h"
@@ -40,7 +41,7 @@ static void scramble_params(mt_gpt *gpt)
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         double mean = strstr(p->name, "ln") && strstr(p->name, "weight") ? 1.0 : 0.0;
-        fill_normal(gpt->param + p->offset, (long)p->numel, p->name, mean, 0.3);
+        fill_normal(gpt_params(gpt) + p->offset, (long)p->numel, p->name, mean, 0.3);
     }
 }
 
@@ -57,27 +58,27 @@ static int is_key_bias_zero(const mt_param_info *p, const float *grad, int width
 static void test_finite_differences(void)
 {
     mt_gpt gpt;
-    CHECK(mt_gpt_create(&gpt, &TINY, 2) == MT_OK);
+    CHECK(gpt_arrays_create(&gpt, &TINY, NULL, 2) == MT_OK);
     scramble_params(&gpt);
     int32_t tokens[18], targets[18];
     fill_tokens(tokens, 18, TINY.vocab, "tokens"), fill_tokens(targets, 18, TINY.vocab, "targets");
     model_case m = {&gpt, tokens, targets, 2, 9};
-    memset(gpt.grad, 0, gpt.numel * sizeof(float));
+    memset(gpt_grads(&gpt), 0, gpt.numel * sizeof(float));
     mean_loss(&m);
     mt_gpt_backward(&gpt, 1.0f / 18);
     float *analytic = malloc(gpt.numel * sizeof(float));
-    memcpy(analytic, gpt.grad, gpt.numel * sizeof(float));
+    memcpy(analytic, gpt_grads(&gpt), gpt.numel * sizeof(float));
     printf("whole model, every parameter tensor\n");
     for (int i = 0; i < gpt.param_count; i++) {
         const mt_param_info *p = &gpt.params[i];
-        double error = gradcheck(p->name, gpt.param + p->offset, analytic + p->offset,
+        double error = gradcheck(p->name, gpt_params(&gpt) + p->offset, analytic + p->offset,
                                  (long)p->numel, mean_loss, &m, 1e-2f);
         CHECK_MSG(error < 2e-2, "%s", p->name);
         if (strstr(p->name, "attn.qkv.bias"))
             CHECK_MSG(is_key_bias_zero(p, analytic, TINY.width), "%s key part", p->name);
     }
     free(analytic);
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 /* Loss at initialisation is close to ln(vocab): the model starts out uniform. */
@@ -85,20 +86,20 @@ static void test_initial_loss(void)
 {
     mt_gpt_shape shape = {.vocab = 256, .context = 16, .layers = 2, .heads = 2, .width = 32};
     mt_gpt gpt;
-    CHECK(mt_gpt_create(&gpt, &shape, 3) == MT_OK);
+    CHECK(gpt_arrays_create(&gpt, &shape, NULL, 3) == MT_OK);
     mt_gpt_init_params(&gpt, 1);
     int32_t tokens[48], targets[48];
     fill_tokens(tokens, 48, 256, "a"), fill_tokens(targets, 48, 256, "b");
     model_case m = {&gpt, tokens, targets, 3, 16};
     CHECK_NEAR(mean_loss(&m), log(256.0), 0.05);
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 /* Sequences in one forward never see each other, and no position sees the future. */
 static void test_isolation(void)
 {
     mt_gpt gpt;
-    CHECK(mt_gpt_create(&gpt, &TINY, 2) == MT_OK);
+    CHECK(gpt_arrays_create(&gpt, &TINY, NULL, 2) == MT_OK);
     scramble_params(&gpt);
     int n = TINY.context, v = TINY.vocab;
     int32_t both[18];
@@ -123,37 +124,37 @@ static void test_isolation(void)
     CHECK(mt_gpt_logits(&gpt, 0, n, together) == MT_OK);
     CHECK(memcmp(alone, together, sizeof(float) * (n - 1) * v) == 0);
     free(together), free(alone);
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 /* One micro-batch of 4 sequences equals two of 2 accumulated, with the same loss scale. */
 static void test_accumulation(void)
 {
     mt_gpt gpt;
-    CHECK(mt_gpt_create(&gpt, &TINY, 4) == MT_OK);
+    CHECK(gpt_arrays_create(&gpt, &TINY, NULL, 4) == MT_OK);
     scramble_params(&gpt);
     int n = 4 * TINY.context;
     int32_t tokens[36], targets[36];
     fill_tokens(tokens, n, TINY.vocab, "acc.tokens"), fill_tokens(targets, n, TINY.vocab, "acc.t");
     float loss, scale = 1.0f / (float)n;
-    memset(gpt.grad, 0, gpt.numel * sizeof(float));
+    memset(gpt_grads(&gpt), 0, gpt.numel * sizeof(float));
     mt_gpt_forward(&gpt, tokens, targets, 4, TINY.context, &loss);
     mt_gpt_backward(&gpt, scale);
     float *whole = malloc(gpt.numel * sizeof(float));
-    memcpy(whole, gpt.grad, gpt.numel * sizeof(float));
-    memset(gpt.grad, 0, gpt.numel * sizeof(float));
+    memcpy(whole, gpt_grads(&gpt), gpt.numel * sizeof(float));
+    memset(gpt_grads(&gpt), 0, gpt.numel * sizeof(float));
     for (int half = 0; half < 2; half++) {
         mt_gpt_forward(&gpt, tokens + half * n / 2, targets + half * n / 2, 2, TINY.context, &loss);
         mt_gpt_backward(&gpt, scale);
     }
     double diff = 0, norm = 0;
     for (size_t i = 0; i < gpt.numel; i++) {
-        diff += (whole[i] - gpt.grad[i]) * (double)(whole[i] - gpt.grad[i]);
+        diff += (whole[i] - gpt_grads(&gpt)[i]) * (double)(whole[i] - gpt_grads(&gpt)[i]);
         norm += (double)whole[i] * whole[i];
     }
     CHECK_MSG(sqrt(diff / norm) < 1e-6, "accumulated gradients differ by %g", sqrt(diff / norm));
     free(whole);
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 /* Recomputation remakes exactly what the forward would have kept: losses and gradients over
@@ -164,7 +165,7 @@ static void test_recompute(void)
     const mt_gpt_shape shape = {.vocab = 13, .context = 9, .layers = 3, .heads = 2, .width = 8};
     enum { B = 2 };
     mt_gpt reference;
-    CHECK(mt_gpt_create(&reference, &shape, B) == MT_OK);
+    CHECK(gpt_arrays_create(&reference, &shape, NULL, B) == MT_OK);
     scramble_params(&reference);
     int n = B * shape.context;
     int32_t tokens[2 * B * 9], targets[2 * B * 9];
@@ -175,22 +176,22 @@ static void test_recompute(void)
     for (mt_gpt_recompute mode = MT_RECOMPUTE_NONE; mode <= MT_RECOMPUTE_FULL; mode++) {
         mt_gpt gpt;
         CHECK(mt_gpt_create_stage(&gpt, &shape, NULL, NULL, mode, B, NULL) == MT_OK);
-        CHECK(mt_gpt_own_state(&gpt) == MT_OK);
-        memcpy(gpt.param, reference.param, reference.numel * sizeof(float));
+        CHECK(gpt_arrays_bind(&gpt) == MT_OK);
+        memcpy(gpt_params(&gpt), gpt_params(&reference), reference.numel * sizeof(float));
         for (int micro = 0; micro < 2; micro++) {
             CHECK(mt_gpt_forward(&gpt, tokens + micro * n, targets + micro * n, B, shape.context,
                                  &got[micro]) == MT_OK);
             CHECK(mt_gpt_backward(&gpt, 1.0f / (float)(2 * n)) == MT_OK);
         }
         if (mode == MT_RECOMPUTE_NONE) {
-            memcpy(grad, gpt.grad, reference.numel * sizeof(float));
+            memcpy(grad, gpt_grads(&gpt), reference.numel * sizeof(float));
             memcpy(want, got, sizeof want);
         }
         CHECK_MSG(memcmp(got, want, sizeof want) == 0 &&
-                      memcmp(gpt.grad, grad, reference.numel * sizeof(float)) == 0,
+                      memcmp(gpt_grads(&gpt), grad, reference.numel * sizeof(float)) == 0,
                   "recompute %s changes the losses or gradients", mt_gpt_recompute_name(mode));
         bytes[mode] = gpt.activation_arena.used;
-        mt_gpt_destroy(&gpt);
+        gpt_arrays_destroy(&gpt);
     }
     /* Selective drops each block's probabilities, [B, heads, t, t], for one shared copy; full
      * keeps only each block's output (the next one's input), for one block's working set
@@ -213,7 +214,7 @@ static void test_recompute(void)
     CHECK(mt_gpt_recompute_parse("some", &parsed) == MT_EINVAL);
     CHECK(check_contains(mt_last_error(), "config key 'recompute': 'some'"));
     free(grad);
-    mt_gpt_destroy(&reference);
+    gpt_arrays_destroy(&reference);
 }
 
 /* Two identical passes give bit-identical gradients, threads and all. */
@@ -221,21 +222,21 @@ static void test_determinism(void)
 {
     mt_gpt_shape shape = {.vocab = 64, .context = 70, .layers = 2, .heads = 4, .width = 32};
     mt_gpt gpt;
-    CHECK(mt_gpt_create(&gpt, &shape, 2) == MT_OK);
+    CHECK(gpt_arrays_create(&gpt, &shape, NULL, 2) == MT_OK);
     mt_gpt_init_params(&gpt, 3);
     int32_t tokens[140], targets[140];
     fill_tokens(tokens, 140, 64, "det.a"), fill_tokens(targets, 140, 64, "det.b");
     float *first = malloc(gpt.numel * sizeof(float)), loss;
     for (int run = 0; run < 2; run++) {
-        memset(gpt.grad, 0, gpt.numel * sizeof(float));
+        memset(gpt_grads(&gpt), 0, gpt.numel * sizeof(float));
         mt_gpt_forward(&gpt, tokens, targets, 2, 70, &loss);
         mt_gpt_backward(&gpt, 1.0f / 140);
         if (run == 0)
-            memcpy(first, gpt.grad, gpt.numel * sizeof(float));
+            memcpy(first, gpt_grads(&gpt), gpt.numel * sizeof(float));
     }
-    CHECK(memcmp(first, gpt.grad, gpt.numel * sizeof(float)) == 0);
+    CHECK(memcmp(first, gpt_grads(&gpt), gpt.numel * sizeof(float)) == 0);
     free(first);
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 /* Bad shapes and out-of-range tokens are errors, never crashes. */
@@ -244,15 +245,15 @@ static void test_errors(void)
     mt_gpt gpt;
     mt_gpt_shape bad = TINY;
     bad.heads = 3;
-    CHECK(mt_gpt_create(&gpt, &bad, 1) == MT_EINVAL);
+    CHECK(gpt_arrays_create(&gpt, &bad, NULL, 1) == MT_EINVAL);
     CHECK(strstr(mt_last_error(), "heads") != NULL);
-    CHECK(mt_gpt_create(&gpt, &TINY, 1) == MT_OK);
+    CHECK(gpt_arrays_create(&gpt, &TINY, NULL, 1) == MT_OK);
     int32_t tokens[9] = {0, 1, 2, 3, 13, 5, 6, 7, 8}; /* 13 == vocab */
     float loss;
     CHECK(mt_gpt_forward(&gpt, tokens, tokens, 1, 9, &loss) == MT_EINVAL);
     CHECK(strstr(mt_last_error(), "vocabulary") != NULL);
     CHECK(mt_gpt_forward(&gpt, tokens, NULL, 1, 10, &loss) == MT_EINVAL); /* t > context */
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 /* A NaN or infinite gradient stops the optimizer step (the one every run takes) with a
@@ -292,7 +293,7 @@ static void test_gpt2_names(void)
 {
     mt_gpt gpt;
     mt_gpt_shape shape = {61, 8, 2, 2, 16};
-    CHECK(mt_gpt_create(&gpt, &shape, 1) == MT_OK);
+    CHECK(gpt_arrays_create(&gpt, &shape, NULL, 1) == MT_OK);
     int transposed = 0, named = 0;
     for (int i = 0; i < gpt.param_count; i++) {
         const mt_param_info *p = &gpt.params[i];
@@ -320,7 +321,7 @@ static void test_gpt2_names(void)
                              "lm_head.weight", "h.0.attn.qkv.weightx", "h."};
     for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++)
         CHECK_MSG(!mt_gpt_hf_tensor_of(foreign[i], &hf), "'%s' taken as ours", foreign[i]);
-    mt_gpt_destroy(&gpt);
+    gpt_arrays_destroy(&gpt);
 }
 
 int main(void)

@@ -8,6 +8,7 @@
 
 #include "model/gpt_internal.h" /* white box: the activations of each layer */
 #include "check.h"
+#include "gpt_arrays.h"
 #include "comm_harness.h"
 #include "meshtrain/checksum.h"
 #include "meshtrain/clock.h"
@@ -139,7 +140,7 @@ static size_t cover_box(const mt_param_shard *s, const float *local, const float
 }
 
 /* For tp 2, 3 and 4 over a vocabulary none of them divides: every rank's table (built by
- * mt_gpt_create_split with collectives that are never called) against rank 0's through
+ * gpt_arrays_create with collectives that are never called) against rank 0's through
  * mt_param_shard_on; take and place of a random tensor reconstruct it exactly; the boxes cover
  * each element of a split tensor exactly once (each rank holds all of a replicated one); and
  * every rank's own initialisation, placed, is the whole model's bit for bit. */
@@ -148,7 +149,7 @@ static void test_shard_tables(void)
     const mt_gpt_shape shape = {.vocab = 257, .context = CONTEXT, .layers = LAYERS, .heads = 12,
                                 .width = 24};
     mt_gpt whole;
-    if (mt_gpt_create(&whole, &shape, 1) != MT_OK) {
+    if (gpt_arrays_create(&whole, &shape, NULL, 1) != MT_OK) {
         CHECK_MSG(0, "whole model: %s", mt_last_error());
         return;
     }
@@ -162,7 +163,7 @@ static void test_shard_tables(void)
                                            .all_reduce = fake_all_reduce,
                                            .all_gather = fake_all_gather,
                                            .reduce_scatter = fake_reduce_scatter};
-            mt_status st = mt_gpt_create_split(&tables[r], &shape, &fake, 1);
+            mt_status st = gpt_arrays_create(&tables[r], &shape, &fake, 1);
             CHECK_MSG(st == MT_OK, "tp %d rank %d: %s", tp, r, mt_last_error());
             if (st)
                 break;
@@ -171,7 +172,7 @@ static void test_shard_tables(void)
         }
         if (built < tp) {
             for (int r = 0; r < built; r++)
-                mt_gpt_destroy(&tables[r]);
+                gpt_arrays_destroy(&tables[r]);
             continue;
         }
         uint64_t rng = 7 + (uint64_t)tp;
@@ -233,9 +234,9 @@ static void test_shard_tables(void)
                   "tp %d: vocab_local %d, global numel %zu (want %zu)", tp,
                   tables[0].vocab_local, mt_gpt_global_numel(&tables[tp - 1]), whole.numel);
         for (int r = 0; r < tp; r++)
-            mt_gpt_destroy(&tables[r]);
+            gpt_arrays_destroy(&tables[r]);
     }
-    mt_gpt_destroy(&whole);
+    gpt_arrays_destroy(&whole);
     printf("shard tables (tp 2, 3, 4; vocab 257): %zu tensors, %zu elements, each rebuilt "
            "exactly from its shards\n", tensors, elements);
 }
@@ -266,7 +267,7 @@ static void compare_rows(const char *where, const char *what, int layer, const f
  * nothing is left over. */
 static void take_all(mt_gpt *split, const mt_gpt *whole)
 {
-    memset(split->param, 0xff, sizeof(float) * split->numel);
+    memset(gpt_params(split), 0xff, sizeof(float) * split->numel);
     for (int i = 0; i < split->param_count; i++)
         mt_param_shard_take(&split->params[i].shard, mt_gpt_param_data(whole, i),
                             mt_gpt_param_data(split, i));
@@ -280,7 +281,7 @@ static void fill_split(const char *where, mt_gpt *split, mt_gpt *whole, uint64_t
 {
     mt_gpt_init_params(split, seed);
     float *direct = malloc(sizeof(float) * split->numel);
-    memcpy(direct, split->param, sizeof(float) * split->numel);
+    memcpy(direct, gpt_params(split), sizeof(float) * split->numel);
     CHECK(split->param_count == whole->param_count);
     for (int i = 0; i < split->param_count && i < whole->param_count; i++)
         CHECK_MSG(strcmp(split->params[i].name, whole->params[i].name) == 0, "%s vs %s",
@@ -288,7 +289,7 @@ static void fill_split(const char *where, mt_gpt *split, mt_gpt *whole, uint64_t
     take_all(split, whole);
     size_t differ = 0;
     for (size_t k = 0; k < split->numel; k++)
-        differ += memcmp(&direct[k], &split->param[k], sizeof(float)) != 0;
+        differ += memcmp(&direct[k], &gpt_params(split)[k], sizeof(float)) != 0;
     CHECK_MSG(differ == 0, "%s: %zu parameters taken from the whole model differ from the split "
               "model's own initialisation", where, differ);
     CHECK(mt_gpt_global_numel(split) == whole->numel);
@@ -390,26 +391,26 @@ static void check_refusals(mt_comm *world, int sp)
     mt_gpt gpt;
     mt_gpt_shape odd_heads = {.vocab = 64, .context = CONTEXT, .layers = 1,
                               .heads = 2 * size + 1, .width = 4 * (2 * size + 1)};
-    mt_status st = mt_gpt_create_split(&gpt, &odd_heads, &tp, 1);
+    mt_status st = gpt_arrays_create(&gpt, &odd_heads, &tp, 1);
     CHECK_MSG(st == MT_EINVAL && strstr(mt_last_error(), "tp") && strstr(mt_last_error(), "heads"),
               "tp %d, %d heads: status %d, '%s'", size, odd_heads.heads, (int)st, mt_last_error());
     if (st == MT_OK)
-        mt_gpt_destroy(&gpt);
+        gpt_arrays_destroy(&gpt);
     tp.sequence_parallel = 1;
     mt_gpt_shape odd_context = {.vocab = 64, .context = 4 * size + 1, .layers = 1, .heads = size,
                                 .width = 8 * size};
-    st = mt_gpt_create_split(&gpt, &odd_context, &tp, 1);
+    st = gpt_arrays_create(&gpt, &odd_context, &tp, 1);
     CHECK_MSG(st == MT_EINVAL && strstr(mt_last_error(), "context"),
               "tp %d sp, context %d: status %d, '%s'", size, odd_context.context, (int)st,
               mt_last_error());
     if (st == MT_OK)
-        mt_gpt_destroy(&gpt);
+        gpt_arrays_destroy(&gpt);
     tp.sequence_parallel = 0; /* without sp the same context is fine */
-    st = mt_gpt_create_split(&gpt, &odd_context, &tp, 1);
+    st = gpt_arrays_create(&gpt, &odd_context, &tp, 1);
     CHECK_MSG(st == MT_OK, "tp %d, context %d without sp: %s", size, odd_context.context,
               mt_last_error());
     if (st == MT_OK)
-        mt_gpt_destroy(&gpt);
+        gpt_arrays_destroy(&gpt);
 }
 
 /* Step 2 and 3 for one micro-batch of b x t tokens: forward both models with targets, compare
@@ -525,15 +526,15 @@ static void run_case(mt_comm *world, const tp_case *tc, int index)
     char where[64];
     snprintf(where, sizeof where, "tp %d sp %s rank %d", tc->tp, tc->sp ? "on" : "off", rank);
     mt_gpt whole, split;
-    mt_status st = mt_gpt_create(&whole, &shape, SEQUENCES);
+    mt_status st = gpt_arrays_create(&whole, &shape, NULL, SEQUENCES);
     CHECK_MSG(st == MT_OK, "%s: whole model: %s", where, mt_last_error());
     if (st)
         return;
     mt_gpt_tensor_parallel tp = mt_tensor_parallel_over(world, tc->sp);
-    st = mt_gpt_create_split(&split, &shape, &tp, SEQUENCES);
+    st = gpt_arrays_create(&split, &shape, &tp, SEQUENCES);
     CHECK_MSG(st == MT_OK, "%s: split model: %s", where, mt_last_error());
     if (st) {
-        mt_gpt_destroy(&whole);
+        gpt_arrays_destroy(&whole);
         return;
     }
     mt_gpt_init_params(&whole, seed);
@@ -544,8 +545,8 @@ static void run_case(mt_comm *world, const tp_case *tc, int index)
      * ranks' first rows in the middle of a sequence. */
     static const int BATCHES[2][2] = {{SEQUENCES, CONTEXT}, {SEQUENCES, CONTEXT - 1}};
     figures f = {0, 0, 0, 0, 0};
-    memset(whole.grad, 0, sizeof(float) * whole.numel);
-    memset(split.grad, 0, sizeof(float) * split.numel);
+    memset(gpt_grads(&whole), 0, sizeof(float) * whole.numel);
+    memset(gpt_grads(&split), 0, sizeof(float) * split.numel);
     int ok = 1, replicated = 0;
     for (int m = 0; ok && m < 2; m++) {
         char label[96];
@@ -568,8 +569,8 @@ static void run_case(mt_comm *world, const tp_case *tc, int index)
                "tensors, %d replicated bitwise), logits %.2e\n", tc->tp, tc->heads, tc->width,
                tc->vocab, split.vocab_local, tc->sp ? "on" : "off", all[0], all[1], all[2],
                all[3], split.param_count, replicated, all[4]);
-    mt_gpt_destroy(&split);
-    mt_gpt_destroy(&whole);
+    gpt_arrays_destroy(&split);
+    gpt_arrays_destroy(&whole);
 }
 
 static int worker(const char *scenario)

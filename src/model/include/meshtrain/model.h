@@ -1,5 +1,6 @@
-/* The GPT model: units (embeddings, blocks, final norm) over flat state arenas, each with a
- * table of (name, global shape, this rank's box of it, offset), and per-unit passes. */
+/* The GPT model: units (embeddings, blocks, final norm), a table of every tensor (name, global
+ * shape, this rank's box of it, offset), activations and per-unit passes. Its state (parameters,
+ * gradients, optimizer moments) belongs to whoever trains it (mt_dp_model), not to the model. */
 #ifndef MESHTRAIN_MODEL_H
 #define MESHTRAIN_MODEL_H
 
@@ -26,9 +27,10 @@ typedef struct mt_param_shard {
     int stored[3];            /* the local array's shape */
 } mt_param_shard;
 
-/* One named tensor. Its elements live at [offset, offset + numel) of every state arena
- * (parameters, gradients, both Adam moments), so a range of one is a range of all. Offsets and
- * numel count this rank's local elements; rows and cols are the global shape. */
+/* One named tensor. Its elements live at [offset, offset + numel) of the model's state as
+ * one flat array of this rank's elements (parameters, gradients and both Adam moments alike),
+ * so a range of one is a range of all. Offsets and numel count this rank's local elements;
+ * rows and cols are the global shape. */
 typedef struct mt_param_info {
     char name[48];       /* global name, e.g. "h.3.attn.qkv.weight"; also its RNG stream */
     int rows, cols;      /* global shape; cols == 0 for a vector */
@@ -134,8 +136,8 @@ struct mt_gpt {
     mt_gpt_recompute recompute;
     int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
-     * units[u].offset), its gradient likewise in unit_grad[u]. mt_gpt_create points them
-     * into its own whole-model arenas; a sharded owner moves them as units come and go. */
+     * units[u].offset), its gradient likewise in unit_grad[u]. The state's owner sets them,
+     * and moves them as units come and go when it shards them. */
     float **unit_param, **unit_grad;
     mt_gpt_hooks hooks;  /* none by default */
     mt_gpt_tensor_parallel tp; /* size 1 unless split */
@@ -144,9 +146,6 @@ struct mt_gpt {
                                 * parallelism) */
     size_t *tp_counts;   /* scratch: per-rank element counts of a gather or reduce-scatter */
     double tp_seconds;   /* spent in tensor-parallel collectives, since creation */
-    /* The whole-model state arenas of mt_gpt_create (NULL for mt_gpt_create_stateless). */
-    float *param, *grad, *adam_m, *adam_v;
-    mt_arena state[4];   /* parameters, gradients, first moments, second moments */
     mt_arena activation_arena;
     mt_gpt_activations *acts;
     int b, t;            /* geometry of the last forward */
@@ -156,27 +155,15 @@ struct mt_gpt {
 /* Checks a shape, naming the offending key (vocab, context, layers, heads, width). */
 mt_status mt_gpt_shape_check(const mt_gpt_shape *shape);
 
-/* Lays out the parameter table and allocates every arena once, for forwards of up to
- * max_sequences sequences of up to shape.context tokens. Parameters start at zero. */
-mt_status mt_gpt_create(mt_gpt *gpt, const mt_gpt_shape *shape, int max_sequences);
-
-/* The same for one rank of a tensor-parallel group (`tp` NULL: the whole model): the arenas
- * hold this rank's shards. Errors name the keys: tp not dividing the heads, and under sequence
- * parallelism tp not dividing the context. */
-mt_status mt_gpt_create_split(mt_gpt *gpt, const mt_gpt_shape *shape,
-                              const mt_gpt_tensor_parallel *tp, int max_sequences);
-
-/* The table and the activation arena only (counted in `ledger`, which may be NULL): the
- * caller owns parameters, gradients and moments, and sets unit_param and unit_grad. */
+/* The table and the activation arena, for forwards of up to max_sequences sequences of up to
+ * shape.context tokens, counted in `ledger` (which may be NULL), on one rank of a
+ * tensor-parallel group (`tp` NULL: the whole model). The caller owns parameters, gradients
+ * and moments, and sets unit_param and unit_grad. Errors name the keys: tp not dividing the
+ * heads, and under sequence parallelism tp not dividing the context. */
 mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
                                   const mt_gpt_tensor_parallel *tp, int max_sequences,
                                   mt_memory_ledger *ledger);
 void mt_gpt_destroy(mt_gpt *gpt);
-
-/* Gives a model made by mt_gpt_create_stage (or _stateless) its own state: the four arenas
- * (parameters at zero) for the units it holds, unit_param and unit_grad pointed into them. On
- * failure the model is destroyed. */
-mt_status mt_gpt_own_state(mt_gpt *gpt);
 
 /* The same for one pipeline stage (`stage` NULL: the whole model): the table still names every
  * tensor of the model, but only the units the stage runs are held, and the activation arena
