@@ -23,17 +23,18 @@ static mt_status check_range(const mt_safetensors *f, mt_safetensors_tensor *t,
     for (int i = 0; i < t->ndim; i++) {
         uint64_t dim = (uint64_t)t->shape[i];
         if (dim && numel > UINT64_MAX / size / dim)
-            return safetensors_bad_tensor(f->path, t->name, "its shape holds too many elements");
+            return core_safetensors_bad_tensor(f->path, t->name,
+                                               "its shape holds too many elements");
         numel *= dim;
     }
     t->numel = numel;
     t->bytes = numel * size;
     if (offsets[0] > offsets[1])
-        return safetensors_bad_tensor(f->path, t->name, "data_offsets [%llu, %llu] run backwards",
-                                      (unsigned long long)offsets[0],
-                                      (unsigned long long)offsets[1]);
+        return core_safetensors_bad_tensor(
+            f->path, t->name, "data_offsets [%llu, %llu] run backwards",
+            (unsigned long long)offsets[0], (unsigned long long)offsets[1]);
     if (offsets[1] - offsets[0] != t->bytes)
-        return safetensors_bad_tensor(
+        return core_safetensors_bad_tensor(
             f->path, t->name,
             "its shape holds %llu %s elements (%llu bytes), but data_offsets [%llu, %llu] span "
             "%llu bytes",
@@ -41,11 +42,12 @@ static mt_status check_range(const mt_safetensors *f, mt_safetensors_tensor *t,
             (unsigned long long)t->bytes, (unsigned long long)offsets[0],
             (unsigned long long)offsets[1], (unsigned long long)(offsets[1] - offsets[0]));
     if (offsets[1] > f->data_bytes)
-        return safetensors_bad_tensor(f->path, t->name,
-                                      "data_offsets [%llu, %llu] run past the data area "
-                                      "(%llu bytes)", (unsigned long long)offsets[0],
-                                      (unsigned long long)offsets[1],
-                                      (unsigned long long)f->data_bytes);
+        return core_safetensors_bad_tensor(f->path, t->name,
+                                           "data_offsets [%llu, %llu] run past the data area "
+                                           "(%llu bytes)",
+                                           (unsigned long long)offsets[0],
+                                           (unsigned long long)offsets[1],
+                                           (unsigned long long)f->data_bytes);
     t->data = f->data + offsets[0];
     return MT_OK;
 }
@@ -91,8 +93,8 @@ static mt_status check_across(mt_safetensors *f)
     mt_status status = MT_OK;
     for (size_t i = 1; i < n && status == MT_OK; i++)
         if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0)
-            status = safetensors_bad_tensor(f->path, f->by_name[i]->name,
-                                            "appears twice in the header");
+            status = core_safetensors_bad_tensor(f->path, f->by_name[i]->name,
+                                                 "appears twice in the header");
     const mt_safetensors_tensor *furthest = NULL; /* the range that ends last so far */
     for (size_t i = 0; i < n && status == MT_OK; i++) {
         const mt_safetensors_tensor *t = by_place[i];
@@ -173,7 +175,7 @@ mt_status mt_safetensors_open(const char *path, mt_safetensors **out)
     if (status == MT_OK)
         status = locate_header(f, &json, &json_bytes);
     if (status == MT_OK)
-        status = safetensors_parse_header(f, json, json_bytes, &offsets);
+        status = core_safetensors_parse_header(f, json, json_bytes, &offsets);
     for (int i = 0; i < f->count && status == MT_OK; i++)
         status = check_range(f, &f->tensors[i], offsets + 2 * i);
     if (status == MT_OK)

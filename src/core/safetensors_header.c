@@ -39,7 +39,7 @@ static mt_status bad_json(const parser *p, const char *what)
                    (size_t)(p->at - p->start), what);
 }
 
-mt_status safetensors_bad_tensor(const char *path, const char *name, const char *fmt, ...)
+mt_status core_safetensors_bad_tensor(const char *path, const char *name, const char *fmt, ...)
 {
     char message[512];
     va_list args;
@@ -222,7 +222,7 @@ static mt_status parse_count(parser *p, const char *name, const char *what, uint
     skip_space(p);
     const char *s = p->at;
     if (s < p->end && *s == '-' && s + 1 < p->end && s[1] >= '0' && s[1] <= '9')
-        return safetensors_bad_tensor(p->path, name, "%s holds a negative number", what);
+        return core_safetensors_bad_tensor(p->path, name, "%s holds a negative number", what);
     if (s >= p->end || *s < '0' || *s > '9')
         return bad_json(p, "expected a number");
     if (*s == '0' && s + 1 < p->end && s[1] >= '0' && s[1] <= '9')
@@ -231,12 +231,12 @@ static mt_status parse_count(parser *p, const char *name, const char *what, uint
     for (; s < p->end && *s >= '0' && *s <= '9'; s++) {
         unsigned digit = (unsigned)(*s - '0');
         if (value > (UINT64_MAX - digit) / 10)
-            return safetensors_bad_tensor(p->path, name, "%s holds a number too large", what);
+            return core_safetensors_bad_tensor(p->path, name, "%s holds a number too large", what);
         value = value * 10 + digit;
     }
     if (s < p->end && (*s == '.' || *s == 'e' || *s == 'E'))
-        return safetensors_bad_tensor(p->path, name,
-                                      "%s holds a number that is not a whole number", what);
+        return core_safetensors_bad_tensor(p->path, name,
+                                           "%s holds a number that is not a whole number", what);
     p->at = s;
     *out = value;
     return MT_OK;
@@ -253,8 +253,8 @@ static mt_status parse_counts(parser *p, const char *name, const char *what, uin
         return MT_OK;
     do {
         if (*count == most)
-            return safetensors_bad_tensor(p->path, name, "%s holds more than %d numbers", what,
-                                          most);
+            return core_safetensors_bad_tensor(p->path, name, "%s holds more than %d numbers", what,
+                                               most);
         mt_status status = parse_count(p, name, what, &values[(*count)++]);
         if (status)
             return status;
@@ -273,7 +273,7 @@ static mt_status parse_dtype(parser *p, const char *name, mt_safetensors_dtype *
         if (strcmp(text, DTYPES[i].name) == 0)
             found = i;
     if (found < 0)
-        status = safetensors_bad_tensor(p->path, name, "unknown dtype '%s'", text);
+        status = core_safetensors_bad_tensor(p->path, name, "unknown dtype '%s'", text);
     else
         *dtype = (mt_safetensors_dtype)found;
     free(text);
@@ -290,7 +290,7 @@ static mt_status parse_tensor(parser *p, mt_safetensors_tensor *t, uint64_t offs
         return bad_json(p, "expected '{' (a tensor's description)");
     mt_status status = MT_OK;
     if (take(p, '}'))
-        return safetensors_bad_tensor(p->path, t->name, "no dtype, shape or data_offsets");
+        return core_safetensors_bad_tensor(p->path, t->name, "no dtype, shape or data_offsets");
     do {
         char *key;
         if ((status = parse_string(p, &key)))
@@ -300,9 +300,9 @@ static mt_status parse_tensor(parser *p, mt_safetensors_tensor *t, uint64_t offs
             if (strcmp(key, fields[i]) == 0)
                 field = i;
         if (field < 0)
-            status = safetensors_bad_tensor(p->path, t->name, "unknown field '%s'", key);
+            status = core_safetensors_bad_tensor(p->path, t->name, "unknown field '%s'", key);
         else if (seen[field]++)
-            status = safetensors_bad_tensor(p->path, t->name, "field '%s' appears twice", key);
+            status = core_safetensors_bad_tensor(p->path, t->name, "field '%s' appears twice", key);
         free(key);
         if (status == MT_OK && !take(p, ':'))
             status = bad_json(p, "expected ':' after a key");
@@ -315,16 +315,16 @@ static mt_status parse_tensor(parser *p, mt_safetensors_tensor *t, uint64_t offs
             t->ndim = count;
             for (int i = 0; i < count && status == MT_OK; i++)
                 if (dims[i] > (uint64_t)INT64_MAX)
-                    status = safetensors_bad_tensor(p->path, t->name,
-                                                    "shape holds a number too large");
+                    status = core_safetensors_bad_tensor(p->path, t->name,
+                                                         "shape holds a number too large");
                 else
                     t->shape[i] = (int64_t)dims[i];
         }
         if (status == MT_OK && field == 2) {
             status = parse_counts(p, t->name, "data_offsets", offsets, 2, &count);
             if (status == MT_OK && count != 2)
-                status = safetensors_bad_tensor(p->path, t->name,
-                                                "data_offsets must hold 2 numbers, not %d", count);
+                status = core_safetensors_bad_tensor(
+                    p->path, t->name, "data_offsets must hold 2 numbers, not %d", count);
         }
         if (status)
             return status;
@@ -333,7 +333,7 @@ static mt_status parse_tensor(parser *p, mt_safetensors_tensor *t, uint64_t offs
         return bad_json(p, "expected ',' or '}'");
     for (int i = 0; i < 3; i++)
         if (!seen[i])
-            return safetensors_bad_tensor(p->path, t->name, "no %s", fields[i]);
+            return core_safetensors_bad_tensor(p->path, t->name, "no %s", fields[i]);
     return MT_OK;
 }
 
@@ -432,8 +432,8 @@ static mt_status parse_header(parser *p, mt_safetensors *f, uint64_t **offsets)
     return p->at == p->end ? MT_OK : bad_json(p, "text after the header's object");
 }
 
-mt_status safetensors_parse_header(mt_safetensors *f, const char *json, size_t length,
-                                   uint64_t **offsets)
+mt_status core_safetensors_parse_header(mt_safetensors *f, const char *json, size_t length,
+                                        uint64_t **offsets)
 {
     *offsets = NULL;
     parser p = {.path = f->path, .start = json, .at = json, .end = json + length};

@@ -28,12 +28,11 @@ struct mt_safetensors {
  * tensor's [begin, end) in the data area, two numbers per tensor, which the caller frees. On an
  * error f still owns what was parsed so far (mt_safetensors_close frees it), and *offsets is
  * NULL or the caller's to free. */
-mt_status safetensors_parse_header(mt_safetensors *f, const char *json, size_t length,
-                                   uint64_t **offsets);
+mt_status core_safetensors_parse_header(mt_safetensors *f, const char *json, size_t length,
+                                        uint64_t **offsets);
 
 /* A structural error about one tensor: "'FILE': tensor 'NAME': ...". */
-__attribute__((format(printf, 3, 4))) mt_status safetensors_bad_tensor(const char *path,
-                                                                       const char *name,
-                                                                       const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) mt_status
+core_safetensors_bad_tensor(const char *path, const char *name, const char *fmt, ...);
 
 #endif

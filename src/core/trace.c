@@ -123,14 +123,14 @@ static int by_start(const void *a, const void *b)
 }
 
 /* Nanoseconds as microseconds with 3 decimals, exactly; callers never pass negatives. */
-void trace_put_micros(FILE *f, int64_t ns)
+void core_trace_put_micros(FILE *f, int64_t ns)
 {
     fprintf(f, "%" PRId64 ".%03d", ns / 1000, (int)(ns % 1000));
 }
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), 0 if there is none: the writer
  * replaces such bytes and the reader refuses them, so files stay valid JSON text. */
-size_t trace_utf8_length(const unsigned char *s, size_t n)
+size_t core_trace_utf8_length(const unsigned char *s, size_t n)
 {
     size_t length = 0;
     if (s[0] < 0x80)
@@ -159,7 +159,7 @@ static void put_json_string(FILE *f, const char *text)
     size_t n = strlen(text);
     fputc('"', f);
     for (size_t i = 0; i < n;) {
-        size_t length = trace_utf8_length(s + i, n - i);
+        size_t length = core_trace_utf8_length(s + i, n - i);
         if (s[i] == '"' || s[i] == '\\')
             fprintf(f, "\\%c", s[i]);
         else if (s[i] < 0x20)
@@ -175,7 +175,7 @@ static void put_json_string(FILE *f, const char *text)
 
 /* Each event on its own line; the comma ending the previous one is written when the next
  * one starts, so the last event has none. */
-void trace_begin_event(FILE *f, int *first)
+void core_trace_begin_event(FILE *f, int *first)
 {
     if (!*first)
         fputs(",\n", f);
@@ -184,19 +184,19 @@ void trace_begin_event(FILE *f, int *first)
 
 static void put_metadata(FILE *f, const mt_trace *t, int has_steps, int *first)
 {
-    trace_begin_event(f, first);
+    core_trace_begin_event(f, first);
     fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
             t->rank, WORK_TID);
     put_json_string(f, t->label);
     fputs("}}", f);
-    trace_begin_event(f, first);
+    core_trace_begin_event(f, first);
     fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                "\"args\":{\"sort_index\":%d}}", t->rank, WORK_TID, t->rank);
-    trace_begin_event(f, first);
+    core_trace_begin_event(f, first);
     fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                "\"args\":{\"name\":\"work\"}}", t->rank, WORK_TID);
     if (has_steps) {
-        trace_begin_event(f, first);
+        core_trace_begin_event(f, first);
         fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                    "\"args\":{\"name\":\"steps\"}}", t->rank, STEP_TID);
     }
@@ -221,11 +221,11 @@ static void put_span(FILE *f, const mt_trace *t, const span *s, int *first)
     int64_t start = llround(s->start * 1e9) + t->wall_offset_ns;
     int64_t end = llround(s->end * 1e9) + t->wall_offset_ns;
     int step = s->kind == MT_TRACE_STEP;
-    trace_begin_event(f, first);
+    core_trace_begin_event(f, first);
     fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", name, KIND_NAMES[s->kind]);
-    trace_put_micros(f, start > 0 ? start : 0);
+    core_trace_put_micros(f, start > 0 ? start : 0);
     fputs(",\"dur\":", f);
-    trace_put_micros(f, end > start ? end - start : 0); /* a reversed span is an instant */
+    core_trace_put_micros(f, end > start ? end - start : 0); /* a reversed span is an instant */
     fprintf(f, ",\"pid\":%d,\"tid\":%d", t->rank, step ? STEP_TID : WORK_TID);
     if (s->micro >= 0 || s->chunk >= 0) {
         fputs(",\"args\":{", f);
@@ -238,7 +238,7 @@ static void put_span(FILE *f, const mt_trace *t, const span *s, int *first)
     fputc('}', f);
 }
 
-mt_status trace_output_open(trace_output *o, const char *path)
+mt_status core_trace_output_open(trace_output *o, const char *path)
 {
     o->path = path;
     o->file = NULL;
@@ -252,7 +252,7 @@ mt_status trace_output_open(trace_output *o, const char *path)
     return MT_OK;
 }
 
-mt_status trace_output_commit(trace_output *o)
+mt_status core_trace_output_commit(trace_output *o)
 {
     errno = 0;
     int ok = !ferror(o->file);
@@ -267,7 +267,7 @@ mt_status trace_output_commit(trace_output *o)
 static mt_status write_trace(const mt_trace *t)
 {
     trace_output o;
-    mt_status status = trace_output_open(&o, t->path);
+    mt_status status = core_trace_output_open(&o, t->path);
     if (status)
         return status;
     int has_steps = 0, first = 1;
@@ -278,7 +278,7 @@ static mt_status write_trace(const mt_trace *t)
     for (size_t i = 0; i < t->count; i++)
         put_span(o.file, t, &t->spans[i], &first);
     fprintf(o.file, "\n%s\"rank\":%d,\"version\":%d}}\n", TRAILER_START, t->rank, TRACE_VERSION);
-    return trace_output_commit(&o);
+    return core_trace_output_commit(&o);
 }
 
 mt_status mt_trace_close(mt_trace *trace)

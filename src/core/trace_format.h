@@ -30,16 +30,16 @@ typedef struct trace_output {
     char temporary[PATH_CAPACITY];
 } trace_output;
 
-mt_status trace_output_open(trace_output *o, const char *path);
+mt_status core_trace_output_open(trace_output *o, const char *path);
 /* Closes, and renames into place; on any failure removes the temporary file. */
-mt_status trace_output_commit(trace_output *o);
+mt_status core_trace_output_commit(trace_output *o);
 
 /* Nanoseconds as microseconds with 3 decimals, exactly; callers never pass negatives. */
-void trace_put_micros(FILE *f, int64_t ns);
+void core_trace_put_micros(FILE *f, int64_t ns);
 /* Length of the valid UTF-8 sequence at s (n bytes left), 0 if there is none: the writer
  * replaces such bytes and the reader refuses them, so files stay valid JSON text. */
-size_t trace_utf8_length(const unsigned char *s, size_t n);
+size_t core_trace_utf8_length(const unsigned char *s, size_t n);
 /* Starts an event line: the comma ending the previous one is written when the next starts. */
-void trace_begin_event(FILE *f, int *first);
+void core_trace_begin_event(FILE *f, int *first);
 
 #endif

@@ -76,7 +76,7 @@ static int parse_string(cursor *c)
             }
             continue;
         }
-        size_t length = trace_utf8_length(s, (size_t)(c->end - c->p));
+        size_t length = core_trace_utf8_length(s, (size_t)(c->end - c->p));
         if (length == 0)
             return 0;
         c->p += length;
@@ -435,7 +435,7 @@ static int by_rank(const void *a, const void *b)
 static mt_status write_merged(const trace_file *files, int count, int64_t origin, const char *out)
 {
     trace_output o;
-    mt_status status = trace_output_open(&o, out);
+    mt_status status = core_trace_output_open(&o, out);
     if (status)
         return status;
     int first = 1;
@@ -443,17 +443,17 @@ static mt_status write_merged(const trace_file *files, int count, int64_t origin
     for (int i = 0; i < count; i++)
         for (size_t j = 0; j < files[i].count; j++) {
             const event_line *e = &files[i].events[j];
-            trace_begin_event(o.file, &first);
+            core_trace_begin_event(o.file, &first);
             if (e->ts_end == 0) {
                 fwrite(e->text, 1, e->length, o.file);
                 continue;
             }
             fwrite(e->text, 1, e->ts_at, o.file);
-            trace_put_micros(o.file, e->ts_ns - origin);
+            core_trace_put_micros(o.file, e->ts_ns - origin);
             fwrite(e->text + e->ts_end, 1, e->length - e->ts_end, o.file);
         }
     fprintf(o.file, "\n%s\"ranks\":%d,\"version\":%d}}\n", TRAILER_START, count, TRACE_VERSION);
-    return trace_output_commit(&o);
+    return core_trace_output_commit(&o);
 }
 
 static mt_status load_all(trace_file *files, const char *const *inputs, int count)

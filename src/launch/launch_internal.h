@@ -22,10 +22,10 @@ typedef struct line_prefixer {
     int mid_line;    /* a long line was cut: its rest goes on without a new prefix */
 } line_prefixer;
 
-void line_prefixer_init(line_prefixer *p, int fd, int rank);
-void line_prefixer_feed(line_prefixer *p, const char *data, size_t n);
+void launch_line_prefixer_init(line_prefixer *p, int fd, int rank);
+void launch_line_prefixer_feed(line_prefixer *p, const char *data, size_t n);
 /* Writes a last line that had no newline. */
-void line_prefixer_flush(line_prefixer *p);
+void launch_line_prefixer_flush(line_prefixer *p);
 
 /* ---- workers.c ---- */
 typedef struct worker {
@@ -56,26 +56,26 @@ enum { WORKER_VARIABLES = 13 };
 
 /* Resolves the command, builds each worker's environment from `variables` (count x
  * WORKER_VARIABLES strings, which the set copies) and picks CPUs. */
-mt_status worker_set_prepare(worker_set *s, int count, int first_rank, char *const argv[],
-                             char *const *variables, int bind_to_core, int prefix_output,
-                             const sigset_t *child_mask);
+mt_status launch_workers_prepare(worker_set *s, int count, int first_rank, char *const argv[],
+                                 char *const *variables, int bind_to_core, int prefix_output,
+                                 const sigset_t *child_mask);
 /* Forks and execs every worker, each heading its own process group. */
-mt_status worker_set_start(worker_set *s);
+mt_status launch_workers_start(worker_set *s);
 /* Reaps every child that ended (workers and orphans of theirs, which this process adopts as
  * subreaper); returns how many workers are still alive. */
-int worker_set_reap(worker_set *s);
-void worker_set_signal(worker_set *s, int sig);
+int launch_workers_reap(worker_set *s);
+void launch_workers_signal(worker_set *s, int sig);
 /* Moves what the workers printed to the prefixers, at most 64 KiB per pipe per call (so the
  * launcher's loop keeps turning under a flood); returns 1 if any pipe is still open. */
-int worker_set_drain(worker_set *s);
+int launch_workers_drain(worker_set *s);
 /* After every worker ended: kills what is left in their process groups and reaps it. */
-void worker_set_sweep(worker_set *s);
-void worker_set_release(worker_set *s);
+void launch_workers_sweep(worker_set *s);
+void launch_workers_release(worker_set *s);
 /* The worker whose end is the job's failure, or NULL: the first reaped that ended badly, except
  * that a later death by a signal the launcher did not send replaces an exit code. */
-const worker *worker_set_first_failure(const worker_set *s);
+const worker *launch_workers_first_failure(const worker_set *s);
 /* "exited with code 3", "was killed by signal 9 (Killed)", "could not execute 'x': ..." */
-void worker_describe_end(const worker_set *s, const worker *w, char *out, size_t capacity);
+void launch_worker_describe_end(const worker_set *s, const worker *w, char *out, size_t capacity);
 
 /* ---- rendezvous.c: which launchers run an attempt. Launchers are known by their --node-rank;
  * an attempt's members get dense group ranks, so its world is members x nproc. */
@@ -103,15 +103,15 @@ typedef struct launch_round {
 void launch_list_nodes(const int *nodes, int n, char *out, size_t capacity);
 /* Node 0 publishes --nnodes, --nproc-per-node and --max-restarts; every other launcher checks
  * that it was given the same (a mismatch would make the job's ranks disagree on its world). */
-mt_status rendezvous_agree_settings(const rendezvous *r);
+mt_status launch_rendezvous_agree_settings(const rendezvous *r);
 /* "2" or "1:4", as --nnodes was given. */
-void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity);
+void launch_rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity);
 /* Announces this launcher for the attempt and returns its members. Node 0 closes the round
  * once every node is in, or at least MIN are and the rest expected (the previous attempt's
  * members, every node the first time) left the job or missed the last call; it fails the
  * round, for every launcher, when MIN can no longer be reached or within the join timeout. */
-mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
-                           launch_round *out);
+mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
+                                  launch_round *out);
 void launch_round_free(launch_round *round);
 
 #endif

@@ -38,22 +38,22 @@ static double advance_shutdown(const agent *a, worker_set *s, shutdown_clock *c,
         double term_at = c->started + a->o->grace_seconds;
         if (now < term_at)
             return term_at - now;
-        worker_set_signal(s, SIGTERM);
+        launch_workers_signal(s, SIGTERM);
         c->term_sent = now;
     }
     double kill_at = c->term_sent + TERM_TO_KILL_SECONDS;
     if (now < kill_at)
         return kill_at - now;
-    worker_set_signal(s, SIGKILL);
+    launch_workers_signal(s, SIGKILL);
     c->kill_sent = 1;
     return STORE_POLL_SECONDS;
 }
 
 static void describe_local_failure(const agent *a, const worker_set *s, attempt_outcome *out)
 {
-    const worker *w = worker_set_first_failure(s);
+    const worker *w = launch_workers_first_failure(s);
     char how[300];
-    worker_describe_end(s, w, how, sizeof how);
+    launch_worker_describe_end(s, w, how, sizeof how);
     /* Host names and commands are long at worst; a cut message beats none. */
     int n = snprintf(out->failure, sizeof out->failure, "rank %d (pid %d on host %.64s) ",
                      w->rank, (int)w->pid, a->host);
@@ -115,11 +115,11 @@ void launch_watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
     double next_poll = 0, analyse_at = -1;
     const worker *named = NULL; /* the local failure described in out */
     for (;;) {
-        int alive = worker_set_reap(s);
-        worker_set_drain(s);
+        int alive = launch_workers_reap(s);
+        launch_workers_drain(s);
         double now = mt_clock_seconds();
         /* a local failure, or a death by signal that replaced the one named (workers.c) */
-        const worker *first = worker_set_first_failure(s);
+        const worker *first = launch_workers_first_failure(s);
         if (first && first != named && (!out->failed || named)) {
             describe_local_failure(a, s, out);
             launch_publish_failure(a, attempt, out);
@@ -141,7 +141,7 @@ void launch_watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
         int sig = take_signals(a, &dump_asked);
         if (sig) {
             /* Workers head their own groups, so a Ctrl-C at the terminal reaches only us. */
-            worker_set_signal(s, sig);
+            launch_workers_signal(s, sig);
             out->interrupted = sig;
             if (c.started < 0)
                 c.started = now;
@@ -202,20 +202,20 @@ mt_status launch_run_workers(agent *a, int attempt, attempt_outcome *out)
     for (int i = 0; complete && i < a->nproc * WORKER_VARIABLES; i++)
         complete = variables[i] != NULL;
     worker_set s;
-    mt_status st = complete ? worker_set_prepare(&s, a->nproc, a->first_rank, a->argv, variables,
-                                                 a->o->bind_to_core, a->o->prefix_output,
-                                                 &a->original_mask)
+    mt_status st = complete ? launch_workers_prepare(&s, a->nproc, a->first_rank, a->argv,
+                                                     variables, a->o->bind_to_core,
+                                                     a->o->prefix_output, &a->original_mask)
                             : mt_fail(MT_ENOMEM, "launch: out of memory");
     free_variables(variables, a->nproc);
     if (st == MT_OK)
-        st = worker_set_start(&s);
+        st = launch_workers_start(&s);
     if (st == MT_OK) {
         launch_watch(a, &s, attempt, out);
-        worker_set_sweep(&s);
+        launch_workers_sweep(&s);
         /* A worker killed while it created shared memory leaves its segment behind. */
         mt_comm_remove_stale_segments();
     }
     if (complete)
-        worker_set_release(&s);
+        launch_workers_release(&s);
     return st;
 }

@@ -95,7 +95,7 @@ static mt_status setup(agent *a)
     a->rdv.store = a->store;
     a->rdv.server = a->server;
     if (st == MT_OK)
-        st = rendezvous_agree_settings(&a->rdv);
+        st = launch_rendezvous_agree_settings(&a->rdv);
     return st;
 }
 
@@ -119,7 +119,7 @@ static mt_status begin_attempt(agent *a, int attempt)
 {
     launch_round round;
     a->attempt = attempt;
-    mt_status st = rendezvous_round(&a->rdv, attempt, attempt ? &a->round : NULL, &round);
+    mt_status st = launch_rendezvous_round(&a->rdv, attempt, attempt ? &a->round : NULL, &round);
     if (st)
         return st;
     int changed = attempt ? round.count != a->round.count : round.count < a->rdv.max_nodes;
@@ -130,7 +130,7 @@ static mt_status begin_attempt(agent *a, int attempt)
     a->first_rank = round.group_rank * a->nproc;
     if (changed) {
         char nnodes[32], members[200];
-        rendezvous_describe_nnodes(&a->rdv, nnodes, sizeof nnodes);
+        launch_rendezvous_describe_nnodes(&a->rdv, nnodes, sizeof nnodes);
         launch_list_nodes(round.members, round.count, members, sizeof members);
         launch_say(a, "attempt %d runs on %d node%s of --nnodes %s (%s), %d workers: this node (%d) "
                "has ranks %d-%d", attempt, a->nodes, a->nodes > 1 ? "s" : "", nnodes, members,

@@ -7,7 +7,7 @@
 
 #include "launch_internal.h"
 
-void line_prefixer_init(line_prefixer *p, int fd, int rank)
+void launch_line_prefixer_init(line_prefixer *p, int fd, int rank)
 {
     memset(p, 0, sizeof *p);
     p->fd = fd;
@@ -45,7 +45,7 @@ static void emit(line_prefixer *p, int complete)
     p->mid_line = !complete;
 }
 
-void line_prefixer_feed(line_prefixer *p, const char *data, size_t n)
+void launch_line_prefixer_feed(line_prefixer *p, const char *data, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         if (data[i] == '\n') {
@@ -58,7 +58,7 @@ void line_prefixer_feed(line_prefixer *p, const char *data, size_t n)
     }
 }
 
-void line_prefixer_flush(line_prefixer *p)
+void launch_line_prefixer_flush(line_prefixer *p)
 {
     if (p->len > 0 || p->mid_line)
         emit(p, 1);

@@ -14,7 +14,7 @@ static const double ROUND_POLL_SECONDS = 0.05;
 /* Others wait for node 0's verdict this much longer than node 0 may take to give it. */
 static const double VERDICT_MARGIN_SECONDS = 10.0;
 
-void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
+void launch_rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
 {
     if (r->min_nodes == r->max_nodes)
         snprintf(out, capacity, "%d", r->max_nodes);
@@ -29,13 +29,13 @@ void rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t capacity)
 static void settings_text(const rendezvous *r, char *out, size_t capacity)
 {
     char nnodes[32];
-    rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
+    launch_rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
     snprintf(out, capacity, "--nnodes %s --nproc-per-node %d --max-restarts %d --join-timeout "
              "%g --last-call %g", nnodes, r->nproc, r->max_restarts, r->join_timeout,
              r->last_call);
 }
 
-mt_status rendezvous_agree_settings(const rendezvous *r)
+mt_status launch_rendezvous_agree_settings(const rendezvous *r)
 {
     char mine[256], theirs[256];
     settings_text(r, mine, sizeof mine);
@@ -185,7 +185,7 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
     for (int i = 0; previous && i < previous->count; i++)
         expected[previous->members[i]] = 1;
     char nnodes[32], missing[240], left[240];
-    rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
+    launch_rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
     double start = mt_clock_seconds(), min_reached = -1;
     mt_status st = MT_OK;
     for (;;) {
@@ -250,8 +250,8 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
     return st;
 }
 
-mt_status rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
-                           launch_round *out)
+mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
+                                  launch_round *out)
 {
     *out = (launch_round){.group_rank = -1};
     char key[64];

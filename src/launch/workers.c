@@ -113,9 +113,9 @@ static void assign_cpus(worker_set *s, int bind_to_core)
             s->workers[r++].cpu = cpu;
 }
 
-mt_status worker_set_prepare(worker_set *s, int count, int first_rank, char *const argv[],
-                             char *const *variables, int bind_to_core, int prefix_output,
-                             const sigset_t *child_mask)
+mt_status launch_workers_prepare(worker_set *s, int count, int first_rank, char *const argv[],
+                                 char *const *variables, int bind_to_core, int prefix_output,
+                                 const sigset_t *child_mask)
 {
     memset(s, 0, sizeof *s);
     s->count = count;
@@ -175,13 +175,13 @@ static mt_status start_worker(worker_set *s, worker *w)
         w->pipes[1] = err[0];
         fcntl(out[0], F_SETFL, O_NONBLOCK);
         fcntl(err[0], F_SETFL, O_NONBLOCK);
-        line_prefixer_init(&w->lines[0], STDOUT_FILENO, w->rank);
-        line_prefixer_init(&w->lines[1], STDERR_FILENO, w->rank);
+        launch_line_prefixer_init(&w->lines[0], STDOUT_FILENO, w->rank);
+        launch_line_prefixer_init(&w->lines[1], STDERR_FILENO, w->rank);
     }
     return MT_OK;
 }
 
-mt_status worker_set_start(worker_set *s)
+mt_status launch_workers_start(worker_set *s)
 {
     /* Orphans of the workers (what they started and left behind) become our children, so
      * the sweep can reap them and no zombie or stray process outlives the job. */
@@ -189,8 +189,8 @@ mt_status worker_set_start(worker_set *s)
     for (int r = 0; r < s->count; r++) {
         mt_status st = start_worker(s, &s->workers[r]);
         if (st) {
-            worker_set_signal(s, SIGKILL);
-            worker_set_sweep(s);
+            launch_workers_signal(s, SIGKILL);
+            launch_workers_sweep(s);
             return st;
         }
     }
@@ -220,7 +220,7 @@ static int outranks(const worker_set *s, const worker *later, const worker *name
     return !s->signalled && killed_by_signal(later) && !killed_by_signal(named);
 }
 
-int worker_set_reap(worker_set *s)
+int launch_workers_reap(worker_set *s)
 {
     for (;;) {
         int status = 0;
@@ -245,7 +245,7 @@ int worker_set_reap(worker_set *s)
     return alive;
 }
 
-void worker_set_signal(worker_set *s, int sig)
+void launch_workers_signal(worker_set *s, int sig)
 {
     s->signalled = 1;
     for (int r = 0; r < s->count; r++)
@@ -253,7 +253,7 @@ void worker_set_signal(worker_set *s, int sig)
             kill(-s->workers[r].pid, sig);
 }
 
-int worker_set_drain(worker_set *s)
+int launch_workers_drain(worker_set *s)
 {
     int open = 0;
     char buffer[16384];
@@ -268,7 +268,7 @@ int worker_set_drain(worker_set *s)
             size_t taken = 0;
             while (taken < DRAIN_PASS_BYTES &&
                    (n = read(w->pipes[i], buffer, sizeof buffer)) > 0) {
-                line_prefixer_feed(&w->lines[i], buffer, (size_t)n);
+                launch_line_prefixer_feed(&w->lines[i], buffer, (size_t)n);
                 taken += (size_t)n;
             }
             if (taken >= DRAIN_PASS_BYTES) {
@@ -276,7 +276,7 @@ int worker_set_drain(worker_set *s)
                 continue;
             }
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                line_prefixer_flush(&w->lines[i]);
+                launch_line_prefixer_flush(&w->lines[i]);
                 close(w->pipes[i]);
                 w->pipes[i] = -1;
             } else {
@@ -286,7 +286,7 @@ int worker_set_drain(worker_set *s)
     return open;
 }
 
-void worker_set_sweep(worker_set *s)
+void launch_workers_sweep(worker_set *s)
 {
     /* A process group lives while any member does; the leader's pid cannot be reused before
      * then, so the kill reaches only what the worker left behind. */
@@ -304,18 +304,18 @@ void worker_set_sweep(worker_set *s)
     }
     /* What the dead workers left in their pipes (64 KiB each), in a few passes; output of a
      * process that escaped the sweep is cut off rather than awaited. */
-    for (int pass = 0; pass < 4 && worker_set_drain(s); pass++) {
+    for (int pass = 0; pass < 4 && launch_workers_drain(s); pass++) {
     }
     for (int r = 0; r < s->count; r++)
         for (int i = 0; i < 2; i++)
             if (s->workers[r].pipes[i] >= 0) {
-                line_prefixer_flush(&s->workers[r].lines[i]);
+                launch_line_prefixer_flush(&s->workers[r].lines[i]);
                 close(s->workers[r].pipes[i]);
                 s->workers[r].pipes[i] = -1;
             }
 }
 
-void worker_set_release(worker_set *s)
+void launch_workers_release(worker_set *s)
 {
     if (s->workers)
         for (int r = 0; r < s->count; r++)
@@ -325,12 +325,9 @@ void worker_set_release(worker_set *s)
     memset(s, 0, sizeof *s);
 }
 
-const worker *worker_set_first_failure(const worker_set *s)
-{
-    return s->first_failure;
-}
+const worker *launch_workers_first_failure(const worker_set *s) { return s->first_failure; }
 
-void worker_describe_end(const worker_set *s, const worker *w, char *out, size_t capacity)
+void launch_worker_describe_end(const worker_set *s, const worker *w, char *out, size_t capacity)
 {
     if (w->exec_errno)
         snprintf(out, capacity, "could not execute '%s': %s (exit code 127)", s->argv[0],

@@ -14,18 +14,19 @@ typedef struct ckpt_shard_plan {
     uint64_t bytes; /* the file's size */
 } ckpt_shard_plan;
 
-uint64_t ckpt_hash(const void *data, size_t bytes);
+uint64_t trainer_ckpt_hash(const void *data, size_t bytes);
 /* Places the pieces at 64-byte aligned offsets after the header; returns the file's size. */
-uint64_t ckpt_plan_layout(ckpt_shard_plan *plan);
+uint64_t trainer_ckpt_plan_layout(ckpt_shard_plan *plan);
 /* Writes the shard to PATH.partial (its space claimed first, so a full disk fails before
  * anything is written), checksumming each piece on the way, then fsyncs, renames it to path
  * and fsyncs the folder. die_halfway: SIGKILL this process halfway (a test's fault). */
-mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan *plan,
-                           int die_halfway);
+mt_status trainer_ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan *plan,
+                                   int die_halfway);
 /* mt_ckpt_meta_read on text already in memory (`length` bytes of metadata.json of checkpoint
  * folder `dir`, which errors name and meta->dir keeps): the same checks and messages. */
-mt_status ckpt_meta_parse(const char *dir, const char *text, size_t length, mt_ckpt_meta *meta);
+mt_status trainer_ckpt_meta_parse(const char *dir, const char *text, size_t length,
+                                  mt_ckpt_meta *meta);
 /* N of a folder named step_<N>, else -1. */
-int ckpt_step_of_name(const char *name);
+int trainer_ckpt_step_of_name(const char *name);
 
 #endif

@@ -627,7 +627,8 @@ static mt_status read_document(reader *r, json_t *root)
     return check_tiling(r);
 }
 
-mt_status ckpt_meta_parse(const char *dir, const char *text, size_t length, mt_ckpt_meta *meta)
+mt_status trainer_ckpt_meta_parse(const char *dir, const char *text, size_t length,
+                                  mt_ckpt_meta *meta)
 {
     *meta = (mt_ckpt_meta){0};
     char path[MT_PATH_MAX + 32];
@@ -735,7 +736,7 @@ mt_status mt_ckpt_meta_read(const char *dir, mt_ckpt_meta *meta)
     if (!whole)
         return mt_fail(MT_EIO, "'%s' is not a committed checkpoint: cannot read '%s': %s", dir,
                        path, strerror(cause));
-    mt_status status = ckpt_meta_parse(dir, text, length, meta);
+    mt_status status = trainer_ckpt_meta_parse(dir, text, length, meta);
     free(text);
     return status;
 }

@@ -17,7 +17,7 @@
 #include "ckpt_internal.h"
 #include "meshtrain/files.h"
 
-uint64_t ckpt_hash(const void *data, size_t bytes) { return XXH3_64bits(data, bytes); }
+uint64_t trainer_ckpt_hash(const void *data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
 static void put_u32(unsigned char *at, uint32_t v)
 {
@@ -55,7 +55,7 @@ static void shard_header(unsigned char header[MT_CKPT_HEADER_BYTES], int rank, i
     put_u64(header + 24, bytes);
 }
 
-uint64_t ckpt_plan_layout(ckpt_shard_plan *plan)
+uint64_t trainer_ckpt_plan_layout(ckpt_shard_plan *plan)
 {
     uint64_t at = MT_CKPT_HEADER_BYTES;
     for (int i = 0; i < plan->count; i++) {
@@ -66,8 +66,8 @@ uint64_t ckpt_plan_layout(ckpt_shard_plan *plan)
     return plan->bytes = at;
 }
 
-mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan *plan,
-                           int die_halfway)
+mt_status trainer_ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan *plan,
+                                   int die_halfway)
 {
     char temporary[MT_PATH_MAX + 48];
     snprintf(temporary, sizeof temporary, "%s.partial", path);
@@ -87,7 +87,7 @@ mt_status ckpt_shard_write(const char *path, int rank, int step, ckpt_shard_plan
     uint64_t at = MT_CKPT_HEADER_BYTES;
     for (int i = 0; i < plan->count && status == MT_OK; i++) {
         mt_ckpt_piece *p = &plan->pieces[i];
-        p->xxh3 = ckpt_hash(plan->data[i], (size_t)p->bytes);
+        p->xxh3 = trainer_ckpt_hash(plan->data[i], (size_t)p->bytes);
         if (die_halfway && i == plan->count / 2)
             raise(SIGKILL); /* MT_INJECT_FAULT: a rank dies in the middle of its shard */
         status = mt_write_all(fd, zeros, (size_t)(p->at - at), temporary);
@@ -178,7 +178,7 @@ mt_status mt_ckpt_piece_read(const mt_ckpt_meta *meta, int piece, int fd, void *
                                                                     : "end of file");
         done += (size_t)n;
     }
-    uint64_t hash = ckpt_hash(out, (size_t)p->bytes);
+    uint64_t hash = trainer_ckpt_hash(out, (size_t)p->bytes);
     if (hash != p->xxh3)
         return mt_fail(MT_EFORMAT, "checkpoint shard '%s/%s': tensor '%s' (%s %s): checksum "
                                    "%016" PRIx64 " where the metadata says %016" PRIx64
@@ -189,7 +189,7 @@ mt_status mt_ckpt_piece_read(const mt_ckpt_meta *meta, int piece, int fd, void *
 }
 
 /* N of a folder named step_<N> (digits only), else -1. */
-int ckpt_step_of_name(const char *name)
+int trainer_ckpt_step_of_name(const char *name)
 {
     if (strncmp(name, "step_", 5) != 0 || !name[5] || (name[5] == '0' && name[6]))
         return -1; /* written as step_%d: no leading zeros */
@@ -214,7 +214,7 @@ mt_status mt_ckpt_find_latest(const char *root, char *out, size_t capacity, int 
                                          strerror(errno));
     struct dirent *entry;
     while ((entry = readdir(dir))) {
-        int n = ckpt_step_of_name(entry->d_name);
+        int n = trainer_ckpt_step_of_name(entry->d_name);
         char marker[MT_PATH_MAX + 300];
         snprintf(marker, sizeof marker, "%s/%s/metadata.json", root, entry->d_name);
         if (n > *step && access(marker, R_OK) == 0) {

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <unistd.h>
 
-void progress_init(progress *p, FILE *out, int every, int first_step, int total_steps)
+void trainer_progress_init(progress *p, FILE *out, int every, int first_step, int total_steps)
 {
     p->first_step = first_step;
     p->out = out;
@@ -23,7 +23,7 @@ static void format_duration(char *buffer, size_t size, double seconds)
         snprintf(buffer, size, "%ld:%02ld", s / 60, s % 60);
 }
 
-void progress_step(progress *p, const step_record *r)
+void trainer_progress_step(progress *p, const step_record *r)
 {
     if (!p->out)
         return;
@@ -44,7 +44,7 @@ void progress_step(progress *p, const step_record *r)
     fflush(p->out);
 }
 
-int metrics_append(FILE *metrics, const step_record *r)
+int trainer_metrics_append(FILE *metrics, const step_record *r)
 {
     fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                      "\"tokens_per_s\": %.9g",

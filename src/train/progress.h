@@ -20,10 +20,10 @@ typedef struct step_record {
     double elapsed;  /* seconds since the first step began */
 } step_record;
 
-void progress_init(progress *p, FILE *out, int every, int first_step, int total_steps);
-void progress_step(progress *p, const step_record *r);
+void trainer_progress_init(progress *p, FILE *out, int every, int first_step, int total_steps);
+void trainer_progress_step(progress *p, const step_record *r);
 
 /* Appends one JSON line; floats with %.9g so that they round-trip. */
-int metrics_append(FILE *metrics, const step_record *r);
+int trainer_metrics_append(FILE *metrics, const step_record *r);
 
 #endif

@@ -55,8 +55,8 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         record.elapsed = mt_clock_seconds() - start;
         summary->final_loss = record.loss;
         summary->steps = step;
-        progress_step(&tr->out.progress, &record);
-        if (tr->out.metrics && !metrics_append(tr->out.metrics, &record))
+        trainer_progress_step(&tr->out.progress, &record);
+        if (tr->out.metrics && !trainer_metrics_append(tr->out.metrics, &record))
             return mt_fail(MT_EIO, "cannot append to '%s/metrics.jsonl'", cfg->out);
         if (cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps) &&
             (status = trainer_save_checkpoint(tr, step)))

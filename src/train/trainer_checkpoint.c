@@ -112,7 +112,7 @@ static mt_status plan_shard(trainer *tr, trainer_save *s)
             }
         }
     }
-    ckpt_plan_layout(&s->plan);
+    trainer_ckpt_plan_layout(&s->plan);
     return MT_OK;
 }
 
@@ -186,7 +186,7 @@ static void prune(const trainer_save *s, int partial_only)
             snprintf(path, sizeof path, "%s/%s", s->root, entry->d_name);
             mt_remove_tree(path);
         }
-        int n = ckpt_step_of_name(entry->d_name);
+        int n = trainer_ckpt_step_of_name(entry->d_name);
         if (n < 0 || partial_only)
             continue;
         if (count == capacity) {
@@ -324,8 +324,8 @@ static mt_status write_and_commit(trainer_save *s)
     double start = mt_clock_seconds();
     char path[MT_PATH_MAX + 80];
     snprintf(path, sizeof path, "%s/rank%d.shard", s->partial, s->rank);
-    mt_status status = ckpt_shard_write(path, s->rank, s->step, &s->plan,
-                                        s->fault == FAULT_KILL_IN_SHARD);
+    mt_status status =
+        trainer_ckpt_shard_write(path, s->rank, s->step, &s->plan, s->fault == FAULT_KILL_IN_SHARD);
     if (status == MT_OK && s->fault == FAULT_KILL_AFTER_SHARD)
         raise(SIGKILL);
     status = agree(s, status, "writing the shards");

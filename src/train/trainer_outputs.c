@@ -64,8 +64,8 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
     trainer_outputs *out = &tr->out;
     out->writes = st->rank == 0;
     out->resumed_here = st->start_step > 0 && resumed_dir && same_folder_ckpt(cfg, resumed_dir);
-    progress_init(&out->progress, out->writes ? progress_out : NULL, cfg->log_every,
-                  st->start_step, cfg->steps);
+    trainer_progress_init(&out->progress, out->writes ? progress_out : NULL, cfg->log_every,
+                          st->start_step, cfg->steps);
     /* every rank's figure for summary.json: ranks bound to unequal CPU sets differ */
     int ranks = tr->plan->world_size;
     out->rank_threads = calloc((size_t)ranks, sizeof *out->rank_threads);

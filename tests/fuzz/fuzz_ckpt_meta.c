@@ -408,7 +408,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     mt_ckpt_meta from_text, from_file;
     memset(&from_text, 0x5a, sizeof from_text);
-    mt_status st = ckpt_meta_parse(folder, (const char *)data, size, &from_text);
+    mt_status st = trainer_ckpt_meta_parse(folder, (const char *)data, size, &from_text);
     char message[2048];
     snprintf(message, sizeof message, "%s", st ? mt_last_error() : "");
     fuzz_write_file(path, data, size);
@@ -544,7 +544,7 @@ static void build_meta(const seed_layout *layout, int step, mt_ckpt_meta *m)
         mt_ckpt_file *f = &m->files[r];
         snprintf(f->name, sizeof f->name, "rank%d.shard", r);
         f->rank = r;
-        f->bytes = ckpt_plan_layout(&plans[r]);
+        f->bytes = trainer_ckpt_plan_layout(&plans[r]);
         for (int i = 0; i < plans[r].count; i++) {
             REQUIRE(m->piece_count < MAX_SEED_PIECES, "too many pieces");
             mt_ckpt_piece *p = &m->pieces[m->piece_count];

@@ -146,7 +146,7 @@ static void scenario_meta(const scenario *s, mt_ckpt_meta *meta)
     }
     n += (size_t)snprintf(text + n, sizeof text - n, "]}");
     REQUIRE(n < sizeof text, "metadata text too long");
-    REQUIRE(ckpt_meta_parse(shard_folder(), text, n, meta) == MT_OK,
+    REQUIRE(trainer_ckpt_meta_parse(shard_folder(), text, n, meta) == MT_OK,
             "the scenario's metadata is refused");
 }
 
@@ -309,10 +309,12 @@ static seed *make_seed(const uint8_t d[DESCRIPTOR], int writer)
         }
         plan.pieces = pieces;
         plan.data = floats;
-        REQUIRE(ckpt_plan_layout(&plan) == sc.bytes - d[5], "the writer places pieces elsewhere");
+        REQUIRE(trainer_ckpt_plan_layout(&plan) == sc.bytes - d[5],
+                "the writer places pieces elsewhere");
         char path[700];
         snprintf(path, sizeof path, "%s/written.shard", shard_folder());
-        REQUIRE(ckpt_shard_write(path, sc.rank, sc.step, &plan, 0) == MT_OK, "writing a shard");
+        REQUIRE(trainer_ckpt_shard_write(path, sc.rank, sc.step, &plan, 0) == MT_OK,
+                "writing a shard");
         size_t n;
         uint8_t *written = fuzz_read_file(path, &n);
         REQUIRE(n == plan.bytes, "the writer wrote %zu bytes", n);

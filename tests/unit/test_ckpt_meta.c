@@ -140,7 +140,7 @@ static void tiling_checks_are_fast(void)
                          cases[c].overlap, cases[c].all_states);
         mt_ckpt_meta meta;
         double start = cpu_seconds();
-        mt_status st = ckpt_meta_parse("/nonexistent", t.data, t.len, &meta);
+        mt_status st = trainer_ckpt_meta_parse("/nonexistent", t.data, t.len, &meta);
         double took = cpu_seconds() - start;
         if (cases[c].want)
             CHECK_MSG(st == MT_EFORMAT && strstr(mt_last_error(), cases[c].want),

@@ -45,7 +45,7 @@ static mt_status prepare(worker_set *s, char *const argv[])
     }
     sigset_t mask;
     sigemptyset(&mask);
-    return worker_set_prepare(s, 1, 0, argv, variables, 0, 1, &mask);
+    return launch_workers_prepare(s, 1, 0, argv, variables, 0, 1, &mask);
 }
 
 /* Room for exactly two more descriptors: the exec-error pipe is made, the output pipe after it
@@ -69,7 +69,7 @@ static void failed_start_leaks_nothing(void)
     tight = old;
     tight.rlim_cur = limit;
     CHECK(setrlimit(RLIMIT_NOFILE, &tight) == 0);
-    mt_status st = worker_set_start(&s);
+    mt_status st = launch_workers_start(&s);
     int cause = errno;
     CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
     CHECK_MSG(st != MT_OK && strstr(mt_last_error(), "pipe"),
@@ -80,7 +80,7 @@ static void failed_start_leaks_nothing(void)
     for (int fd = 0; fd < MAX_FDS; fd++)
         CHECK_MSG(before[fd] == after[fd], "descriptor %d is %s after the failed start", fd,
                   after[fd] ? "open" : "closed");
-    worker_set_release(&s);
+    launch_workers_release(&s);
     printf("failed start (no room for the output pipe): %d descriptors before and after\n",
            count);
 }
@@ -95,24 +95,24 @@ static void flood_is_passed_on_whole(void)
     CHECK(out >= 0);
     worker_set s;
     CHECK(prepare(&s, argv) == MT_OK);
-    CHECK(worker_set_start(&s) == MT_OK);
+    CHECK(launch_workers_start(&s) == MT_OK);
     s.workers[0].lines[0].fd = out;
     int passes = 0;
     for (;;) {
-        int alive = worker_set_reap(&s), open = worker_set_drain(&s);
+        int alive = launch_workers_reap(&s), open = launch_workers_drain(&s);
         passes++;
         if (!alive && !open)
             break;
         usleep(1000);
     }
-    worker_set_sweep(&s);
+    launch_workers_sweep(&s);
     off_t size = lseek(out, 0, SEEK_END);
     /* 300000 'y' in lines of 99 (3031 lines, the last of 30 without a newline), each "[0] " and a newline. */
     long want = 300000 + 3031 * 5;
     CHECK_MSG(size == want, "the prefixed output has %ld bytes, not %ld", (long)size, want);
     close(out);
     unlink(out_path);
-    worker_set_release(&s);
+    launch_workers_release(&s);
     printf("flood of 300000 bytes passed on whole in %d passes\n", passes);
 }
 
