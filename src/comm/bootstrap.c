@@ -56,7 +56,7 @@ typedef struct mpi_bootstrap_record {
 
 static int mpi_matches_launcher(const mt_job_env *job)
 {
-    const char *family = mpi_library_family();
+    const char *family = comm_mpi_library_family();
     return (job->launcher == MT_JOB_OPENMPI && strcmp(family, "Open MPI") == 0) ||
            (job->launcher == MT_JOB_PMI && strcmp(family, "MPICH") == 0);
 }
@@ -92,8 +92,8 @@ static mt_status bootstrap_through_mpi(const mt_job_env *job, mt_comm_config *c,
         }
     }
     int mpi_rank = -1, mpi_size = 0;
-    mt_status st = mpi_share_bootstrap(&rec, sizeof rec, c->timeout_seconds, &mpi_rank,
-                                          &mpi_size);
+    mt_status st =
+        comm_mpi_share_bootstrap(&rec, sizeof rec, c->timeout_seconds, &mpi_rank, &mpi_size);
     if (st == MT_OK && (mpi_rank != c->rank || mpi_size != c->size))
         st = mt_fail(MT_EINVAL, "%s says rank %d of %d, but MPI says %d of %d: this meshtrain "
                                 "was built with another MPI than the one that started it",
@@ -178,7 +178,7 @@ mt_status comm_bootstrap(mt_comm_config *c, mt_comm_bootstrap_result *out)
     /* The data plane's key is of this attempt too: a hello recorded in an earlier one fails. */
     _Static_assert((int)MT_COMM_KEY_BYTES == (int)TCP_KEY_BYTES, "one key size");
     if (st == MT_OK)
-        tcp_key_derive(plan.secret.bytes, plan.secret.size, prefix, out->data_key);
+        comm_tcp_key_derive(plan.secret.bytes, plan.secret.size, prefix, out->data_key);
     if (st == MT_OK) {
         mt_store_config sc = {.host = plan.host, .port = plan.port,
                               .timeout_seconds = c->timeout_seconds, .secret = &plan.secret,

@@ -24,8 +24,8 @@ mt_status comm_new(int rank, int size, const int *world_ranks, double timeout_se
         c->world_ranks[r] = world_ranks ? world_ranks[r] : r;
     c->timeout_seconds = timeout_seconds;
     c->debug = debug;
-    flight_init(&c->flight, rank, size);
-    mt_status st = flight_register_direct(&c->flight, c->world_ranks, world_ranks != NULL);
+    comm_flight_init(&c->flight, rank, size);
+    mt_status st = comm_flight_register_direct(&c->flight, c->world_ranks, world_ranks != NULL);
     if (st) {
         free(c->world_ranks);
         free(c);
@@ -41,7 +41,7 @@ mt_status comm_new(int rank, int size, const int *world_ranks, double timeout_se
 
 static void comm_free(mt_comm *c)
 {
-    flight_unregister(&c->flight); /* before a dump could read freed memory */
+    comm_flight_unregister(&c->flight); /* before a dump could read freed memory */
     if (c->backend && c->impl)
         c->backend->destroy(c->impl);
     pthread_mutex_destroy(&c->lock);
@@ -54,9 +54,11 @@ static void comm_free(mt_comm *c)
 
 /* The back ends this build has, by name. */
 static const mt_comm_world_builder *const BUILDERS[] = {
-    &shm_world, &tcp_world, &hier_world,
+    &comm_shm_world,
+    &comm_tcp_world,
+    &comm_hier_world,
 #ifdef MT_HAVE_MPI
-    &mpi_world,
+    &comm_mpi_world,
 #endif
 };
 enum { N_BUILDERS = sizeof BUILDERS / sizeof BUILDERS[0] };
@@ -179,7 +181,7 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
     if (!parent)
         return mt_fail(MT_EINVAL, "split: no parent communicator");
     /* Counted on every member, whatever happens next: children's ids depend on it. */
-    int split_number = flight_next_split(&parent->flight);
+    int split_number = comm_flight_next_split(&parent->flight);
     if (color < MT_COMM_NO_GROUP)
         return mt_fail(MT_EINVAL, "split: color %d is negative (use MT_COMM_NO_GROUP to opt out)",
                        color);
@@ -214,7 +216,8 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
     if (st == MT_OK && me >= 0)
         st = comm_new(me, n, world, parent->timeout_seconds, parent->debug, &child);
     if (st == MT_OK && child)
-        st = flight_register_split(&child->flight, &parent->flight, split_number, color, world);
+        st =
+            comm_flight_register_split(&child->flight, &parent->flight, split_number, color, world);
     if (st == MT_OK) {
         st = parent->backend->split(parent, members, n, child, child ? &child->impl : &(void *){0});
         if (st == MT_OK && child) {

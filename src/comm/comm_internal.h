@@ -211,20 +211,20 @@ typedef struct mt_comm_world_builder {
                               const mt_comm_config *config, void **impl);
 } mt_comm_world_builder;
 
-extern const mt_comm_backend shm_backend, tcp_backend, hier_backend;
-extern const mt_comm_world_builder shm_world, tcp_world, hier_world;
+extern const mt_comm_backend comm_shm_backend, comm_tcp_backend, comm_hier_backend;
+extern const mt_comm_world_builder comm_shm_world, comm_tcp_world, comm_hier_world;
 #ifdef MT_HAVE_MPI
-extern const mt_comm_backend mpi_backend;
-extern const mt_comm_world_builder mpi_world;
+extern const mt_comm_backend comm_mpi_backend;
+extern const mt_comm_world_builder comm_mpi_world;
 #endif
 
 #ifdef MT_HAVE_MPI
 /* mpi_backend.c, for bootstrapping the other back ends under mpirun: rank 0's `bytes` reach
  * every rank (MPI is started if needed); rank and size as MPI sees them. */
-mt_status mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
-                                 int *size);
+mt_status comm_mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
+                                   int *size);
 /* "Open MPI", "MPICH" or "MPI": whose launcher's variables this build's MPI understands. */
-const char *mpi_library_family(void);
+const char *comm_mpi_library_family(void);
 #endif
 
 /* launcher_check.c: MT_EINVAL naming both MPIs when the other MPI's launcher (Open MPI's
@@ -238,8 +238,8 @@ mt_status comm_launcher_check(const struct mt_job_env *job);
  * and registered-memory registry of `like` (another shm group's impl), or when `like` is NULL
  * the named algorithm and a new registry over `world_size` ranks. Collective over the parent;
  * ranks outside the group pass child NULL. */
-mt_status shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
-                            const char *algorithm, int world_size, void **child_impl);
+mt_status comm_shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
+                              const char *algorithm, int world_size, void **child_impl);
 /* This host's identity for grouping ranks: "boot" or "netns" (see mt_comm_config). */
 mt_status comm_host_identity(const char *kind, char *out, size_t capacity);
 

@@ -184,7 +184,7 @@ static int parse_call(fields *f, const comm_view *c, call *out)
     out->kind = lookup(get(f, "kind"), MT_OP_KIND_COUNT, op_name_of);
     out->dtype = lookup(get(f, "dtype"), MT_DTYPE_COUNT, dtype_name_of);
     out->redop = lookup(get(f, "redop"), MT_REDOP_COUNT, redop_name_of);
-    out->state = lookup(get(f, "state"), MT_FLIGHT_FAILED + 1, flight_state_name);
+    out->state = lookup(get(f, "state"), MT_FLIGHT_FAILED + 1, comm_flight_state_name);
     int transfer = out->kind == MT_OP_SEND || out->kind == MT_OP_RECV;
     return ok && out->kind >= 0 && out->dtype >= 0 && out->redop >= 0 && out->state > 0 &&
            (!transfer || out->peer >= 0);
@@ -448,9 +448,9 @@ static void add_absent(mt_text *t, const group *g, dump *dumps, const int *posit
         mt_text_add(t, "; ");
         add_ranks(t, ranks, k);
         if (last)
-            mt_text_add(t, " %s it (%s last call there: %s #%llu, %s)", verb, k == 1 ? "its" : "their",
-                comm_op_name(last->kind), (unsigned long long)last->seq,
-                flight_state_name(last->state));
+            mt_text_add(t, " %s it (%s last call there: %s #%llu, %s)", verb,
+                        k == 1 ? "its" : "their", comm_op_name(last->kind),
+                        (unsigned long long)last->seq, comm_flight_state_name(last->state));
         else
             mt_text_add(t, " %s it (%s no collective call there)", verb, k == 1 ? "it made" : "they made");
     }
@@ -593,7 +593,7 @@ static void analyze_collectives(const group *g, dump *dumps, FILE *out, int *fin
                     ranks[k++] = world_rank_of(g, p);
             if (!k)
                 continue;
-            mt_text_add(&t, "%s%s on ", sep, flight_state_name(states[s]));
+            mt_text_add(&t, "%s%s on ", sep, comm_flight_state_name(states[s]));
             add_ranks(&t, ranks, k);
             sep = ", ";
         }
@@ -633,7 +633,7 @@ static void analyze_transfers(const group *g, dump *dumps, FILE *out, int *findi
             mt_text_add(&t, "comm %s: rank %d waits in ", g->first->name, world_rank_of(g, p));
             add_transfer(&t, g, c);
             mt_text_add(&t, " (its transfer #%llu there, %s); ", (unsigned long long)c->seq,
-                flight_state_name(c->state));
+                        comm_flight_state_name(c->state));
             const comm_view *pv = view_of(g, dumps, c->peer);
             const call *last = NULL;
             int wanted = c->kind == MT_OP_SEND ? MT_OP_RECV : MT_OP_SEND;
@@ -649,7 +649,7 @@ static void analyze_transfers(const group *g, dump *dumps, FILE *out, int *findi
             else {
                 mt_text_add(&t, "rank %d's last: ", peer);
                 add_transfer(&t, g, last);
-                mt_text_add(&t, ", %s", flight_state_name(last->state));
+                mt_text_add(&t, ", %s", comm_flight_state_name(last->state));
             }
             finding(out, findings, &t);
             reported++;

@@ -37,7 +37,7 @@ static struct {
     char failure[REASON_CAPACITY];
 } registry = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-const char *flight_state_name(int state)
+const char *comm_flight_state_name(int state)
 {
     static const char *const names[] = {NULL, "issued", "started", "done", "failed"};
     return state >= MT_FLIGHT_ISSUED && state <= MT_FLIGHT_FAILED ? names[state] : NULL;
@@ -45,7 +45,7 @@ const char *flight_state_name(int state)
 
 /* ---- recording ------------------------------------------------------------------------ */
 
-void flight_init(mt_flight_recorder *r, int rank, int size)
+void comm_flight_init(mt_flight_recorder *r, int rank, int size)
 {
     memset(r, 0, sizeof *r);
     r->rank = rank;
@@ -87,8 +87,8 @@ static void entry_unlock(mt_flight_entry *e, uint64_t ticket)
     atomic_store_explicit(&e->version, 2 * ticket, memory_order_release);
 }
 
-uint64_t flight_issue(mt_flight_recorder *r, const struct mt_comm_op *op, uint64_t seq,
-                         mt_flight_state state)
+uint64_t comm_flight_issue(mt_flight_recorder *r, const struct mt_comm_op *op, uint64_t seq,
+                           mt_flight_state state)
 {
     uint64_t ticket = atomic_fetch_add_explicit(&r->next_ticket, 1, memory_order_relaxed) + 1;
     int transfer = op->kind == MT_OP_SEND || op->kind == MT_OP_RECV;
@@ -118,7 +118,7 @@ uint64_t flight_issue(mt_flight_recorder *r, const struct mt_comm_op *op, uint64
     return ticket;
 }
 
-void flight_update(mt_flight_recorder *r, uint64_t ticket, mt_flight_state state)
+void comm_flight_update(mt_flight_recorder *r, uint64_t ticket, mt_flight_state state)
 {
     mt_flight_entry *e = &r->ring[ticket % MT_FLIGHT_RING];
     if (ticket == 0 || !entry_lock(e, ticket, 0))
@@ -132,7 +132,7 @@ void flight_update(mt_flight_recorder *r, uint64_t ticket, mt_flight_state state
     entry_unlock(e, ticket);
 }
 
-int flight_next_split(mt_flight_recorder *r)
+int comm_flight_next_split(mt_flight_recorder *r)
 {
     return atomic_fetch_add_explicit(&r->splits, 1, memory_order_relaxed) + 1;
 }
@@ -243,7 +243,7 @@ static int take_snapshot(const mt_flight_entry *e, uint64_t ticket, snapshot *ou
 
 static void put_call(sink *s, const snapshot *c)
 {
-    const char *state = flight_state_name(c->state);
+    const char *state = comm_flight_state_name(c->state);
     put(s, "call seq=");
     put_u64(s, c->seq);
     put(s, " kind=");
@@ -390,7 +390,7 @@ static void on_sigusr1(int signal_number)
     errno = saved;
 }
 
-void flight_on_failure(const char *message)
+void comm_flight_on_failure(const char *message)
 {
     if (!atomic_load(&registry.ready) || atomic_exchange(&registry.failure_dumped, 1))
         return;
@@ -541,8 +541,8 @@ static void set_members(mt_flight_recorder *r, const int *world_ranks)
         snprintf(r->members, sizeof r->members, "?");
 }
 
-mt_status flight_register_direct(mt_flight_recorder *r, const int *world_ranks,
-                                    int world_ranks_given)
+mt_status comm_flight_register_direct(mt_flight_recorder *r, const int *world_ranks,
+                                      int world_ranks_given)
 {
     pthread_mutex_lock(&registry.lock);
     int enabled;
@@ -586,10 +586,10 @@ mt_status flight_register_direct(mt_flight_recorder *r, const int *world_ranks,
     return MT_OK;
 }
 
-mt_status flight_register_split(mt_flight_recorder *child, const mt_flight_recorder *parent,
-                                   int split_number, int color, const int *world_ranks)
+mt_status comm_flight_register_split(mt_flight_recorder *child, const mt_flight_recorder *parent,
+                                     int split_number, int color, const int *world_ranks)
 {
-    flight_unregister(child); /* made as a direct one by comm_new */
+    comm_flight_unregister(child); /* made as a direct one by comm_new */
     if (!atomic_load(&registry.ready))
         return MT_OK;
     pthread_mutex_lock(&registry.lock);
@@ -616,7 +616,7 @@ mt_status flight_register_split(mt_flight_recorder *child, const mt_flight_recor
     return MT_OK;
 }
 
-void flight_unregister(mt_flight_recorder *r)
+void comm_flight_unregister(mt_flight_recorder *r)
 {
     if (r->slot < 0)
         return;

@@ -43,7 +43,7 @@ typedef enum mt_flight_state {
 } mt_flight_state;
 
 /* "issued", "started", "done", "failed"; NULL for anything else. */
-const char *flight_state_name(int state);
+const char *comm_flight_state_name(int state);
 
 /* One call. Written by the thread that issues, starts or finishes it; read by dumps, possibly
  * from a signal handler in the middle of a write. A per-entry version makes that safe: it is
@@ -78,7 +78,7 @@ typedef struct mt_flight_recorder {
 } mt_flight_recorder;
 
 /* A fresh ring for a communicator of `size` ranks where this process is `rank`. */
-void flight_init(mt_flight_recorder *r, int rank, int size);
+void comm_flight_init(mt_flight_recorder *r, int rank, int size);
 
 /* Registers a communicator made directly (the world, or a back end's own groups) when
  * MT_FLIGHT_RECORDER_DIR is set, under an id that every member derives alike: "world" for the
@@ -86,27 +86,27 @@ void flight_init(mt_flight_recorder *r, int rank, int size);
  * "~k" added when k such groups over the same members are live already. The first registration
  * of the process also prepares the dump paths and installs the SIGUSR1 handler. Without the
  * variable this does nothing. Fails only when the folder cannot be made or the path is too long. */
-mt_status flight_register_direct(mt_flight_recorder *r, const int *world_ranks,
-                                    int world_ranks_given);
+mt_status comm_flight_register_direct(mt_flight_recorder *r, const int *world_ranks,
+                                      int world_ranks_given);
 /* Gives the child of a split its id (from the parent's id, the parent's split number and the
  * color, equal on every member since split is collective over the parent) and registers it. */
-mt_status flight_register_split(mt_flight_recorder *child, const mt_flight_recorder *parent,
-                                   int split_number, int color, const int *world_ranks);
+mt_status comm_flight_register_split(mt_flight_recorder *child, const mt_flight_recorder *parent,
+                                     int split_number, int color, const int *world_ranks);
 /* Takes the recorder out of the registry; waits for a dump in progress to finish with it. */
-void flight_unregister(mt_flight_recorder *r);
+void comm_flight_unregister(mt_flight_recorder *r);
 /* Counts a split of this communicator: 1 for the first. */
-int flight_next_split(mt_flight_recorder *r);
+int comm_flight_next_split(mt_flight_recorder *r);
 
 /* Records a new call: a collective with its communicator sequence number, or a transfer
  * (seq 0: numbered from r->transfers). Returns its ticket, for the updates below. */
-uint64_t flight_issue(mt_flight_recorder *r, const struct mt_comm_op *op, uint64_t seq,
-                         mt_flight_state state);
+uint64_t comm_flight_issue(mt_flight_recorder *r, const struct mt_comm_op *op, uint64_t seq,
+                           mt_flight_state state);
 /* Moves a recorded call to `state`, stamping the time; a call already pushed out of the ring
  * by newer ones is left alone. */
-void flight_update(mt_flight_recorder *r, uint64_t ticket, mt_flight_state state);
+void comm_flight_update(mt_flight_recorder *r, uint64_t ticket, mt_flight_state state);
 
 /* A call failed in the back end: the first time in this process, dumps every live
  * communicator with reason "timeout/error: <message>". From normal context only. */
-void flight_on_failure(const char *message);
+void comm_flight_on_failure(const char *message);
 
 #endif

@@ -21,7 +21,7 @@ static const mpi_family MPICH = {"MPICH", "mpiexec.mpich (Hydra)",
 mt_status comm_launcher_check(const mt_job_env *job)
 {
 #ifdef MT_HAVE_MPI
-    const char *family = mpi_library_family();
+    const char *family = comm_mpi_library_family();
     const mpi_family *built = strcmp(family, OPEN_MPI.name) == 0 ? &OPEN_MPI
                               : strcmp(family, MPICH.name) == 0  ? &MPICH
                                                                  : NULL;

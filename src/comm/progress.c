@@ -76,15 +76,15 @@ static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t se
                                 uint64_t ticket)
 {
     if (ticket)
-        flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
+        comm_flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
     else
-        ticket = flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
+        ticket = comm_flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
     mt_status st = comm->backend->collective(comm->impl, op, seq);
     if (st == MT_OK && comm->debug)
         st = verify_replicated(comm, op, seq);
-    flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
+    comm_flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
     if (st)
-        flight_on_failure(mt_last_error());
+        comm_flight_on_failure(mt_last_error());
     return note_result(comm, st);
 }
 
@@ -124,11 +124,11 @@ int comm_progress_p2p(mt_comm *comm)
         if (st == MT_OK) {
             if (!w->flight_started) {
                 w->flight_started = 1;
-                flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_STARTED);
+                comm_flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_STARTED);
             }
             st = comm->backend->p2p_progress(comm->impl, &w->p2p, &done);
             if (st)
-                flight_on_failure(mt_last_error());
+                comm_flight_on_failure(mt_last_error());
             st = note_result(comm, st);
         }
         moved |= w->p2p.bytes_done != before || w->p2p.header_done != header_before;
@@ -143,7 +143,7 @@ int comm_progress_p2p(mt_comm *comm)
                 comm->p2p_tail = e;
         }
         atomic_fetch_sub(&comm->p2p_pending, 1);
-        flight_update(&comm->flight, w->flight_ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
+        comm_flight_update(&comm->flight, w->flight_ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
         finish_work(w, st);
         moved = 1;
     }
@@ -182,7 +182,7 @@ static void *progress_thread(void *arg)
             if (st == MT_OK)
                 st = run_collective(comm, &w->op, w->seq, w->flight_ticket);
             else
-                flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_FAILED);
+                comm_flight_update(&comm->flight, w->flight_ticket, MT_FLIGHT_FAILED);
             finish_work(w, st);
             pthread_mutex_lock(&comm->lock);
             comm->collective_running = 0;
@@ -228,7 +228,7 @@ mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
     if (is_p2p(op)) {
         pthread_mutex_unlock(&comm->lock);
         pthread_mutex_lock(&comm->p2p_lock);
-        w->flight_ticket = flight_issue(&comm->flight, op, 0, MT_FLIGHT_ISSUED);
+        w->flight_ticket = comm_flight_issue(&comm->flight, op, 0, MT_FLIGHT_ISSUED);
         if (comm->p2p_tail)
             comm->p2p_tail->next = w;
         else
@@ -239,7 +239,7 @@ mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
         pthread_mutex_lock(&comm->lock);
     } else {
         w->seq = ++comm->seq;
-        w->flight_ticket = flight_issue(&comm->flight, op, w->seq, MT_FLIGHT_ISSUED);
+        w->flight_ticket = comm_flight_issue(&comm->flight, op, w->seq, MT_FLIGHT_ISSUED);
         if (comm->collective_tail)
             comm->collective_tail->next = w;
         else

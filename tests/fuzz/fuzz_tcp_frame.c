@@ -22,12 +22,12 @@
 
 /* An input is a selector byte, then the bytes a hostile peer (rank 1) sends to rank 0; it hangs
  * up after the last one, so no read ever waits and every run ends at once.
- *   selector & 3   0: a collective receive, tcp_plan_run over one flow of frames of 8, 0 and
+ *   selector & 3   0: a collective receive, comm_tcp_plan_run over one flow of frames of 8, 0 and
  *                     24 bytes, then the look for late aborts;
- *                  1: two transfer receives, tcp_p2p_progress (20 bytes, then an empty message);
+ *                  1: two transfer receives, comm_tcp_p2p_progress (20 bytes, then an empty message);
  *                  2: the handshake (tcp_handshake.h): a listener's checks of a hello, or a
  *                     connector's of a challenge and a welcome;
- *                  3: a look at an idle link, tcp_peek_link.
+ *                  3: a look at an idle link, comm_tcp_peek_link.
  *   selector >> 2  which collective rank 0 expects (mod 6); for transfers, the size of the pieces
  *                  the stream trickles in (0: all at once); for a peek, bit 0 allows a closed link;
  *                  for the handshake, bit 0 picks the connector's side, bit 1 its channel.
@@ -94,14 +94,14 @@ static int same_frame(const tcp_frame *a, const tcp_frame *b)
            a->payload_bytes == b->payload_bytes;
 }
 
-/* tcp_frame_decode accepts exactly the well-formed headers, reads every field where the layout
+/* comm_tcp_frame_decode accepts exactly the well-formed headers, reads every field where the layout
  * puts it, never lets a payload past its bound, and round-trips byte for byte (the header has
  * no unused bits); what it accepts names a known operation, type and reduction for messages. */
 static void check_decode(const uint8_t raw[TCP_FRAME_BYTES])
 {
     tcp_frame f;
     memset(&f, 0x5a, sizeof f);
-    mt_status st = tcp_frame_decode(raw, &f);
+    mt_status st = comm_tcp_frame_decode(raw, &f);
     int ok = well_formed(raw);
     REQUIRE((st == MT_OK) == ok, "decode says %s, the model says %s", mt_status_name(st),
             ok ? "well formed" : "malformed");
@@ -116,10 +116,10 @@ static void check_decode(const uint8_t raw[TCP_FRAME_BYTES])
     REQUIRE(f.payload_bytes <= payload_bound(f.kind) && f.payload_bytes <= TCP_FRAME_MAX_PAYLOAD,
             "kind %u accepted with %u payload bytes", f.kind, f.payload_bytes);
     uint8_t again[TCP_FRAME_BYTES];
-    tcp_frame_encode(&f, again);
+    comm_tcp_frame_encode(&f, again);
     REQUIRE(memcmp(again, raw, TCP_FRAME_BYTES) == 0, "encode(decode(raw)) != raw");
     tcp_frame back;
-    REQUIRE(tcp_frame_decode(again, &back) == MT_OK && same_frame(&back, &f),
+    REQUIRE(comm_tcp_frame_decode(again, &back) == MT_OK && same_frame(&back, &f),
             "decode(encode(f)) != f");
     REQUIRE(strcmp(comm_op_name((mt_op_kind)f.op_kind), "unknown operation") != 0 &&
                 strcmp(mt_dtype_name((mt_dtype)f.dtype), "unknown") != 0 &&
@@ -214,7 +214,7 @@ static mt_comm *fuzz_comm(void)
 static tcp_group *fresh_group(void)
 {
     tcp_group *g;
-    REQUIRE(tcp_group_new(fuzz_comm(), COMM_ID, KEY, &g) == MT_OK, "a tcp group");
+    REQUIRE(comm_tcp_group_new(fuzz_comm(), COMM_ID, KEY, &g) == MT_OK, "a tcp group");
     return g;
 }
 
@@ -261,10 +261,9 @@ static void check_reply(const tcp_group *g, int peer_end, mt_status st, const ch
         return;
     }
     tcp_frame f;
-    REQUIRE(n >= TCP_FRAME_BYTES && tcp_frame_decode(buf, &f) == MT_OK &&
+    REQUIRE(n >= TCP_FRAME_BYTES && comm_tcp_frame_decode(buf, &f) == MT_OK &&
                 f.kind == TCP_FRAME_ABORT && f.sender == 0 && f.comm_id == COMM_ID,
-            "%s: after a failure rank 0 should send an abort frame (%zu bytes came)", scenario,
-            n);
+            "%s: after a failure rank 0 should send an abort frame (%zu bytes came)", scenario, n);
     size_t len = strlen(g->abort_message);
     REQUIRE(f.payload_bytes == len && n == TCP_FRAME_BYTES + len &&
                 memcmp(buf + TCP_FRAME_BYTES, g->abort_message, len) == 0 &&
@@ -273,7 +272,7 @@ static void check_reply(const tcp_group *g, int peer_end, mt_status st, const ch
             "message '%s'", scenario, f.payload_bytes, n - TCP_FRAME_BYTES, g->abort_message);
 }
 
-/* ---- collectives: tcp_plan_run and its check_header ------------------------------------- */
+/* ---- collectives: comm_tcp_plan_run and its check_header ------------------------------------- */
 
 static mt_comm_op expected_op(unsigned which)
 {
@@ -316,7 +315,7 @@ static void peer_header(const tcp_plan *p, size_t unit, uint8_t out[TCP_FRAME_BY
     tcp_frame h = p->expect;
     h.sender = 1;
     h.payload_bytes = (uint32_t)UNIT_BYTES[unit];
-    tcp_frame_encode(&h, out);
+    comm_tcp_frame_encode(&h, out);
 }
 
 /* The collective receiver takes a frame exactly when its header equals its own expectation in
@@ -368,13 +367,13 @@ static void run_collective(unsigned which, const uint8_t *s, size_t n)
     uint8_t buf[32];
     memset(buf, CANARY, sizeof buf);
     tcp_plan p;
-    REQUIRE(tcp_plan_init(&p, g, &op, SEQ) == MT_OK, "tcp_plan_init");
+    REQUIRE(comm_tcp_plan_init(&p, g, &op, SEQ) == MT_OK, "comm_tcp_plan_init");
     p.span = span_units;
     p.ctx = buf;
-    tcp_plan_flow(&p, 1, 0, 0, 3);
+    comm_tcp_plan_flow(&p, 1, 0, 0, 3);
     verdict v = {.st = MT_OK};
     model_collective(&p, s, n, &v);
-    mt_status st = tcp_plan_run(&p);
+    mt_status st = comm_tcp_plan_run(&p);
     check_status(&v, st, "collective");
     /* Payload lands only behind a header that passed: earlier frames in full, the failing
      * frame only if its header was good, later frames never. */
@@ -390,12 +389,12 @@ static void run_collective(unsigned which, const uint8_t *s, size_t n)
         at += UNIT_BYTES[u];
     }
     check_reply(g, peer_end, st, "collective");
-    tcp_plan_free(&p);
-    tcp_group_free(g);
+    comm_tcp_plan_free(&p);
+    comm_tcp_group_free(g);
     close(peer_end);
 }
 
-/* ---- transfers: tcp_p2p_progress and its check_transfer_header -------------------------- */
+/* ---- transfers: comm_tcp_p2p_progress and its check_transfer_header -------------------------- */
 
 /* The transfer receiver checks kind, tag, type and count, then communicator, message number and
  * size; the operation, reduction and sender fields are not looked at. */
@@ -484,7 +483,7 @@ static void run_transfers(unsigned chunk, const uint8_t *s, size_t n)
             }
             int header_before = p2p.header_done;
             size_t bytes_before = p2p.bytes_done;
-            st = tcp_p2p_progress(g, &p2p, &done);
+            st = comm_tcp_p2p_progress(g, &p2p, &done);
             if (st || done || p2p.header_done != header_before || p2p.bytes_done != bytes_before)
                 continue;
             REQUIRE(!hung_up, "message %d: a call saw neither bytes nor EOF after the hang-up", m);
@@ -506,7 +505,7 @@ static void run_transfers(unsigned chunk, const uint8_t *s, size_t n)
         at += bytes;
     }
     check_reply(g, peer_end, st, "transfer");
-    tcp_group_free(g);
+    comm_tcp_group_free(g);
     close(peer_end);
 }
 
@@ -542,7 +541,7 @@ static void run_hello_listener(const uint8_t *s, size_t n)
     if (n < TCP_FRAME_BYTES)
         return;
     int header_ok = handshake_frame(s, TCP_FRAME_HELLO, TCP_NONCE_BYTES + TCP_MAC_BYTES);
-    mt_status st = tcp_hello_check_header(s);
+    mt_status st = comm_tcp_hello_check_header(s);
     REQUIRE((st == MT_OK) == header_ok, "hello header: got %s, the model says %s",
             mt_status_name(st), header_ok ? "a hello" : "no hello");
     REQUIRE(st == MT_OK || st == MT_EFORMAT, "a refused header is MT_EFORMAT");
@@ -557,7 +556,7 @@ static void run_hello_listener(const uint8_t *s, size_t n)
     tcp_hello_expect e = {.key = KEY, .comm_id = COMM_ID, .rank = 0, .size = 2};
     int sender = 7, channel = 7;
     memset(welcome, CANARY, sizeof welcome);
-    st = tcp_hello_verify(&e, NONCE_L, s, &sender, &channel, welcome);
+    st = comm_tcp_hello_verify(&e, NONCE_L, s, &sender, &channel, welcome);
     REQUIRE((st == MT_OK) == ok, "hello: got %s, the model says %s", mt_status_name(st),
             ok ? "accept" : proven ? "refuse (proven, wrong fields)" : "refuse");
     if (header_ok && !proven)
@@ -588,7 +587,7 @@ static void run_hello_connector(int channel, const uint8_t *s, size_t n)
     feed(sv[1], s, n);
     shutdown(sv[1], SHUT_WR);
     tcp_hello_expect e = {.key = KEY, .comm_id = COMM_ID, .rank = 1, .size = 2};
-    mt_status st = tcp_handshake_connect(sv[0], &e, 1, 0, channel, mt_clock_seconds() + 5);
+    mt_status st = comm_tcp_handshake_connect(sv[0], &e, 1, 0, channel, mt_clock_seconds() + 5);
     int challenge_ok = n >= TCP_CHALLENGE_BYTES &&
                        handshake_frame(s, TCP_FRAME_CHALLENGE, TCP_NONCE_BYTES) &&
                        rd32(s + 16) == 0 && rd64(s + 24) == COMM_ID;
@@ -626,7 +625,7 @@ static void run_hellos(unsigned mode, const uint8_t *s, size_t n)
         run_hello_listener(s, n);
 }
 
-/* ---- idle links: tcp_peek_link ---------------------------------------------------------- */
+/* ---- idle links: comm_tcp_peek_link ---------------------------------------------------------- */
 
 static void run_peek(int allow_closed, const uint8_t *s, size_t n)
 {
@@ -636,7 +635,8 @@ static void run_peek(int allow_closed, const uint8_t *s, size_t n)
     verdict v = {.st = MT_OK};
     expect_idle(&v, s, n, allow_closed);
     int data = -1, closed = 0;
-    mt_status st = tcp_peek_link(g, 1, l, &data, allow_closed ? &closed : NULL, "a fuzzed peek");
+    mt_status st =
+        comm_tcp_peek_link(g, 1, l, &data, allow_closed ? &closed : NULL, "a fuzzed peek");
     check_status(&v, st, "peek");
     if (st == MT_OK) {
         int is_frame = n >= TCP_FRAME_BYTES;
@@ -648,7 +648,7 @@ static void run_peek(int allow_closed, const uint8_t *s, size_t n)
                 "peek: a regular frame must stay on the link for its reader");
     }
     check_reply(g, peer_end, st, "peek");
-    tcp_group_free(g);
+    comm_tcp_group_free(g);
     close(peer_end);
 }
 
@@ -710,7 +710,7 @@ static void put(stream *s, const void *bytes, size_t n)
 static void put_frame(stream *s, tcp_frame f, const void *payload)
 {
     uint8_t raw[TCP_FRAME_BYTES];
-    tcp_frame_encode(&f, raw);
+    comm_tcp_frame_encode(&f, raw);
     put(s, raw, TCP_FRAME_BYTES);
     put(s, payload, f.payload_bytes);
 }
@@ -737,7 +737,7 @@ static stream collective_frames(unsigned which, size_t frames)
     tcp_group *g = fresh_group();
     mt_comm_op op = expected_op(which);
     tcp_plan p;
-    REQUIRE(tcp_plan_init(&p, g, &op, SEQ) == MT_OK, "tcp_plan_init");
+    REQUIRE(comm_tcp_plan_init(&p, g, &op, SEQ) == MT_OK, "comm_tcp_plan_init");
     stream s = {.n = 0};
     for (size_t u = 0; u < frames; u++) {
         uint8_t raw[TCP_FRAME_BYTES];
@@ -745,8 +745,8 @@ static stream collective_frames(unsigned which, size_t frames)
         put(&s, raw, TCP_FRAME_BYTES);
         put(&s, PAYLOAD + u, UNIT_BYTES[u]);
     }
-    tcp_plan_free(&p);
-    tcp_group_free(g);
+    comm_tcp_plan_free(&p);
+    comm_tcp_group_free(g);
     return s;
 }
 
@@ -790,7 +790,7 @@ static void write_seeds(const char *dir)
     write_seed(dir, "transfer-abort", SCENARIO_TRANSFER, &ta);
     write_seed(dir, "transfer-abort-in-pieces-of-7", 7 << 2 | SCENARIO_TRANSFER, &ta);
 
-    /* Hellos as tcp_handshake_connect writes them, answering NONCE_L: proven and right,
+    /* Hellos as comm_tcp_handshake_connect writes them, answering NONCE_L: proven and right,
      * proven for the wrong rank, channel or communicator, a MAC off by one bit, the
      * unproven form of a hello without the handshake. */
     static const uint8_t NONCE_C[TCP_NONCE_BYTES] = "rank 1 nonce, fuzz seeds";
@@ -803,8 +803,8 @@ static void write_seeds(const char *dir)
                   {"hello-channel-2", 0, 1, 0, 2},      {"hello-other-communicator", 1, 1, 0, 0}};
     for (size_t i = 0; i < sizeof HELLOS / sizeof HELLOS[0]; i++) {
         stream h = {.n = TCP_HELLO_BYTES};
-        tcp_hello_encode(KEY, COMM_ID + HELLOS[i].comm_id, HELLOS[i].sender, HELLOS[i].to,
-                         HELLOS[i].channel, NONCE_L, NONCE_C, h.bytes);
+        comm_tcp_hello_encode(KEY, COMM_ID + HELLOS[i].comm_id, HELLOS[i].sender, HELLOS[i].to,
+                              HELLOS[i].channel, NONCE_L, NONCE_C, h.bytes);
         write_seed(dir, HELLOS[i].name, SCENARIO_HELLO, &h);
         if (i == 0) {
             h.bytes[TCP_HELLO_BYTES - 1] ^= 1;
@@ -820,13 +820,13 @@ static void write_seeds(const char *dir)
      * for a fresh nonce of rank 1), or nothing more; and a challenge from the wrong rank. */
     tcp_hello_expect rank0 = {.key = KEY, .comm_id = COMM_ID, .rank = 0, .size = 2};
     stream c = {.n = TCP_CHALLENGE_BYTES};
-    tcp_challenge_encode(&rank0, NONCE_L, c.bytes);
+    comm_tcp_challenge_encode(&rank0, NONCE_L, c.bytes);
     write_seed(dir, "handshake-challenge-then-close", 1 << 2 | SCENARIO_HELLO, &c);
     put_frame(&c, (tcp_frame){.kind = TCP_FRAME_WELCOME, .comm_id = COMM_ID,
                               .payload_bytes = TCP_MAC_BYTES}, NONCE_C);
     write_seed(dir, "handshake-unproven-welcome", 3 << 2 | SCENARIO_HELLO, &c);
     rank0.rank = 1;
-    tcp_challenge_encode(&rank0, NONCE_L, c.bytes);
+    comm_tcp_challenge_encode(&rank0, NONCE_L, c.bytes);
     c.n = TCP_CHALLENGE_BYTES;
     write_seed(dir, "handshake-challenge-of-rank-1", 1 << 2 | SCENARIO_HELLO, &c);
 

@@ -91,7 +91,7 @@ static int registered_for(const group *g, const void *p, size_t bytes)
 {
     if (strcmp(mt_comm_backend_name(g->comm), "shm") != 0)
         return 1;
-    return shm_registry_covers((const mt_shm_group *)g->comm->impl, p, bytes);
+    return comm_shm_registry_covers((const mt_shm_group *)g->comm->impl, p, bytes);
 }
 
 static void *xmalloc(size_t bytes)

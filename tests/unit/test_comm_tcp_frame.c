@@ -19,9 +19,9 @@ static void round_trip(void)
 {
     tcp_frame f = sample(), g;
     uint8_t raw[TCP_FRAME_BYTES];
-    tcp_frame_encode(&f, raw);
+    comm_tcp_frame_encode(&f, raw);
     CHECK(raw[0] == 0x4d && raw[3] == 0x4d); /* little-endian magic first */
-    CHECK(tcp_frame_decode(raw, &g) == MT_OK);
+    CHECK(comm_tcp_frame_decode(raw, &g) == MT_OK);
     CHECK(g.kind == f.kind && g.op_kind == f.op_kind && g.dtype == f.dtype &&
           g.redop == f.redop && g.root_or_tag == f.root_or_tag && g.sender == f.sender &&
           g.comm_id == f.comm_id && g.seq == f.seq && g.count == f.count &&
@@ -35,41 +35,42 @@ static void refused(const char *what, void (*spoil)(tcp_frame *f, uint8_t *raw),
     tcp_frame f = sample(), g;
     uint8_t raw[TCP_FRAME_BYTES];
     spoil(&f, raw);
-    mt_status st = tcp_frame_decode(raw, &g);
+    mt_status st = comm_tcp_frame_decode(raw, &g);
     CHECK_MSG(st == MT_EFORMAT && strstr(mt_last_error(), needle), "%s: got %s (%s)", what,
               mt_status_name(st), mt_last_error());
 }
 
-static void bad_magic(tcp_frame *f, uint8_t *raw) { tcp_frame_encode(f, raw), raw[1] ^= 1; }
-static void bad_kind(tcp_frame *f, uint8_t *raw) { f->kind = 9, tcp_frame_encode(f, raw); }
-static void kind_zero(tcp_frame *f, uint8_t *raw) { f->kind = 0, tcp_frame_encode(f, raw); }
+static void bad_magic(tcp_frame *f, uint8_t *raw) { comm_tcp_frame_encode(f, raw), raw[1] ^= 1; }
+static void bad_kind(tcp_frame *f, uint8_t *raw) { f->kind = 9, comm_tcp_frame_encode(f, raw); }
+static void kind_zero(tcp_frame *f, uint8_t *raw) { f->kind = 0, comm_tcp_frame_encode(f, raw); }
 static void bad_dtype(tcp_frame *f, uint8_t *raw)
 {
-    f->dtype = MT_DTYPE_COUNT, tcp_frame_encode(f, raw);
+    f->dtype = MT_DTYPE_COUNT, comm_tcp_frame_encode(f, raw);
 }
 static void bad_redop(tcp_frame *f, uint8_t *raw)
 {
-    f->redop = MT_REDOP_COUNT, tcp_frame_encode(f, raw);
+    f->redop = MT_REDOP_COUNT, comm_tcp_frame_encode(f, raw);
 }
 static void bad_op(tcp_frame *f, uint8_t *raw)
 {
-    f->op_kind = MT_OP_KIND_COUNT, tcp_frame_encode(f, raw);
+    f->op_kind = MT_OP_KIND_COUNT, comm_tcp_frame_encode(f, raw);
 }
 static void too_long(tcp_frame *f, uint8_t *raw)
 {
-    f->payload_bytes = TCP_FRAME_MAX_PAYLOAD + 1, tcp_frame_encode(f, raw);
+    f->payload_bytes = TCP_FRAME_MAX_PAYLOAD + 1, comm_tcp_frame_encode(f, raw);
 }
 static void huge(tcp_frame *f, uint8_t *raw)
 {
-    f->payload_bytes = UINT32_MAX, tcp_frame_encode(f, raw);
+    f->payload_bytes = UINT32_MAX, comm_tcp_frame_encode(f, raw);
 }
 static void long_abort(tcp_frame *f, uint8_t *raw)
 {
-    f->kind = TCP_FRAME_ABORT, f->payload_bytes = TCP_ABORT_MAX + 1, tcp_frame_encode(f, raw);
+    f->kind = TCP_FRAME_ABORT, f->payload_bytes = TCP_ABORT_MAX + 1, comm_tcp_frame_encode(f, raw);
 }
 static void hello_payload(tcp_frame *f, uint8_t *raw)
 {
-    f->kind = TCP_FRAME_HELLO, f->payload_bytes = TCP_HANDSHAKE_MAX + 1, tcp_frame_encode(f, raw);
+    f->kind = TCP_FRAME_HELLO, f->payload_bytes = TCP_HANDSHAKE_MAX + 1,
+    comm_tcp_frame_encode(f, raw);
 }
 
 int main(void)

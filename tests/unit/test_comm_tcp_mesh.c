@@ -129,12 +129,12 @@ static void strangers_during_mesh_build(void)
     tcp_frame hello = {.kind = TCP_FRAME_HELLO, .root_or_tag = 0, .sender = 2,
                        .comm_id = WORLD_ID};
     uint8_t raw[TCP_FRAME_BYTES + 64];
-    tcp_frame_encode(&hello, raw);
+    comm_tcp_frame_encode(&hello, raw);
     CHECK(send(forged, raw, TCP_FRAME_BYTES, MSG_NOSIGNAL) == TCP_FRAME_BYTES);
     int guessed = dial(&a);
     skip_challenge(guessed);
     hello.root_or_tag = 1, hello.payload_bytes = 64, hello.count = 0;
-    tcp_frame_encode(&hello, raw);
+    comm_tcp_frame_encode(&hello, raw);
     memset(raw + TCP_FRAME_BYTES, 0x5c, 64); /* a nonce and a MAC made up without the key */
     CHECK(send(guessed, raw, sizeof raw, MSG_NOSIGNAL) == (ssize_t)sizeof raw);
     int garbage = dial(&a);
@@ -186,43 +186,43 @@ static void handshake_checks(void)
     tcp_hello_expect e = {.key = KEY, .comm_id = WORLD_ID, .rank = 1, .size = 4};
     uint8_t nonce_l[TCP_NONCE_BYTES], nonce_c[TCP_NONCE_BYTES], hello[TCP_HELLO_BYTES];
     uint8_t welcome[TCP_WELCOME_BYTES];
-    CHECK(tcp_random_nonce(nonce_l) == 0 && tcp_random_nonce(nonce_c) == 0);
+    CHECK(comm_tcp_random_nonce(nonce_l) == 0 && comm_tcp_random_nonce(nonce_c) == 0);
     int sender, channel;
-    tcp_hello_encode(KEY, WORLD_ID, 3, 1, 1, nonce_l, nonce_c, hello);
-    CHECK(tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_OK);
+    comm_tcp_hello_encode(KEY, WORLD_ID, 3, 1, 1, nonce_l, nonce_c, hello);
+    CHECK(comm_tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_OK);
     CHECK(sender == 3 && channel == 1);
 
     /* The same hello answering another challenge (a replay) fails. */
     uint8_t other[TCP_NONCE_BYTES];
     memcpy(other, nonce_l, sizeof other);
     other[0] ^= 1;
-    CHECK(tcp_hello_verify(&e, other, hello, &sender, &channel, welcome) == MT_EPEER &&
+    CHECK(comm_tcp_hello_verify(&e, other, hello, &sender, &channel, welcome) == MT_EPEER &&
           check_contains(mt_last_error(), "bad MAC") && sender == -1);
 
     /* A key of another attempt of the same job fails. */
     uint8_t k0[TCP_KEY_BYTES], k1[TCP_KEY_BYTES];
-    tcp_key_derive(SECRET, strlen(SECRET), "attempt0/", k0);
-    tcp_key_derive(SECRET, strlen(SECRET), "attempt1/", k1);
+    comm_tcp_key_derive(SECRET, strlen(SECRET), "attempt0/", k0);
+    comm_tcp_key_derive(SECRET, strlen(SECRET), "attempt1/", k1);
     CHECK(memcmp(k0, k1, sizeof k0) != 0);
-    tcp_hello_encode(k0, WORLD_ID, 3, 1, 1, nonce_l, nonce_c, hello);
+    comm_tcp_hello_encode(k0, WORLD_ID, 3, 1, 1, nonce_l, nonce_c, hello);
     tcp_hello_expect e1 = {.key = k1, .comm_id = WORLD_ID, .rank = 1, .size = 4};
-    CHECK(tcp_hello_verify(&e1, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER);
+    CHECK(comm_tcp_hello_verify(&e1, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER);
 
     /* Proven, but not for this listener: another rank, a lower sender, a bad channel. */
-    tcp_hello_encode(KEY, WORLD_ID, 3, 2, 1, nonce_l, nonce_c, hello);
-    CHECK(tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER &&
+    comm_tcp_hello_encode(KEY, WORLD_ID, 3, 2, 1, nonce_l, nonce_c, hello);
+    CHECK(comm_tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER &&
           check_contains(mt_last_error(), "for rank 2"));
-    tcp_hello_encode(KEY, WORLD_ID, 0, 1, 1, nonce_l, nonce_c, hello);
-    CHECK(tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER);
-    tcp_hello_encode(KEY, WORLD_ID, 2, 1, 7, nonce_l, nonce_c, hello);
-    CHECK(tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER);
+    comm_tcp_hello_encode(KEY, WORLD_ID, 0, 1, 1, nonce_l, nonce_c, hello);
+    CHECK(comm_tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER);
+    comm_tcp_hello_encode(KEY, WORLD_ID, 2, 1, 7, nonce_l, nonce_c, hello);
+    CHECK(comm_tcp_hello_verify(&e, nonce_l, hello, &sender, &channel, welcome) == MT_EPEER);
 
     /* A header that cannot begin a hello is refused from its first 48 bytes. */
     uint8_t challenge[TCP_CHALLENGE_BYTES];
-    tcp_challenge_encode(&e, nonce_l, challenge);
-    CHECK(tcp_hello_check_header(challenge) == MT_EFORMAT);
+    comm_tcp_challenge_encode(&e, nonce_l, challenge);
+    CHECK(comm_tcp_hello_check_header(challenge) == MT_EFORMAT);
     memset(hello, 0xab, TCP_FRAME_BYTES);
-    CHECK(tcp_hello_check_header(hello) == MT_EFORMAT);
+    CHECK(comm_tcp_hello_check_header(hello) == MT_EFORMAT);
 }
 
 /* ---- accept failures -------------------------------------------------------------------- */
@@ -234,10 +234,10 @@ static void accept_without_descriptors(void)
     static mt_comm *comm;
     CHECK(comm_new(0, 2, NULL, 5.0, 0, &comm) == MT_OK);
     tcp_group *g = NULL;
-    CHECK(comm && tcp_group_new(comm, WORLD_ID, KEY, &g) == MT_OK);
+    CHECK(comm && comm_tcp_group_new(comm, WORLD_ID, KEY, &g) == MT_OK);
     int listen_fd = -1;
     char address[TCP_ADDRESS_CAPACITY];
-    CHECK(g && tcp_listen("127.0.0.1", &listen_fd, address) == MT_OK);
+    CHECK(g && comm_tcp_listen("127.0.0.1", &listen_fd, address) == MT_OK);
     if (!g || listen_fd < 0)
         return;
     struct sockaddr_in a = {.sin_family = AF_INET};
@@ -256,7 +256,7 @@ static void accept_without_descriptors(void)
     CHECK(n > 2 && setrlimit(RLIMIT_NOFILE, &tight) == 0);
     close(used[--n]);
     close(used[--n]);
-    mt_status st = tcp_build_mesh(g, listen_fd, address);
+    mt_status st = comm_tcp_build_mesh(g, listen_fd, address);
     char message[512];
     snprintf(message, sizeof message, "%s", mt_last_error());
     for (int i = 0; i < n; i++)
@@ -267,7 +267,7 @@ static void accept_without_descriptors(void)
     CHECK(g->collective[1].fd == -1 && g->transfer[1].fd == -1);
     close(peer);
     close(listen_fd);
-    tcp_group_free(g); /* the communicator, without a back end, lives on (static) */
+    comm_tcp_group_free(g); /* the communicator, without a back end, lives on (static) */
 }
 
 int main(void)

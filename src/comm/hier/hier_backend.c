@@ -92,11 +92,11 @@ static mt_status hier_build(mt_comm *comm, mt_comm *flat, const int *host_of, vo
     }
     /* The host group is built even after a local failure: every flat member must take part. */
     void *local_impl = NULL;
-    mt_status built = shm_group_from(flat, members, st == MT_OK ? g->local : NULL, like,
-                                        algorithm, world_size, &local_impl);
+    mt_status built = comm_shm_group_from(flat, members, st == MT_OK ? g->local : NULL, like,
+                                          algorithm, world_size, &local_impl);
     if (st == MT_OK && (st = built) == MT_OK) {
         g->local->impl = local_impl;
-        g->local->backend = &shm_backend;
+        g->local->backend = &comm_shm_backend;
         g->local_members = members;
         members = NULL;
     }
@@ -144,11 +144,11 @@ static mt_status hier_create_world(mt_comm *comm, const mt_comm_bootstrap_result
                                &flat);
     if (st)
         return st;
-    if ((st = tcp_world.create_world(flat, boot, config, &flat->impl))) {
+    if ((st = comm_tcp_world.create_world(flat, boot, config, &flat->impl))) {
         mt_comm_destroy(flat);
         return st;
     }
-    flat->backend = &tcp_backend;
+    flat->backend = &comm_tcp_backend;
     char mine[HOST_ID_BYTES] = "";
     char *ids = calloc((size_t)comm->size, HOST_ID_BYTES);
     int *host_of = malloc((size_t)comm->size * sizeof *host_of);
@@ -398,7 +398,7 @@ static size_t hier_buffer_bytes(void *impl)
            mt_comm_buffer_bytes(g->flat);
 }
 
-const mt_comm_backend hier_backend = {
+const mt_comm_backend comm_hier_backend = {
     .name = "hier",
     .collective = hier_collective,
     .p2p_progress = hier_p2p_progress,
@@ -410,8 +410,8 @@ const mt_comm_backend hier_backend = {
     .buffer_bytes = hier_buffer_bytes,
 };
 
-const mt_comm_world_builder hier_world = {
+const mt_comm_world_builder comm_hier_world = {
     .name = "hier",
-    .backend = &hier_backend,
+    .backend = &comm_hier_backend,
     .create_world = hier_create_world,
 };

@@ -48,7 +48,7 @@ static mt_status start_mpi(void)
     if (!initialized) {
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(MT_EIO, rc, "MPI_Init_thread failed");
+            return comm_mpi_fail(MT_EIO, rc, "MPI_Init_thread failed");
         meshtrain_started_mpi = 1;
         if (atexit(finalize_at_exit) != 0)
             return mt_fail(MT_ENOMEM, "registering MPI_Finalize to run at exit");
@@ -63,7 +63,7 @@ static mt_status start_mpi(void)
                        meshtrain_started_mpi
                            ? "this MPI library was built without it"
                            : "initialise MPI with MPI_Init_thread and MPI_THREAD_MULTIPLE");
-    return mpi_types_create();
+    return comm_mpi_types_create();
 }
 
 /* Rank and size come from the launcher (mpirun): no store, no RANK or MASTER_PORT. */
@@ -86,7 +86,7 @@ static mt_status mpi_identify(int *rank, int *size)
     return MT_OK;
 }
 
-const char *mpi_library_family(void)
+const char *comm_mpi_library_family(void)
 {
 #if defined(OMPI_MAJOR_VERSION)
     return "Open MPI";
@@ -99,8 +99,8 @@ const char *mpi_library_family(void)
 
 /* One broadcast over a private duplicate of MPI_COMM_WORLD (never matching an application's
  * own traffic), polled so that a rank that never arrives is an error after the timeout. */
-mt_status mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
-                                 int *size)
+mt_status comm_mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, int *rank,
+                                   int *size)
 {
     mt_status st = mpi_identify(rank, size);
     if (st)
@@ -110,7 +110,7 @@ mt_status mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, 
     MPI_Comm dup;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(MT_EIO, rc, "MPI_Comm_dup for the bootstrap");
+        return comm_mpi_fail(MT_EIO, rc, "MPI_Comm_dup for the bootstrap");
     MPI_Request request;
     rc = MPI_Ibcast(data, (int)bytes, MPI_BYTE, 0, dup, &request);
     double start = mt_clock_seconds();
@@ -124,7 +124,7 @@ mt_status mpi_share_bootstrap(void *data, size_t bytes, double timeout_seconds, 
             sched_yield();
     }
     if (rc != MPI_SUCCESS)
-        return mpi_fail(MT_EPEER, rc, "MPI_Ibcast of the bootstrap record");
+        return comm_mpi_fail(MT_EPEER, rc, "MPI_Ibcast of the bootstrap record");
     MPI_Comm_free(&dup);
     return MT_OK;
 }
@@ -168,7 +168,7 @@ static mt_status group_new(mt_comm *comm, MPI_Comm collectives, mpi_group **out)
         rc = MPI_Comm_set_errhandler(g->transfers, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) {
         group_free(g);
-        return mpi_fail(MT_EIO, rc, "setting up the communicators of an mpi group");
+        return comm_mpi_fail(MT_EIO, rc, "setting up the communicators of an mpi group");
     }
     int *tag_ub = NULL, found = 0, rank = -1, size = 0;
     MPI_Comm_get_attr(g->transfers, MPI_TAG_UB, &tag_ub, &found);
@@ -192,7 +192,7 @@ static mt_status mpi_create_world(mt_comm *comm, const mt_comm_bootstrap_result 
     MPI_Comm collectives;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &collectives);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(MT_EIO, rc, "MPI_Comm_dup of MPI_COMM_WORLD failed");
+        return comm_mpi_fail(MT_EIO, rc, "MPI_Comm_dup of MPI_COMM_WORLD failed");
     return group_new(comm, collectives, (mpi_group **)impl);
 }
 
@@ -210,7 +210,7 @@ static mt_status mpi_split(mt_comm *parent, const int *members, int n_members, m
                             child ? child->rank : 0, &collectives);
     mt_status st = MT_OK;
     if (rc != MPI_SUCCESS)
-        st = mpi_fail(MT_EIO, rc, "MPI_Comm_split failed");
+        st = comm_mpi_fail(MT_EIO, rc, "MPI_Comm_split failed");
     else if (child && collectives == MPI_COMM_NULL)
         st = mt_fail(MT_EIO, "MPI_Comm_split gave no communicator to a member of a subgroup");
     else if (child)
@@ -233,10 +233,10 @@ static mt_status mpi_split(mt_comm *parent, const int *members, int n_members, m
 static void mpi_destroy(void *impl) { group_free(impl); }
 
 /* No abort: MPI_Abort would end the whole job from inside the library; a failure is a status. */
-const mt_comm_backend mpi_backend = {
+const mt_comm_backend comm_mpi_backend = {
     .name = "mpi",
-    .collective = mpi_collective,
-    .p2p_progress = mpi_p2p_progress,
+    .collective = comm_mpi_collective,
+    .p2p_progress = comm_mpi_p2p_progress,
     .split = mpi_split,
     .alloc_shared = comm_alloc_ordinary, /* ordinary memory: MPI moves the data */
     .free_shared = comm_free_ordinary,
@@ -244,9 +244,9 @@ const mt_comm_backend mpi_backend = {
     .destroy = mpi_destroy,
 };
 
-const mt_comm_world_builder mpi_world = {
+const mt_comm_world_builder comm_mpi_world = {
     .name = "mpi",
-    .backend = &mpi_backend,
+    .backend = &comm_mpi_backend,
     .identify = mpi_identify,
     .create_world = mpi_create_world,
 };

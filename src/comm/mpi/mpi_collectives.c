@@ -23,7 +23,7 @@ static const double SPIN_SECONDS = 50e-6, YIELD_SECONDS = 0.1;
 static const struct timespec NAP = {0, 50000};
 
 /* The MPI call an operation becomes, for messages. */
-const char *mpi_call(const mt_comm_op *op)
+const char *comm_mpi_call(const mt_comm_op *op)
 {
     switch (op->kind) {
     case MT_OP_ALLREDUCE: return "MPI_Iallreduce";
@@ -41,8 +41,8 @@ const char *mpi_call(const mt_comm_op *op)
 
 static mt_status collective_failed(const mt_comm_op *op, uint64_t seq, int rc)
 {
-    return mpi_fail(MT_EPEER, rc, "%s #%llu: %s failed", comm_op_name(op->kind),
-                       (unsigned long long)seq, mpi_call(op));
+    return comm_mpi_fail(MT_EPEER, rc, "%s #%llu: %s failed", comm_op_name(op->kind),
+                         (unsigned long long)seq, comm_mpi_call(op));
 }
 
 /* Waits for the request of collective `op` (number `seq`), posted with return code rc. MPI
@@ -67,10 +67,11 @@ static mt_status wait_collective(mpi_group *g, const mt_comm_op *op, uint64_t se
             continue;
         if (waited > g->comm->timeout_seconds) {
             atomic_store(&g->collectives_abandoned, 1);
-            return mt_fail(MT_EPEER, "%s #%llu did not complete within %g s (%s still pending): "
-                                     "a rank is stuck, gone, or called another collective",
+            return mt_fail(MT_EPEER,
+                           "%s #%llu did not complete within %g s (%s still pending): "
+                           "a rank is stuck, gone, or called another collective",
                            comm_op_name(op->kind), (unsigned long long)seq,
-                           g->comm->timeout_seconds, mpi_call(op));
+                           g->comm->timeout_seconds, comm_mpi_call(op));
         }
         if (waited < YIELD_SECONDS)
             sched_yield();
@@ -326,7 +327,7 @@ static mt_status alltoall(mpi_group *g, const mt_comm_op *op, uint64_t seq)
     return wait_collective(g, op, seq, rc, &request);
 }
 
-mt_status mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+mt_status comm_mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq)
 {
     mpi_group *g = impl;
     MPI_Request request = MPI_REQUEST_NULL;

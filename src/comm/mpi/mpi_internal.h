@@ -22,11 +22,11 @@ typedef struct mpi_group {
 } mpi_group;
 
 /* mpi_collectives.c */
-mt_status mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq);
+mt_status comm_mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq);
 /* The MPI call an operation becomes, for messages. */
-const char *mpi_call(const mt_comm_op *op);
+const char *comm_mpi_call(const mt_comm_op *op);
 
 /* mpi_p2p.c */
-mt_status mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done);
+mt_status comm_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done);
 
 #endif

@@ -97,7 +97,8 @@ static mt_status receive_when_arrived(mpi_group *g, mt_p2p *p2p, transfer *t, in
     *posted = 0;
     int rc = MPI_Improbe(op->peer, MPI_ANY_TAG, g->transfers, &arrived, &message, &status);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(MT_EPEER, rc, "%s: MPI_Improbe failed", describe(op, what, sizeof what));
+        return comm_mpi_fail(MT_EPEER, rc, "%s: MPI_Improbe failed",
+                             describe(op, what, sizeof what));
     if (!arrived)
         return MT_OK;
     int bytes = 0;
@@ -114,12 +115,13 @@ static mt_status receive_when_arrived(mpi_group *g, mt_p2p *p2p, transfer *t, in
     }
     rc = MPI_Imrecv(op->recv, (int)op->count, mpi_datatype(op->dtype), &message, &t->request);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(MT_EPEER, rc, "%s: MPI_Imrecv failed", describe(op, what, sizeof what));
+        return comm_mpi_fail(MT_EPEER, rc, "%s: MPI_Imrecv failed",
+                             describe(op, what, sizeof what));
     *posted = 1;
     return MT_OK;
 }
 
-mt_status mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
+mt_status comm_mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     mpi_group *g = impl;
     const mt_comm_op *op = &p2p->op;
@@ -140,8 +142,8 @@ mt_status mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
                                wire_tag(g, op->tag, op->dtype), g->transfers, &t->request);
             if (rc != MPI_SUCCESS) {
                 free(t);
-                return mpi_fail(MT_EPEER, rc, "%s: %s failed",
-                                   describe(op, what, sizeof what), mpi_call(op));
+                return comm_mpi_fail(MT_EPEER, rc, "%s: %s failed", describe(op, what, sizeof what),
+                                     comm_mpi_call(op));
             }
         }
         p2p->backend_state = t;
@@ -168,7 +170,7 @@ mt_status mpi_p2p_progress(void *impl, mt_p2p *p2p, int *done)
         if (error_class == MPI_ERR_TRUNCATE)
             return mt_fail(MT_EPEER, "%s: the next message from rank %d is longer",
                            describe(op, what, sizeof what), op->peer);
-        return mpi_fail(MT_EPEER, rc, "%s failed", describe(op, what, sizeof what));
+        return comm_mpi_fail(MT_EPEER, rc, "%s failed", describe(op, what, sizeof what));
     }
     if (!complete)
         return mt_clock_seconds() - p2p->started > g->comm->timeout_seconds ? give_up(g, p2p)

@@ -54,7 +54,7 @@ FLOAT_OP(f32_min_keep_nan, float, min_f32)
 FLOAT_OP(f64_max_keep_nan, double, max_f64)
 FLOAT_OP(f64_min_keep_nan, double, min_f64)
 
-mt_status mpi_fail(mt_status code, int rc, const char *fmt, ...)
+mt_status comm_mpi_fail(mt_status code, int rc, const char *fmt, ...)
 {
     char what[256], reason[MPI_MAX_ERROR_STRING] = "";
     va_list args;
@@ -88,7 +88,7 @@ static int free_types(MPI_Comm comm, int keyval, void *value, void *extra)
     return MPI_SUCCESS;
 }
 
-mt_status mpi_types_create(void)
+mt_status comm_mpi_types_create(void)
 {
     if (bf16_type != MPI_DATATYPE_NULL)
         return MT_OK;
@@ -100,7 +100,7 @@ mt_status mpi_types_create(void)
     if (rc == MPI_SUCCESS)
         rc = MPI_Comm_set_attr(MPI_COMM_SELF, keyval, NULL);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(MT_EIO, rc, "registering the types' release at MPI_Finalize");
+        return comm_mpi_fail(MT_EIO, rc, "registering the types' release at MPI_Finalize");
     /* Commutative: the value does not depend on the order (only a NaN's payload and the sign
      * of a zero tie may), which lets MPI pick its fastest combining order. */
     struct {
@@ -115,7 +115,7 @@ mt_status mpi_types_create(void)
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         rc = MPI_Op_create(ops[i].function, 1, ops[i].op);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(MT_EIO, rc, "MPI_Op_create failed");
+            return comm_mpi_fail(MT_EIO, rc, "MPI_Op_create failed");
     }
     bf16_ops[MT_AVG] = bf16_ops[MT_SUM];
     MPI_Datatype type;
@@ -123,7 +123,7 @@ mt_status mpi_types_create(void)
     if (rc == MPI_SUCCESS)
         rc = MPI_Type_commit(&type);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(MT_EIO, rc, "MPI_Type_contiguous (bf16) failed");
+        return comm_mpi_fail(MT_EIO, rc, "MPI_Type_contiguous (bf16) failed");
     bf16_type = type;
     return MT_OK;
 }

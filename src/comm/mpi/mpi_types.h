@@ -10,7 +10,7 @@
 
 /* Creates the bf16 datatype and the user-defined operations. Call once per process, after
  * MPI is initialised; MPI_Finalize frees them (an attribute of MPI_COMM_SELF). */
-mt_status mpi_types_create(void);
+mt_status comm_mpi_types_create(void);
 
 MPI_Datatype mpi_datatype(mt_dtype dtype);
 
@@ -20,7 +20,7 @@ MPI_Op mpi_op(mt_dtype dtype, mt_redop op);
 
 
 /* mt_fail with MPI's description of the error code appended: "<message>: <MPI_Error_string>". */
-mt_status mpi_fail(mt_status code, int rc, const char *fmt, ...)
+mt_status comm_mpi_fail(mt_status code, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif

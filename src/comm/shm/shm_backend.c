@@ -21,18 +21,18 @@ static mt_status shm_create_world(mt_comm *comm, const mt_comm_bootstrap_result 
     mt_store *store = boot->store;
     *impl = NULL;
     mt_shm_group *g;
-    mt_status st = shm_group_build(comm, config->algorithm, &g);
+    mt_status st = comm_shm_group_build(comm, config->algorithm, &g);
     if (st)
         return st;
-    if ((st = shm_registry_new(comm->size, &g->registry))) {
-        shm_group_free(g);
+    if ((st = comm_shm_registry_new(comm->size, &g->registry))) {
+        comm_shm_group_free(g);
         return st;
     }
     world_record rec = {0}, mine = {0};
     comm_host_identity("boot", mine.host, sizeof mine.host);
     if (comm->rank == 0) {
-        shm_segment_remove_stale();
-        st = shm_group_create_segment(g, rec.name, sizeof rec.name);
+        comm_shm_segment_remove_stale();
+        st = comm_shm_group_create_segment(g, rec.name, sizeof rec.name);
         snprintf(rec.host, sizeof rec.host, "%s", mine.host);
         if (st == MT_OK)
             st = mt_store_set(store, "shm/world", &rec, sizeof rec);
@@ -48,22 +48,22 @@ static mt_status shm_create_world(mt_comm *comm, const mt_comm_bootstrap_result 
                          "rank %d on %s",
                          rec.host, comm->rank, mine.host);
         if (st == MT_OK)
-            st = shm_group_open_segment(g, rec.name);
+            st = comm_shm_group_open_segment(g, rec.name);
     }
     if (st == MT_OK)
-        st = shm_group_finish_attach(g, rec.name);
+        st = comm_shm_group_finish_attach(g, rec.name);
     else if (comm->rank == 0 && rec.name[0])
-        shm_segment_unlink(rec.name);
+        comm_shm_segment_unlink(rec.name);
     if (st) {
-        shm_group_free(g);
+        comm_shm_group_free(g);
         return mt_fail_context(st, "shm world of %d ranks, rank %d", comm->size, comm->rank);
     }
     *impl = g;
     return MT_OK;
 }
 
-mt_status shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
-                            const char *algorithm, int world_size, void **child_impl)
+mt_status comm_shm_group_from(mt_comm *parent, const int *members, mt_comm *child, void *like,
+                              const char *algorithm, int world_size, void **child_impl)
 {
     const mt_shm_group *model = like;
     mt_shm_group *g = NULL;
@@ -71,16 +71,16 @@ mt_status shm_group_from(mt_comm *parent, const int *members, mt_comm *child, vo
     char mine[NAME_CAPACITY] = "";
     mt_status st = MT_OK;
     if (child) {
-        st = shm_group_build(child, model ? "auto" : algorithm, &g);
+        st = comm_shm_group_build(child, model ? "auto" : algorithm, &g);
         if (st == MT_OK && model) {
             g->algorithm = model->algorithm;
             g->registry = model->registry;
-            shm_registry_retain(g->registry);
+            comm_shm_registry_retain(g->registry);
         } else if (st == MT_OK) {
-            st = shm_registry_new(world_size, &g->registry);
+            st = comm_shm_registry_new(world_size, &g->registry);
         }
         if (st == MT_OK && child->rank == 0)
-            st = shm_group_create_segment(g, mine, sizeof mine);
+            st = comm_shm_group_create_segment(g, mine, sizeof mine);
     }
     /* Every parent rank learns every leader's segment name in one exchange. */
     char *names = calloc((size_t)parent->size, NAME_CAPACITY);
@@ -92,9 +92,9 @@ mt_status shm_group_from(mt_comm *parent, const int *members, mt_comm *child, vo
         st = exchanged;
     const char *name = child && names ? names + (size_t)members[0] * NAME_CAPACITY : "";
     if (st == MT_OK && child && child->rank != 0) {
-        st = name[0] ? shm_group_open_segment(g, name)
-                     : mt_fail(MT_EPEER, "rank %d could not create the subgroup's segment",
-                               members[0]);
+        st = name[0]
+                 ? comm_shm_group_open_segment(g, name)
+                 : mt_fail(MT_EPEER, "rank %d could not create the subgroup's segment", members[0]);
     }
     /* Fail together: a rank that could not attach must not leave its group waiting. */
     int32_t failed = st != MT_OK, any_failed = 1;
@@ -102,12 +102,12 @@ mt_status shm_group_from(mt_comm *parent, const int *members, mt_comm *child, vo
     if (st == MT_OK && (agreed || any_failed))
         st = agreed ? agreed : mt_fail(MT_EPEER, "another rank could not join its subgroup");
     if (st == MT_OK && child)
-        st = shm_group_finish_attach(g, name);
+        st = comm_shm_group_finish_attach(g, name);
     else if (child && child->rank == 0 && mine[0])
-        shm_segment_unlink(mine);
+        comm_shm_segment_unlink(mine);
     free(names);
     if (st) {
-        shm_group_free(g);
+        comm_shm_group_free(g);
         return st;
     }
     *child_impl = g;
@@ -118,30 +118,33 @@ static mt_status shm_split(mt_comm *parent, const int *members, int n_members, m
                            void **child_impl)
 {
     (void)n_members;
-    return shm_group_from(parent, members, child, parent->impl, NULL, 0, child_impl);
+    return comm_shm_group_from(parent, members, child, parent->impl, NULL, 0, child_impl);
 }
 
-static void shm_abort_group(void *impl, const char *message) { (void)shm_abort(impl, "%s", message); }
+static void shm_abort_group(void *impl, const char *message)
+{
+    (void)comm_shm_abort(impl, "%s", message);
+}
 
-static void shm_destroy(void *impl) { shm_group_free(impl); }
+static void shm_destroy(void *impl) { comm_shm_group_free(impl); }
 
 /* Its own block of the segment (control page, staging, rings); the peers' blocks are theirs. */
 static size_t shm_buffer_bytes(void *impl) { return ((mt_shm_group *)impl)->rank_stride; }
 
-const mt_comm_backend shm_backend = {
+const mt_comm_backend comm_shm_backend = {
     .name = "shm",
-    .collective = shm_collective,
-    .p2p_progress = shm_p2p_progress,
+    .collective = comm_shm_collective,
+    .p2p_progress = comm_shm_p2p_progress,
     .split = shm_split,
-    .alloc_shared = shm_alloc_shared,
-    .free_shared = shm_free_shared,
+    .alloc_shared = comm_shm_alloc_shared,
+    .free_shared = comm_shm_free_shared,
     .abort = shm_abort_group,
     .destroy = shm_destroy,
     .buffer_bytes = shm_buffer_bytes,
 };
 
-const mt_comm_world_builder shm_world = {
+const mt_comm_world_builder comm_shm_world = {
     .name = "shm",
-    .backend = &shm_backend,
+    .backend = &comm_shm_backend,
     .create_world = shm_create_world,
 };

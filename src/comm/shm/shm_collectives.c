@@ -58,7 +58,7 @@ static mt_status check_headers(mt_shm_group *g, unsigned *all_flags)
 
 static mt_status enter_first_round(mt_shm_group *g, unsigned *all_flags)
 {
-    mt_status st = shm_enter_round(g);
+    mt_status st = comm_shm_enter_round(g);
     return st ? st : check_headers(g, all_flags);
 }
 
@@ -66,7 +66,7 @@ static uint8_t *staging_next(mt_shm_group *g) { return shm_staging_of(g, g->rank
 
 static mt_status translate(mt_shm_group *g, int rank, uint64_t addr, size_t bytes, uint8_t **out)
 {
-    *out = shm_registry_translate(g, rank, addr, bytes);
+    *out = comm_shm_registry_translate(g, rank, addr, bytes);
     if (!*out && bytes)
         return mt_fail(MT_EPEER, "%s #%llu: rank %d's registered buffer is not mapped here",
                        g->op_name, (unsigned long long)g->op_seq, rank);
@@ -75,7 +75,7 @@ static mt_status translate(mt_shm_group *g, int rank, uint64_t addr, size_t byte
 
 static unsigned shared_flag(mt_shm_group *g, const void *p, size_t bytes, unsigned flag)
 {
-    return p && shm_registry_covers(g, p, bytes) ? flag : 0;
+    return p && comm_shm_registry_covers(g, p, bytes) ? flag : 0;
 }
 
 /* ---- all-reduce and reduce ------------------------------------------------------------ */
@@ -112,7 +112,7 @@ static mt_status twoshot(mt_shm_group *g, const mt_comm_op *op, size_t n, uint8_
             size_t p_n = SLICE_N(p);
             if (lo >= p_n)
                 continue;
-            mt_status st = shm_wait(g, &shm_control_of(g, p)->progress, key | (c + 1), p);
+            mt_status st = comm_shm_wait(g, &shm_control_of(g, p)->progress, key | (c + 1), p);
             if (st)
                 return st;
             size_t at = (SLICE_LO(p) + lo) * esz;
@@ -142,7 +142,7 @@ static mt_status reduce_oneshot(mt_shm_group *g, const mt_comm_op *op, uint64_t 
             post_header(g, op, seq, 0);
             st = enter_first_round(g, &flags);
         } else {
-            st = shm_enter_round(g);
+            st = comm_shm_enter_round(g);
         }
         if (st)
             return st;
@@ -185,7 +185,7 @@ static mt_status reduce_twoshot(mt_shm_group *g, const mt_comm_op *op, uint64_t 
         st = twoshot(g, op, op->count, g->peer_send, g->peer_recv,
                      all ? g->peer_recv[g->rank] : NULL);
         /* Peers read this rank's buffers until they leave; so must everyone before returning. */
-        return st ? st : shm_enter_round(g);
+        return st ? st : comm_shm_enter_round(g);
     }
     size_t window = g->staging_bytes / esz;
     const uint8_t *send = op->send;
@@ -193,7 +193,7 @@ static mt_status reduce_twoshot(mt_shm_group *g, const mt_comm_op *op, uint64_t 
     for (size_t lo = 0; lo < op->count; lo += window) {
         size_t n = min_size(window, op->count - lo);
         mt_copy(staging_next(g), send + lo * esz, n * esz);
-        if ((st = shm_enter_round(g)))
+        if ((st = comm_shm_enter_round(g)))
             return st;
         for (int p = 0; p < g->size; p++)
             g->peer_send[p] = g->peer_recv[p] = shm_staging_of(g, p, g->round);
@@ -236,14 +236,14 @@ static mt_status broadcast(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
             return st;
         if (!is_root)
             mt_copy(buf, src, bytes);
-        return shm_enter_round(g);
+        return comm_shm_enter_round(g);
     }
     for (size_t lo = 0; lo < op->count; lo += window) {
         size_t n = min_size(window, op->count - lo);
         if (lo > 0) {
             if (is_root)
                 mt_copy(staging_next(g), buf + lo * esz, n * esz);
-            if ((st = shm_enter_round(g)))
+            if ((st = comm_shm_enter_round(g)))
                 return st;
         }
         if (!is_root)
@@ -319,7 +319,7 @@ static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
         if (k > 0) {
             if (!mine && lo < my_n)
                 mt_copy(staging_next(g), send + lo * esz, min_size(window, my_n - lo) * esz);
-            if ((st = shm_enter_round(g)))
+            if ((st = comm_shm_enter_round(g)))
                 return st;
         }
         for (int i = 1; i < g->size; i++) {
@@ -334,7 +334,7 @@ static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
             }
         }
     }
-    return any_shared ? shm_enter_round(g) : MT_OK;
+    return any_shared ? comm_shm_enter_round(g) : MT_OK;
 }
 
 /* Stages window k of every block of this rank's input: block j's window at j * wb. */
@@ -385,7 +385,7 @@ static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t
         if (k > 0) {
             if (!mine)
                 stage_blocks(g, op, wb, k);
-            if ((st = shm_enter_round(g)))
+            if ((st = comm_shm_enter_round(g)))
                 return st;
         }
         /* A registered input is read whole in the first round. */
@@ -414,15 +414,15 @@ static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t
             }
         }
     }
-    return any_shared ? shm_enter_round(g) : MT_OK;
+    return any_shared ? comm_shm_enter_round(g) : MT_OK;
 }
 
-mt_status shm_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+mt_status comm_shm_collective(void *impl, const mt_comm_op *op, uint64_t seq)
 {
     mt_shm_group *g = impl;
     g->op_name = comm_op_name(op->kind);
     g->op_seq = seq;
-    mt_status st = shm_check_aborted(g);
+    mt_status st = comm_shm_check_aborted(g);
     if (st)
         return st;
     switch (op->kind) {

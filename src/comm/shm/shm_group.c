@@ -47,7 +47,7 @@ static int parse_algorithm(const char *name, int *out)
     return MT_OK;
 }
 
-mt_status shm_group_build(mt_comm *comm, const char *algorithm, mt_shm_group **out)
+mt_status comm_shm_group_build(mt_comm *comm, const char *algorithm, mt_shm_group **out)
 {
     *out = NULL;
     if (comm->size > SHM_MAX_RANKS)
@@ -77,17 +77,17 @@ mt_status shm_group_build(mt_comm *comm, const char *algorithm, mt_shm_group **o
     g->peer_recv = calloc((size_t)g->size, sizeof *g->peer_recv);
     g->peer_flags = calloc((size_t)g->size, sizeof *g->peer_flags);
     if (!g->sources || !g->peer_send || !g->peer_recv || !g->peer_flags) {
-        shm_group_free(g);
+        comm_shm_group_free(g);
         return mt_fail(MT_ENOMEM, "allocating an shm group");
     }
     *out = g;
     return MT_OK;
 }
 
-mt_status shm_group_create_segment(mt_shm_group *g, char *name, size_t name_capacity)
+mt_status comm_shm_group_create_segment(mt_shm_group *g, char *name, size_t name_capacity)
 {
     void *base;
-    mt_status st = shm_segment_create(g->bytes, name, name_capacity, &base);
+    mt_status st = comm_shm_segment_create(g->bytes, name, name_capacity, &base);
     if (st)
         return st;
     g->base = base;
@@ -102,10 +102,10 @@ mt_status shm_group_create_segment(mt_shm_group *g, char *name, size_t name_capa
     return MT_OK;
 }
 
-mt_status shm_group_open_segment(mt_shm_group *g, const char *name)
+mt_status comm_shm_group_open_segment(mt_shm_group *g, const char *name)
 {
     void *base;
-    mt_status st = shm_segment_open(name, g->bytes, &base);
+    mt_status st = comm_shm_segment_open(name, g->bytes, &base);
     if (st)
         return st;
     g->base = base;
@@ -117,29 +117,29 @@ mt_status shm_group_open_segment(mt_shm_group *g, const char *name)
     return MT_OK;
 }
 
-mt_status shm_group_finish_attach(mt_shm_group *g, const char *name)
+mt_status comm_shm_group_finish_attach(mt_shm_group *g, const char *name)
 {
     shm_control *me = shm_control_of(g, g->rank);
     me->pid = (int32_t)getpid();
     me->world_rank = g->comm->world_ranks[g->rank];
     g->op_name = "attach";
     g->op_seq = 0;
-    mt_status st = shm_enter_round(g);
+    mt_status st = comm_shm_enter_round(g);
     /* Everyone has mapped the segment: the name can go, so that nothing is left in /dev/shm
      * however the processes end. */
     if (g->rank == 0)
-        shm_segment_unlink(name);
+        comm_shm_segment_unlink(name);
     return st;
 }
 
-void shm_group_free(mt_shm_group *g)
+void comm_shm_group_free(mt_shm_group *g)
 {
     if (!g)
         return;
     if (g->base)
         munmap(g->base, g->bytes);
     if (g->registry)
-        shm_registry_release(g->registry);
+        comm_shm_registry_release(g->registry);
     free(g->sources);
     free(g->peer_send);
     free(g->peer_recv);
@@ -157,7 +157,7 @@ static void describe_rank(const mt_shm_group *g, int rank, char *out, size_t cap
         snprintf(out, capacity, "rank %d (pid %d)", rank, (int)c->pid);
 }
 
-mt_status shm_abort(mt_shm_group *g, const char *fmt, ...)
+mt_status comm_shm_abort(mt_shm_group *g, const char *fmt, ...)
 {
     int expected = 0;
     if (atomic_compare_exchange_strong(&g->segment->aborted, &expected, 1)) {
@@ -167,10 +167,10 @@ mt_status shm_abort(mt_shm_group *g, const char *fmt, ...)
         va_end(args);
         atomic_store_explicit(&g->segment->aborted, 2, memory_order_release);
     }
-    return shm_check_aborted(g);
+    return comm_shm_check_aborted(g);
 }
 
-mt_status shm_check_aborted(mt_shm_group *g)
+mt_status comm_shm_check_aborted(mt_shm_group *g)
 {
     int state = atomic_load_explicit(&g->segment->aborted, memory_order_acquire);
     if (state == 0)
@@ -188,12 +188,12 @@ static mt_status check_peers_alive(mt_shm_group *g)
 {
     for (int r = 0; r < g->size; r++) {
         pid_t pid = shm_control_of(g, r)->pid;
-        if (r == g->rank || pid <= 0 || !shm_process_gone(pid))
+        if (r == g->rank || pid <= 0 || !comm_shm_process_gone(pid))
             continue;
         char who[96];
         describe_rank(g, r, who, sizeof who);
-        return shm_abort(g, "%s died during %s #%llu (noticed by rank %d)", who, g->op_name,
-                         (unsigned long long)g->op_seq, g->rank);
+        return comm_shm_abort(g, "%s died during %s #%llu (noticed by rank %d)", who, g->op_name,
+                              (unsigned long long)g->op_seq, g->rank);
     }
     return MT_OK;
 }
@@ -205,7 +205,7 @@ static inline void cpu_relax(void)
 #endif
 }
 
-mt_status shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, int peer)
+mt_status comm_shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, int peer)
 {
     if (atomic_load_explicit(counter, memory_order_acquire) >= target)
         return MT_OK;
@@ -218,7 +218,7 @@ mt_status shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, 
             continue;
         }
         if (atomic_load_explicit(&g->segment->aborted, memory_order_relaxed))
-            return shm_check_aborted(g);
+            return comm_shm_check_aborted(g);
         double now = mt_clock_seconds();
         if (start == 0)
             start = last_check = now;
@@ -230,9 +230,9 @@ mt_status shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, 
             if (now - start > g->timeout_seconds) {
                 char who[96];
                 describe_rank(g, peer, who, sizeof who);
-                return shm_abort(g, "%s did not reach %s #%llu within %.1f s (rank %d waited)",
-                                 who, g->op_name, (unsigned long long)g->op_seq,
-                                 g->timeout_seconds, g->rank);
+                return comm_shm_abort(g, "%s did not reach %s #%llu within %.1f s (rank %d waited)",
+                                      who, g->op_name, (unsigned long long)g->op_seq,
+                                      g->timeout_seconds, g->rank);
             }
         }
         /* Transfers queued on this communicator keep moving while a collective waits. */
@@ -246,34 +246,35 @@ mt_status shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, 
     }
 }
 
-mt_status shm_enter_round(mt_shm_group *g)
+mt_status comm_shm_enter_round(mt_shm_group *g)
 {
     uint64_t round = ++g->round;
     atomic_store_explicit(&shm_control_of(g, g->rank)->arrive, round, memory_order_release);
     for (int r = 0; r < g->size; r++) {
         if (r == g->rank)
             continue;
-        mt_status st = shm_wait(g, &shm_control_of(g, r)->arrive, round, r);
+        mt_status st = comm_shm_wait(g, &shm_control_of(g, r)->arrive, round, r);
         if (st)
             return st;
     }
     return MT_OK;
 }
 
-mt_status shm_check_peer_alive(mt_shm_group *g, int peer)
+mt_status comm_shm_check_peer_alive(mt_shm_group *g, int peer)
 {
     if (atomic_load_explicit(&g->segment->aborted, memory_order_relaxed))
-        return shm_check_aborted(g);
+        return comm_shm_check_aborted(g);
     pid_t pid = shm_control_of(g, peer)->pid;
-    if (pid > 0 && shm_process_gone(pid)) {
+    if (pid > 0 && comm_shm_process_gone(pid)) {
         char who[96];
         describe_rank(g, peer, who, sizeof who);
-        return shm_abort(g, "%s died during %s (noticed by rank %d)", who, g->op_name, g->rank);
+        return comm_shm_abort(g, "%s died during %s (noticed by rank %d)", who, g->op_name,
+                              g->rank);
     }
     return MT_OK;
 }
 
-void shm_describe_rank(const mt_shm_group *g, int rank, char *out, size_t capacity)
+void comm_shm_describe_rank(const mt_shm_group *g, int rank, char *out, size_t capacity)
 {
     describe_rank(g, rank, out, capacity);
 }

@@ -107,49 +107,50 @@ static inline uint8_t *shm_ring_data(const mt_shm_group *g, int from, int to)
 }
 
 /* shm_group.c: segments, synchronisation and failure. */
-mt_status shm_group_build(mt_comm *comm, const char *algorithm, mt_shm_group **out);
+mt_status comm_shm_group_build(mt_comm *comm, const char *algorithm, mt_shm_group **out);
 /* Rank 0 (of the group) creates the segment and names it; the others open that name. */
-mt_status shm_group_create_segment(mt_shm_group *g, char *name, size_t name_capacity);
-mt_status shm_group_open_segment(mt_shm_group *g, const char *name);
+mt_status comm_shm_group_create_segment(mt_shm_group *g, char *name, size_t name_capacity);
+mt_status comm_shm_group_open_segment(mt_shm_group *g, const char *name);
 /* Writes pid and world rank, waits for every rank, then the creator unlinks the name. */
-mt_status shm_group_finish_attach(mt_shm_group *g, const char *name);
-void shm_group_free(mt_shm_group *g);
+mt_status comm_shm_group_finish_attach(mt_shm_group *g, const char *name);
+void comm_shm_group_free(mt_shm_group *g);
 /* Enters the next round: publishes it and waits until every rank has entered it. */
-mt_status shm_enter_round(mt_shm_group *g);
+mt_status comm_shm_enter_round(mt_shm_group *g);
 /* Waits until `counter` (owned by `peer`) reaches target, checking for dead, silent and
  * failed peers meanwhile. */
-mt_status shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, int peer);
-/* Aborts the group if `peer` died (for transfers, which do not go through shm_wait). */
-mt_status shm_check_peer_alive(mt_shm_group *g, int peer);
-void shm_describe_rank(const mt_shm_group *g, int rank, char *out, size_t capacity);
+mt_status comm_shm_wait(mt_shm_group *g, _Atomic uint64_t *counter, uint64_t target, int peer);
+/* Aborts the group if `peer` died (for transfers, which do not go through comm_shm_wait). */
+mt_status comm_shm_check_peer_alive(mt_shm_group *g, int peer);
+void comm_shm_describe_rank(const mt_shm_group *g, int rank, char *out, size_t capacity);
 /* Marks the group failed for every rank, with the culprit's description; returns MT_EPEER. */
-mt_status shm_abort(mt_shm_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+mt_status comm_shm_abort(mt_shm_group *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Non-zero (with the message set) when some rank already aborted the group. */
-mt_status shm_check_aborted(mt_shm_group *g);
+mt_status comm_shm_check_aborted(mt_shm_group *g);
 
 /* shm_registry.c: memory peers can read directly. */
-mt_status shm_registry_new(int world_size, shm_registry **out);
-void shm_registry_retain(shm_registry *r);
-void shm_registry_release(shm_registry *r);
+mt_status comm_shm_registry_new(int world_size, shm_registry **out);
+void comm_shm_registry_retain(shm_registry *r);
+void comm_shm_registry_release(shm_registry *r);
 /* True when [ptr, ptr+bytes) lies in memory every member of g has mapped. */
-int shm_registry_covers(const mt_shm_group *g, const void *ptr, size_t bytes);
+int comm_shm_registry_covers(const mt_shm_group *g, const void *ptr, size_t bytes);
 /* Where peer `rank`'s address `addr` (in its own process) is mapped here. */
-uint8_t *shm_registry_translate(const mt_shm_group *g, int rank, uint64_t addr, size_t bytes);
-mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out);
-void shm_free_shared(void *impl, void *memory);
+uint8_t *comm_shm_registry_translate(const mt_shm_group *g, int rank, uint64_t addr, size_t bytes);
+mt_status comm_shm_alloc_shared(mt_comm *comm, size_t bytes, void **out);
+void comm_shm_free_shared(void *impl, void *memory);
 
 /* shm_collectives.c */
-mt_status shm_collective(void *impl, const mt_comm_op *op, uint64_t seq);
+mt_status comm_shm_collective(void *impl, const mt_comm_op *op, uint64_t seq);
 /* shm_p2p.c */
-mt_status shm_p2p_progress(void *impl, mt_p2p *p2p, int *done);
+mt_status comm_shm_p2p_progress(void *impl, mt_p2p *p2p, int *done);
 
 /* shm_segment.c: POSIX shared memory files, named after the creating pid so that stale ones
  * (whose creator died before unlinking) can be found and removed. */
-mt_status shm_segment_create(size_t bytes, char *name, size_t name_capacity, void **base);
-mt_status shm_segment_open(const char *name, size_t bytes, void **base);
-void shm_segment_unlink(const char *name);
-void shm_segment_remove_stale(void);
+mt_status comm_shm_segment_create(size_t bytes, char *name, size_t name_capacity, void **base);
+mt_status comm_shm_segment_open(const char *name, size_t bytes, void **base);
+void comm_shm_segment_unlink(const char *name);
+void comm_shm_segment_remove_stale(void);
 /* True when the process is gone or a zombie (it will never answer again). */
-int shm_process_gone(pid_t pid);
+int comm_shm_process_gone(pid_t pid);
 
 #endif

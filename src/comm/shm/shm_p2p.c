@@ -38,14 +38,15 @@ static mt_status check_stalled(mt_shm_group *g, mt_p2p *p2p)
     if (!mt_p2p_check_due(p2p, now))
         return MT_OK;
     g->op_name = comm_op_name(p2p->op.kind);
-    mt_status st = shm_check_peer_alive(g, p2p->op.peer);
+    mt_status st = comm_shm_check_peer_alive(g, p2p->op.peer);
     if (st || now - p2p->started <= g->timeout_seconds)
         return st;
     char who[96];
-    shm_describe_rank(g, p2p->op.peer, who, sizeof who);
-    return shm_abort(g, "%s did not %s tag %d within %.1f s (rank %d waited)", who,
-                     p2p->op.kind == MT_OP_SEND ? "receive the message with" : "send the message with",
-                     p2p->op.tag, g->timeout_seconds, g->rank);
+    comm_shm_describe_rank(g, p2p->op.peer, who, sizeof who);
+    return comm_shm_abort(g, "%s did not %s tag %d within %.1f s (rank %d waited)", who,
+                          p2p->op.kind == MT_OP_SEND ? "receive the message with"
+                                                     : "send the message with",
+                          p2p->op.tag, g->timeout_seconds, g->rank);
 }
 
 static int advance_send(mt_shm_group *g, mt_p2p *p2p, size_t bytes)
@@ -92,12 +93,13 @@ static mt_status advance_recv(mt_shm_group *g, mt_p2p *p2p, size_t bytes, int *m
         if (h.magic != P2P_MAGIC || h.tag != p2p->op.tag || h.dtype != (uint32_t)p2p->op.dtype ||
             h.count != p2p->op.count) {
             int valid = h.magic == P2P_MAGIC && h.dtype < MT_DTYPE_COUNT;
-            return shm_abort(g,
-                             "mismatched transfer: rank %d sent tag %d (%llu x %s) but rank %d "
-                             "expected tag %d (%llu x %s)",
-                             p2p->op.peer, h.tag, (unsigned long long)h.count,
-                             valid ? mt_dtype_name((mt_dtype)h.dtype) : "?", g->rank, p2p->op.tag,
-                             (unsigned long long)p2p->op.count, mt_dtype_name(p2p->op.dtype));
+            return comm_shm_abort(
+                g,
+                "mismatched transfer: rank %d sent tag %d (%llu x %s) but rank %d "
+                "expected tag %d (%llu x %s)",
+                p2p->op.peer, h.tag, (unsigned long long)h.count,
+                valid ? mt_dtype_name((mt_dtype)h.dtype) : "?", g->rank, p2p->op.tag,
+                (unsigned long long)p2p->op.count, mt_dtype_name(p2p->op.dtype));
         }
         tail += sizeof h;
         ready -= sizeof h;
@@ -116,11 +118,11 @@ static mt_status advance_recv(mt_shm_group *g, mt_p2p *p2p, size_t bytes, int *m
     return MT_OK;
 }
 
-mt_status shm_p2p_progress(void *impl, mt_p2p *p2p, int *done)
+mt_status comm_shm_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     mt_shm_group *g = impl;
     size_t bytes = p2p->op.count * mt_dtype_size(p2p->op.dtype);
-    mt_status st = shm_check_aborted(g);
+    mt_status st = comm_shm_check_aborted(g);
     if (st)
         return st;
     int moved;

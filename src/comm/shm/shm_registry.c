@@ -30,7 +30,7 @@ typedef struct shm_mapping_record {
     uint64_t addr;
 } shm_mapping_record;
 
-mt_status shm_registry_new(int world_size, shm_registry **out)
+mt_status comm_shm_registry_new(int world_size, shm_registry **out)
 {
     shm_registry *r = calloc(1, sizeof *r);
     if (!r)
@@ -42,7 +42,7 @@ mt_status shm_registry_new(int world_size, shm_registry **out)
     return MT_OK;
 }
 
-void shm_registry_retain(shm_registry *r) { atomic_fetch_add(&r->refs, 1); }
+void comm_shm_registry_retain(shm_registry *r) { atomic_fetch_add(&r->refs, 1); }
 
 static void mapping_free(shm_mapping *m, int world_size)
 {
@@ -54,7 +54,7 @@ static void mapping_free(shm_mapping *m, int world_size)
     free(m);
 }
 
-void shm_registry_release(shm_registry *r)
+void comm_shm_registry_release(shm_registry *r)
 {
     if (atomic_fetch_sub(&r->refs, 1) != 1)
         return;
@@ -67,7 +67,7 @@ void shm_registry_release(shm_registry *r)
     free(r);
 }
 
-int shm_registry_covers(const mt_shm_group *g, const void *ptr, size_t bytes)
+int comm_shm_registry_covers(const mt_shm_group *g, const void *ptr, size_t bytes)
 {
     const uint8_t *p = ptr;
     int covered = 0;
@@ -83,7 +83,7 @@ int shm_registry_covers(const mt_shm_group *g, const void *ptr, size_t bytes)
     return covered;
 }
 
-uint8_t *shm_registry_translate(const mt_shm_group *g, int rank, uint64_t addr, size_t bytes)
+uint8_t *comm_shm_registry_translate(const mt_shm_group *g, int rank, uint64_t addr, size_t bytes)
 {
     int w = g->comm->world_ranks[rank];
     uint8_t *found = NULL;
@@ -95,7 +95,7 @@ uint8_t *shm_registry_translate(const mt_shm_group *g, int rank, uint64_t addr, 
     return found;
 }
 
-mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
+mt_status comm_shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
 {
     mt_shm_group *g = comm->impl;
     shm_registry *reg = g->registry;
@@ -117,7 +117,7 @@ mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
     shm_mapping_record mine = {0}; /* sizes agree already (mt_comm_alloc_shared) */
     void *local;
     /* A failure to create still joins the exchange (with an empty name), so no peer waits. */
-    mt_status created = shm_segment_create(mapped_bytes, mine.name, sizeof mine.name, &local);
+    mt_status created = comm_shm_segment_create(mapped_bytes, mine.name, sizeof mine.name, &local);
     if (created) {
         mine.name[0] = '\0';
         local = NULL;
@@ -140,7 +140,7 @@ mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
             continue;
         }
         void *peer;
-        st = shm_segment_open(records[r].name, mapped_bytes, &peer);
+        st = comm_shm_segment_open(records[r].name, mapped_bytes, &peer);
         if (st == MT_OK)
             m->mapped[w] = peer;
     }
@@ -149,7 +149,7 @@ mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
     int32_t failed = st != MT_OK, any_failed = 1;
     mt_status agreed = mt_comm_allreduce(comm, &failed, &any_failed, 1, MT_I32, MT_MAX);
     if (mine.name[0])
-        shm_segment_unlink(mine.name);
+        comm_shm_segment_unlink(mine.name);
     free(records);
     if (st == MT_OK && agreed)
         st = agreed;
@@ -170,7 +170,7 @@ mt_status shm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
     return MT_OK;
 }
 
-void shm_free_shared(void *impl, void *memory)
+void comm_shm_free_shared(void *impl, void *memory)
 {
     mt_shm_group *g = impl;
     shm_registry *reg = g->registry;

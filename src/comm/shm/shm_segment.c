@@ -26,7 +26,7 @@ static mt_status map_file(int fd, size_t bytes, const char *name, void **base)
     return MT_OK;
 }
 
-mt_status shm_segment_create(size_t bytes, char *name, size_t name_capacity, void **base)
+mt_status comm_shm_segment_create(size_t bytes, char *name, size_t name_capacity, void **base)
 {
     uint64_t nonce = 0;
     if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
@@ -51,7 +51,7 @@ mt_status shm_segment_create(size_t bytes, char *name, size_t name_capacity, voi
     return st;
 }
 
-mt_status shm_segment_open(const char *name, size_t bytes, void **base)
+mt_status comm_shm_segment_open(const char *name, size_t bytes, void **base)
 {
     int fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0)
@@ -67,7 +67,7 @@ mt_status shm_segment_open(const char *name, size_t bytes, void **base)
     return s;
 }
 
-void shm_segment_unlink(const char *name) { shm_unlink(name); }
+void comm_shm_segment_unlink(const char *name) { shm_unlink(name); }
 
 /* A creator that is gone (or a zombie) will never unlink its segments. */
 static int process_gone(pid_t pid)
@@ -86,7 +86,7 @@ static int process_gone(pid_t pid)
     return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
-void shm_segment_remove_stale(void)
+void comm_shm_segment_remove_stale(void)
 {
     DIR *dir = opendir("/dev/shm");
     if (!dir)
@@ -106,6 +106,6 @@ void shm_segment_remove_stale(void)
     closedir(dir);
 }
 
-int shm_process_gone(pid_t pid) { return process_gone(pid); }
+int comm_shm_process_gone(pid_t pid) { return process_gone(pid); }
 
-void mt_comm_remove_stale_segments(void) { shm_segment_remove_stale(); }
+void mt_comm_remove_stale_segments(void) { comm_shm_segment_remove_stale(); }

@@ -33,24 +33,24 @@ static mt_status tcp_create_world(mt_comm *comm, const mt_comm_bootstrap_result 
 {
     *impl = NULL;
     tcp_group *g;
-    mt_status st = tcp_group_new(comm, WORLD_ID, boot->data_key, &g);
+    mt_status st = comm_tcp_group_new(comm, WORLD_ID, boot->data_key, &g);
     if (st)
         return st;
     snprintf(g->listen_host, sizeof g->listen_host, "%s", config->tcp_host);
     char mine[TCP_ADDRESS_CAPACITY] = "";
     char *addresses = calloc((size_t)comm->size, TCP_ADDRESS_CAPACITY);
     int listen_fd = -1;
-    st = addresses ? tcp_listen(g->listen_host, &listen_fd, mine)
+    st = addresses ? comm_tcp_listen(g->listen_host, &listen_fd, mine)
                    : mt_fail(MT_ENOMEM, "allocating %d addresses", comm->size);
     if (st == MT_OK)
         st = gather_lower_addresses(g, boot->store, mine, addresses);
     if (st == MT_OK)
-        st = tcp_build_mesh(g, listen_fd, addresses);
+        st = comm_tcp_build_mesh(g, listen_fd, addresses);
     if (listen_fd >= 0)
         close(listen_fd);
     free(addresses);
     if (st) {
-        tcp_group_free(g);
+        comm_tcp_group_free(g);
         return mt_fail_context(st, "tcp world of %d ranks, rank %d", comm->size, comm->rank);
     }
     *impl = g;
@@ -83,7 +83,7 @@ static mt_status build_child(mt_comm *parent, const int *members, int n_members,
             st = mt_fail(MT_EPEER, "rank %d of the parent could not listen for its subgroup",
                          members[i]);
     if (st == MT_OK)
-        st = tcp_build_mesh(g, listen_fd, addresses);
+        st = comm_tcp_build_mesh(g, listen_fd, addresses);
     (void)parent;
     free(addresses);
     return st;
@@ -98,9 +98,9 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
     char mine[TCP_ADDRESS_CAPACITY] = "";
     int listen_fd = -1;
     mt_status st = MT_OK;
-    if (child && (st = tcp_group_new(child, child_id(pg, members[0]), pg->key, &g)) == MT_OK) {
+    if (child && (st = comm_tcp_group_new(child, child_id(pg, members[0]), pg->key, &g)) == MT_OK) {
         snprintf(g->listen_host, sizeof g->listen_host, "%s", pg->listen_host);
-        st = tcp_listen(g->listen_host, &listen_fd, mine);
+        st = comm_tcp_listen(g->listen_host, &listen_fd, mine);
     }
     char *all = calloc((size_t)parent->size, TCP_ADDRESS_CAPACITY);
     if (!all && st == MT_OK)
@@ -123,21 +123,24 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
     if (st == MT_OK && (agreed || any_failed))
         st = agreed ? agreed : mt_fail(MT_EPEER, "another rank could not join its subgroup");
     if (st) {
-        tcp_group_free(g);
+        comm_tcp_group_free(g);
         return st;
     }
     *child_impl = g;
     return MT_OK;
 }
 
-static void tcp_abort_group(void *impl, const char *message) { (void)tcp_abort(impl, "%s", message); }
+static void tcp_abort_group(void *impl, const char *message)
+{
+    (void)comm_tcp_abort(impl, "%s", message);
+}
 
-static void tcp_destroy(void *impl) { tcp_group_free(impl); }
+static void tcp_destroy(void *impl) { comm_tcp_group_free(impl); }
 
-const mt_comm_backend tcp_backend = {
+const mt_comm_backend comm_tcp_backend = {
     .name = "tcp",
-    .collective = tcp_collective,
-    .p2p_progress = tcp_p2p_progress,
+    .collective = comm_tcp_collective,
+    .p2p_progress = comm_tcp_p2p_progress,
     .split = tcp_split,
     .alloc_shared = comm_alloc_ordinary, /* nothing is shared between processes over TCP */
     .free_shared = comm_free_ordinary,
@@ -145,8 +148,8 @@ const mt_comm_backend tcp_backend = {
     .destroy = tcp_destroy,
 };
 
-const mt_comm_world_builder tcp_world = {
+const mt_comm_world_builder comm_tcp_world = {
     .name = "tcp",
-    .backend = &tcp_backend,
+    .backend = &comm_tcp_backend,
     .create_world = tcp_create_world,
 };

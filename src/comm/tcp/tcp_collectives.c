@@ -43,7 +43,7 @@ static mt_status run_direct(tcp_group *g, const mt_comm_op *op, uint64_t seq,
                             const direct_parts *parts)
 {
     tcp_plan p;
-    mt_status st = tcp_plan_init(&p, g, op, seq);
+    mt_status st = comm_tcp_plan_init(&p, g, op, seq);
     if (st)
         return st;
     size_t esz = mt_dtype_size(op->dtype), bytes;
@@ -51,12 +51,12 @@ static mt_status run_direct(tcp_group *g, const mt_comm_op *op, uint64_t seq,
         /* Staggered peer order spreads the load: everyone starts on a different peer. */
         int q = (g->rank + i) % g->size;
         uint8_t *s = parts->send_of(op, q, esz, &bytes, parts->arg);
-        tcp_plan_flat(tcp_plan_flow(&p, q, 1, 0, 0), s, bytes);
+        comm_tcp_plan_flat(comm_tcp_plan_flow(&p, q, 1, 0, 0), s, bytes);
         uint8_t *r = parts->recv_of(op, q, esz, &bytes, parts->arg);
-        tcp_plan_flat(tcp_plan_flow(&p, q, 0, 0, 0), r, bytes);
+        comm_tcp_plan_flat(comm_tcp_plan_flow(&p, q, 0, 0, 0), r, bytes);
     }
-    st = tcp_plan_run(&p);
-    tcp_plan_free(&p);
+    st = comm_tcp_plan_run(&p);
+    comm_tcp_plan_free(&p);
     return st;
 }
 
@@ -293,7 +293,7 @@ static mt_status run_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, ring
     if (!starts)
         return mt_fail(MT_ENOMEM, "%s: out of memory", comm_op_name(op->kind));
     tcp_plan p;
-    mt_status st = tcp_plan_init(&p, g, op, seq);
+    mt_status st = comm_tcp_plan_init(&p, g, op, seq);
     if (st) {
         free(starts);
         return st;
@@ -308,11 +308,11 @@ static mt_status run_ring(tcp_group *g, const mt_comm_op *op, uint64_t seq, ring
     p.span = ring_span;
     p.ready = ring_ready;
     p.arrived = ring_arrived;
-    tcp_plan_flow(&p, (g->rank + 1) % P, 1, 0, R->start[1][R->steps]);
+    comm_tcp_plan_flow(&p, (g->rank + 1) % P, 1, 0, R->start[1][R->steps]);
     R->recv_flow = p.n_flows;
-    tcp_plan_flow(&p, (g->rank + P - 1) % P, 0, 0, R->start[0][R->steps]);
-    st = tcp_plan_run(&p);
-    tcp_plan_free(&p);
+    comm_tcp_plan_flow(&p, (g->rank + P - 1) % P, 0, 0, R->start[0][R->steps]);
+    st = comm_tcp_plan_run(&p);
+    comm_tcp_plan_free(&p);
     free(starts);
     return st;
 }
@@ -433,7 +433,7 @@ static mt_status broadcast(tcp_group *g, const mt_comm_op *op, uint64_t seq)
     size_t units = bytes ? tcp_ceil_div(bytes, TCP_CHUNK_BYTES) : 1;
     int tail = mod(op->root - 1, P);
     tcp_plan p;
-    mt_status st = tcp_plan_init(&p, g, op, seq);
+    mt_status st = comm_tcp_plan_init(&p, g, op, seq);
     if (st)
         return st;
     p.ctx = &recv_flow;
@@ -443,18 +443,18 @@ static mt_status broadcast(tcp_group *g, const mt_comm_op *op, uint64_t seq)
     double step = tcp_patience_step(g);
     if (pos > 0) {
         recv_flow = p.n_flows;
-        tcp_plan_flow(&p, mod(g->rank - 1, P), 0, ROLE_DATA, units)->patience = pos * step;
+        comm_tcp_plan_flow(&p, mod(g->rank - 1, P), 0, ROLE_DATA, units)->patience = pos * step;
     }
     if (pos < P - 1) {
-        tcp_plan_flow(&p, (g->rank + 1) % P, 1, ROLE_DATA, units);
-        tcp_plan_flow(&p, tail, 0, ROLE_DONE, 1)->patience = P * step;
+        comm_tcp_plan_flow(&p, (g->rank + 1) % P, 1, ROLE_DATA, units);
+        comm_tcp_plan_flow(&p, tail, 0, ROLE_DONE, 1)->patience = P * step;
     } else {
         for (int q = 0; q < P; q++)
             if (q != g->rank)
-                tcp_plan_flow(&p, q, 1, ROLE_DONE, 1);
+                comm_tcp_plan_flow(&p, q, 1, ROLE_DONE, 1);
     }
-    st = tcp_plan_run(&p);
-    tcp_plan_free(&p);
+    st = comm_tcp_plan_run(&p);
+    comm_tcp_plan_free(&p);
     return st;
 }
 
@@ -489,10 +489,10 @@ static mt_status reduce_scatter(tcp_group *g, const mt_comm_op *op, uint64_t seq
     return reduce_scatter_ring(g, op, seq);
 }
 
-mt_status tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+mt_status comm_tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq)
 {
     tcp_group *g = impl;
-    mt_status st = tcp_check_aborted(g);
+    mt_status st = comm_tcp_check_aborted(g);
     if (st)
         return st;
     switch (op->kind) {

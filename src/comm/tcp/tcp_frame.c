@@ -33,7 +33,7 @@ static uint64_t get64(const uint8_t *p)
 
 /* Layout: magic 0, kind 4, op 6, dtype 8, redop 10, root/tag 12, sender 16, payload 20,
  * comm id 24, seq 32, count 40. */
-void tcp_frame_encode(const tcp_frame *f, uint8_t out[TCP_FRAME_BYTES])
+void comm_tcp_frame_encode(const tcp_frame *f, uint8_t out[TCP_FRAME_BYTES])
 {
     put32(out, TCP_FRAME_MAGIC);
     put16(out + 4, f->kind);
@@ -48,7 +48,7 @@ void tcp_frame_encode(const tcp_frame *f, uint8_t out[TCP_FRAME_BYTES])
     put64(out + 40, f->count);
 }
 
-mt_status tcp_frame_decode(const uint8_t in[TCP_FRAME_BYTES], tcp_frame *f)
+mt_status comm_tcp_frame_decode(const uint8_t in[TCP_FRAME_BYTES], tcp_frame *f)
 {
     uint32_t magic = get32(in);
     if (magic != TCP_FRAME_MAGIC)

@@ -39,9 +39,9 @@ typedef struct tcp_frame {
     uint32_t payload_bytes;
 } tcp_frame;
 
-void tcp_frame_encode(const tcp_frame *frame, uint8_t out[TCP_FRAME_BYTES]);
+void comm_tcp_frame_encode(const tcp_frame *frame, uint8_t out[TCP_FRAME_BYTES]);
 /* Fails with MT_EFORMAT and a message saying what is wrong (bad magic, unknown kind or type,
  * payload too long) for anything that is not a well-formed header. */
-mt_status tcp_frame_decode(const uint8_t in[TCP_FRAME_BYTES], tcp_frame *frame);
+mt_status comm_tcp_frame_decode(const uint8_t in[TCP_FRAME_BYTES], tcp_frame *frame);
 
 #endif

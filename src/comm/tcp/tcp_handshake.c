@@ -1,5 +1,5 @@
 /* The tcp data plane's challenge-response: key derivation, the three messages, and their
- * checks. Pure functions apart from tcp_handshake_connect, so the fuzz target drives them. */
+ * checks. Pure functions apart from comm_tcp_handshake_connect, so the fuzz target drives them. */
 #define _GNU_SOURCE /* getrandom */
 #include "tcp_handshake.h"
 
@@ -14,8 +14,8 @@ static const char KEY_LABEL[] = "meshtrain data plane key";
 static const char HELLO_LABEL[] = "meshtrain hello";
 static const char WELCOME_LABEL[] = "meshtrain welcome";
 
-void tcp_key_derive(const void *secret, size_t secret_bytes, const char *prefix,
-                    uint8_t key[TCP_KEY_BYTES])
+void comm_tcp_key_derive(const void *secret, size_t secret_bytes, const char *prefix,
+                         uint8_t key[TCP_KEY_BYTES])
 {
     mt_hmac_sha256 h;
     mt_hmac_sha256_init(&h, secret, secret_bytes);
@@ -24,7 +24,7 @@ void tcp_key_derive(const void *secret, size_t secret_bytes, const char *prefix,
     mt_hmac_sha256_final(&h, key);
 }
 
-int tcp_random_nonce(uint8_t nonce[TCP_NONCE_BYTES])
+int comm_tcp_random_nonce(uint8_t nonce[TCP_NONCE_BYTES])
 {
     size_t done = 0;
     while (done < TCP_NONCE_BYTES) {
@@ -52,32 +52,32 @@ static void mac_of(const uint8_t key[TCP_KEY_BYTES], const char *label, size_t l
     mt_hmac_sha256_final(&h, out);
 }
 
-void tcp_challenge_encode(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
-                          uint8_t out[TCP_CHALLENGE_BYTES])
+void comm_tcp_challenge_encode(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
+                               uint8_t out[TCP_CHALLENGE_BYTES])
 {
     tcp_frame f = {.kind = TCP_FRAME_CHALLENGE, .sender = e->rank, .comm_id = e->comm_id,
                    .payload_bytes = TCP_NONCE_BYTES};
-    tcp_frame_encode(&f, out);
+    comm_tcp_frame_encode(&f, out);
     memcpy(out + TCP_FRAME_BYTES, nonce, TCP_NONCE_BYTES);
 }
 
-void tcp_hello_encode(const uint8_t key[TCP_KEY_BYTES], uint64_t comm_id, int sender, int to,
-                      int channel, const uint8_t nonce_l[TCP_NONCE_BYTES],
-                      const uint8_t nonce_c[TCP_NONCE_BYTES], uint8_t out[TCP_HELLO_BYTES])
+void comm_tcp_hello_encode(const uint8_t key[TCP_KEY_BYTES], uint64_t comm_id, int sender, int to,
+                           int channel, const uint8_t nonce_l[TCP_NONCE_BYTES],
+                           const uint8_t nonce_c[TCP_NONCE_BYTES], uint8_t out[TCP_HELLO_BYTES])
 {
     tcp_frame f = {.kind = TCP_FRAME_HELLO, .root_or_tag = channel, .sender = sender,
                    .comm_id = comm_id, .count = (uint64_t)to,
                    .payload_bytes = TCP_NONCE_BYTES + TCP_MAC_BYTES};
-    tcp_frame_encode(&f, out);
+    comm_tcp_frame_encode(&f, out);
     memcpy(out + TCP_FRAME_BYTES, nonce_c, TCP_NONCE_BYTES);
     mac_of(key, HELLO_LABEL, sizeof HELLO_LABEL, nonce_l, out, nonce_c,
            out + TCP_FRAME_BYTES + TCP_NONCE_BYTES);
 }
 
-mt_status tcp_hello_check_header(const uint8_t header[TCP_FRAME_BYTES])
+mt_status comm_tcp_hello_check_header(const uint8_t header[TCP_FRAME_BYTES])
 {
     tcp_frame f;
-    mt_status st = tcp_frame_decode(header, &f);
+    mt_status st = comm_tcp_frame_decode(header, &f);
     if (st)
         return st;
     if (f.kind != TCP_FRAME_HELLO || f.payload_bytes != TCP_NONCE_BYTES + TCP_MAC_BYTES)
@@ -86,12 +86,12 @@ mt_status tcp_hello_check_header(const uint8_t header[TCP_FRAME_BYTES])
     return MT_OK;
 }
 
-mt_status tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
-                           const uint8_t hello[TCP_HELLO_BYTES], int *sender, int *channel,
-                           uint8_t welcome[TCP_WELCOME_BYTES])
+mt_status comm_tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
+                                const uint8_t hello[TCP_HELLO_BYTES], int *sender, int *channel,
+                                uint8_t welcome[TCP_WELCOME_BYTES])
 {
     *sender = *channel = -1;
-    mt_status st = tcp_hello_check_header(hello);
+    mt_status st = comm_tcp_hello_check_header(hello);
     if (st)
         return st;
     const uint8_t *nonce_c = hello + TCP_FRAME_BYTES;
@@ -101,7 +101,7 @@ mt_status tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NO
     if (!proven)
         return mt_fail(MT_EPEER, "its hello does not prove the job's secret (bad MAC)");
     tcp_frame f;
-    tcp_frame_decode(hello, &f);
+    comm_tcp_frame_decode(hello, &f);
     /* A proven hello comes from a rank of this job; a mismatch is a confused rank, not an
      * intruder, and is refused all the same. */
     if (f.comm_id != e->comm_id || f.count != (uint64_t)e->rank)
@@ -116,7 +116,7 @@ mt_status tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NO
     *channel = f.root_or_tag;
     tcp_frame w = {.kind = TCP_FRAME_WELCOME, .sender = e->rank, .comm_id = e->comm_id,
                    .payload_bytes = TCP_MAC_BYTES};
-    tcp_frame_encode(&w, welcome);
+    comm_tcp_frame_encode(&w, welcome);
     mac_of(e->key, WELCOME_LABEL, sizeof WELCOME_LABEL, nonce, hello, nonce_c,
            welcome + TCP_FRAME_BYTES);
     return MT_OK;
@@ -126,11 +126,11 @@ mt_status tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NO
 static mt_status read_message(int fd, uint32_t kind, int from, uint64_t comm_id, uint8_t *buf,
                               size_t bytes, double deadline, const char *what)
 {
-    if (tcp_read_until(fd, buf, bytes, deadline) != 0)
+    if (comm_tcp_read_until(fd, buf, bytes, deadline) != 0)
         return mt_fail(MT_EPEER, "no %s arrived (%s)", what,
                        errno ? strerror(errno) : "closed or timed out");
     tcp_frame f;
-    mt_status st = tcp_frame_decode(buf, &f);
+    mt_status st = comm_tcp_frame_decode(buf, &f);
     if (st)
         return mt_fail_context(st, "its %s", what);
     if (f.kind != kind || f.payload_bytes != bytes - TCP_FRAME_BYTES || f.sender != from ||
@@ -140,8 +140,8 @@ static mt_status read_message(int fd, uint32_t kind, int from, uint64_t comm_id,
     return MT_OK;
 }
 
-mt_status tcp_handshake_connect(int fd, const tcp_hello_expect *e, int sender, int to,
-                                int channel, double deadline)
+mt_status comm_tcp_handshake_connect(int fd, const tcp_hello_expect *e, int sender, int to,
+                                     int channel, double deadline)
 {
     uint8_t challenge[TCP_CHALLENGE_BYTES], hello[TCP_HELLO_BYTES], welcome[TCP_WELCOME_BYTES];
     uint8_t nonce_c[TCP_NONCE_BYTES], want[TCP_MAC_BYTES];
@@ -150,11 +150,11 @@ mt_status tcp_handshake_connect(int fd, const tcp_hello_expect *e, int sender, i
                                 sizeof challenge, deadline, "challenge");
     if (st)
         return st;
-    if (tcp_random_nonce(nonce_c) != 0)
+    if (comm_tcp_random_nonce(nonce_c) != 0)
         return mt_fail(MT_EIO, "the kernel gave no random bytes: %s", strerror(errno));
     const uint8_t *nonce_l = challenge + TCP_FRAME_BYTES;
-    tcp_hello_encode(e->key, e->comm_id, sender, to, channel, nonce_l, nonce_c, hello);
-    if (tcp_write_until(fd, hello, sizeof hello, deadline) != 0)
+    comm_tcp_hello_encode(e->key, e->comm_id, sender, to, channel, nonce_l, nonce_c, hello);
+    if (comm_tcp_write_until(fd, hello, sizeof hello, deadline) != 0)
         return mt_fail(MT_EPEER, "sending the hello: %s",
                        errno ? strerror(errno) : "timed out");
     errno = 0;

@@ -37,31 +37,31 @@ typedef struct tcp_hello_expect {
 
 /* The key of one attempt of a job: HMAC(secret, "meshtrain data plane key" NUL prefix), where
  * prefix is the attempt's store prefix ("attempt<N>/"); a hello of another attempt fails. */
-void tcp_key_derive(const void *secret, size_t secret_bytes, const char *prefix,
-                    uint8_t key[TCP_KEY_BYTES]);
+void comm_tcp_key_derive(const void *secret, size_t secret_bytes, const char *prefix,
+                         uint8_t key[TCP_KEY_BYTES]);
 
 /* The listener's first message for a connection, with its nonce. */
-void tcp_challenge_encode(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
-                          uint8_t out[TCP_CHALLENGE_BYTES]);
+void comm_tcp_challenge_encode(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
+                               uint8_t out[TCP_CHALLENGE_BYTES]);
 /* The first TCP_FRAME_BYTES of a hello: refuses (MT_EFORMAT, saying why) anything that cannot
  * start a hello, so garbage is dropped without waiting for the rest. */
-mt_status tcp_hello_check_header(const uint8_t header[TCP_FRAME_BYTES]);
+mt_status comm_tcp_hello_check_header(const uint8_t header[TCP_FRAME_BYTES]);
 /* A whole hello answering `nonce`: MT_OK with the sender and channel and the welcome to send
  * back; MT_EPEER with the reason (bad MAC, another communicator, a rank that may not connect
  * here) otherwise. The MAC is compared in constant time, before any field is trusted. */
-mt_status tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
-                           const uint8_t hello[TCP_HELLO_BYTES], int *sender, int *channel,
-                           uint8_t welcome[TCP_WELCOME_BYTES]);
+mt_status comm_tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
+                                const uint8_t hello[TCP_HELLO_BYTES], int *sender, int *channel,
+                                uint8_t welcome[TCP_WELCOME_BYTES]);
 /* The connecting side on a connected socket: reads the challenge, sends the hello of
  * (sender, channel) to rank `to`, checks the welcome, all before the deadline. */
-mt_status tcp_handshake_connect(int fd, const tcp_hello_expect *e, int sender, int to,
-                                int channel, double deadline);
-/* The hello tcp_handshake_connect sends for a challenge nonce and its own nonce_c (seeds and
+mt_status comm_tcp_handshake_connect(int fd, const tcp_hello_expect *e, int sender, int to,
+                                     int channel, double deadline);
+/* The hello comm_tcp_handshake_connect sends for a challenge nonce and its own nonce_c (seeds and
  * tests build valid hellos with it). */
-void tcp_hello_encode(const uint8_t key[TCP_KEY_BYTES], uint64_t comm_id, int sender, int to,
-                      int channel, const uint8_t nonce_l[TCP_NONCE_BYTES],
-                      const uint8_t nonce_c[TCP_NONCE_BYTES], uint8_t out[TCP_HELLO_BYTES]);
+void comm_tcp_hello_encode(const uint8_t key[TCP_KEY_BYTES], uint64_t comm_id, int sender, int to,
+                           int channel, const uint8_t nonce_l[TCP_NONCE_BYTES],
+                           const uint8_t nonce_c[TCP_NONCE_BYTES], uint8_t out[TCP_HELLO_BYTES]);
 /* Fresh nonces from the kernel; -1 (errno set) if it gave none. */
-int tcp_random_nonce(uint8_t nonce[TCP_NONCE_BYTES]);
+int comm_tcp_random_nonce(uint8_t nonce[TCP_NONCE_BYTES]);
 
 #endif

@@ -59,55 +59,55 @@ static inline uint8_t *tcp_at(const void *base, size_t offset)
 }
 
 /* tcp_link.c: sockets, aborts, the failure messages. */
-mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
-                        tcp_group **out);
-void tcp_group_free(tcp_group *g);
+mt_status comm_tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
+                             tcp_group **out);
+void comm_tcp_group_free(tcp_group *g);
 /* Write all / read exactly n bytes of a non-blocking use of fd before the deadline; -1 when the
  * peer closed, an error came (errno set) or time ran out. */
-int tcp_write_until(int fd, const uint8_t *buf, size_t n, double deadline);
-int tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline);
+int comm_tcp_write_until(int fd, const uint8_t *buf, size_t n, double deadline);
+int comm_tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline);
 /* Non-blocking: sends what the socket takes of the frame header (header_bytes of it already
  * sent) and then of its payload; *moved gets the bytes sent. When the peer has closed, sets
  * link->send_closed and moves nothing: the caller reads what the peer sent last (usually an
- * abort frame naming the real culprit) before blaming it with tcp_blame_closed. */
-mt_status tcp_link_send(tcp_group *g, tcp_link *link, const uint8_t *header, size_t header_done,
-                        const uint8_t *payload, size_t payload_done, size_t payload_bytes,
-                        size_t *moved);
+ * abort frame naming the real culprit) before blaming it with comm_tcp_blame_closed. */
+mt_status comm_tcp_link_send(tcp_group *g, tcp_link *link, const uint8_t *header,
+                             size_t header_done, const uint8_t *payload, size_t payload_done,
+                             size_t payload_bytes, size_t *moved);
 /* Non-blocking read of up to n bytes; *got is 0 when nothing is there. EOF is an error. */
-mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *link, void *buf, size_t n,
-                        size_t *got, const char *during);
+mt_status comm_tcp_link_recv(tcp_group *g, int peer, tcp_link *link, void *buf, size_t n,
+                             size_t *got, const char *during);
 /* A complete abort frame's payload follows `frame` on the link: reads it (waiting briefly),
  * records the message and returns MT_EPEER with it. */
-mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *link, const tcp_frame *frame);
+mt_status comm_tcp_take_abort(tcp_group *g, int peer, tcp_link *link, const tcp_frame *frame);
 /* Looks at what waits on a link without consuming it: MT_OK with *data_waiting set when a
  * regular frame is there, an error for an abort frame (consumed). A closed connection sets
  * *closed when closed is given (a peer that finished may close), else is an error. */
-mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *link, int *data_waiting, int *closed,
-                        const char *during);
+mt_status comm_tcp_peek_link(tcp_group *g, int peer, tcp_link *link, int *data_waiting, int *closed,
+                             const char *during);
 /* The peer closed a connection this rank is still using: its abort frame if one waits at the
  * front of the link (looked for only when the link is at a frame boundary), else an error
  * naming the peer. */
-mt_status tcp_blame_closed(tcp_group *g, int peer, tcp_link *link, int at_boundary,
-                           const char *during);
+mt_status comm_tcp_blame_closed(tcp_group *g, int peer, tcp_link *link, int at_boundary,
+                                const char *during);
 /* Fails the group: records the message, sends it to every peer, returns MT_EPEER. */
-mt_status tcp_abort(tcp_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+mt_status comm_tcp_abort(tcp_group *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Non-zero (message set) when the group already failed. */
-mt_status tcp_check_aborted(tcp_group *g);
-void tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity);
+mt_status comm_tcp_check_aborted(tcp_group *g);
+void comm_tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity);
 
 /* tcp_mesh.c: listening and connecting. */
 /* Listens on host (an IPv4 address) at an ephemeral port; *address gets "host:port" for
  * peers to connect to. */
-mt_status tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACITY]);
+mt_status comm_tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACITY]);
 /* Connects every pair of members twice (collectives, transfers): lower ranks accept, higher
  * ones connect, and each connection opens with the handshake of tcp_handshake.h. A connection
  * that does not complete it within a few seconds is a stranger: dropped, named on stderr, and
  * no failure. addresses[r] is member r's. */
-mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
+mt_status comm_tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
 
 /* tcp_collectives.c */
-mt_status tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq);
+mt_status comm_tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq);
 /* tcp_p2p.c */
-mt_status tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done);
+mt_status comm_tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done);
 
 #endif

@@ -23,8 +23,8 @@ static void link_init(tcp_link *l)
     pthread_mutex_init(&l->send_lock, NULL);
 }
 
-mt_status tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
-                        tcp_group **out)
+mt_status comm_tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
+                             tcp_group **out)
 {
     *out = NULL;
     tcp_group *g = calloc(1, sizeof *g);
@@ -69,7 +69,7 @@ static void link_close(tcp_link *l, int drain)
     pthread_mutex_destroy(&l->send_lock);
 }
 
-void tcp_group_free(tcp_group *g)
+void comm_tcp_group_free(tcp_group *g)
 {
     if (!g)
         return;
@@ -85,7 +85,7 @@ void tcp_group_free(tcp_group *g)
     free(g);
 }
 
-void tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity)
+void comm_tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity)
 {
     if (g->comm->world_ranks[rank] != rank)
         snprintf(out, capacity, "rank %d (world rank %d)", rank, g->comm->world_ranks[rank]);
@@ -95,7 +95,7 @@ void tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capacity)
 
 /* ---- failure ---------------------------------------------------------------------------- */
 
-mt_status tcp_check_aborted(tcp_group *g)
+mt_status comm_tcp_check_aborted(tcp_group *g)
 {
     int state = atomic_load_explicit(&g->aborted, memory_order_acquire);
     if (state == 0)
@@ -117,7 +117,7 @@ static int record_failure(tcp_group *g, const char *message)
     return 1;
 }
 
-int tcp_write_until(int fd, const uint8_t *buf, size_t n, double deadline)
+int comm_tcp_write_until(int fd, const uint8_t *buf, size_t n, double deadline)
 {
     while (n) {
         ssize_t k = send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -148,12 +148,12 @@ static void send_abort_on(tcp_link *l, const uint8_t *frame, size_t bytes,
     int ok = 1;
     while (ok && l->out_left) {
         size_t n = l->out_left < sizeof zeros ? l->out_left : sizeof zeros;
-        ok = tcp_write_until(l->fd, zeros, n, deadline) == 0;
+        ok = comm_tcp_write_until(l->fd, zeros, n, deadline) == 0;
         if (ok)
             l->out_left -= n;
     }
     if (ok)
-        tcp_write_until(l->fd, frame, bytes, deadline);
+        comm_tcp_write_until(l->fd, frame, bytes, deadline);
     l->out_left = 0;
     pthread_mutex_unlock(&l->send_lock);
 }
@@ -167,7 +167,7 @@ static void tell_everyone(tcp_group *g, const char *message)
     uint8_t frame[TCP_FRAME_BYTES + TCP_ABORT_MAX];
     tcp_frame f = {.kind = TCP_FRAME_ABORT, .sender = g->rank, .comm_id = g->comm_id,
                    .payload_bytes = (uint32_t)len};
-    tcp_frame_encode(&f, frame);
+    comm_tcp_frame_encode(&f, frame);
     memcpy(frame + TCP_FRAME_BYTES, message, len);
     double deadline = mt_clock_seconds() + ABORT_SEND_SECONDS;
     for (int r = 0; r < g->size; r++) {
@@ -178,7 +178,7 @@ static void tell_everyone(tcp_group *g, const char *message)
     }
 }
 
-mt_status tcp_abort(tcp_group *g, const char *fmt, ...)
+mt_status comm_tcp_abort(tcp_group *g, const char *fmt, ...)
 {
     char message[TCP_ABORT_MAX];
     va_list args;
@@ -187,18 +187,18 @@ mt_status tcp_abort(tcp_group *g, const char *fmt, ...)
     va_end(args);
     if (record_failure(g, message))
         tell_everyone(g, message);
-    return tcp_check_aborted(g);
+    return comm_tcp_check_aborted(g);
 }
 
 static mt_status peer_closed(tcp_group *g, int peer, const char *during)
 {
     char who[64];
-    tcp_describe_rank(g, peer, who, sizeof who);
-    return tcp_abort(g, "%s closed its connection during %s (noticed by rank %d)", who, during,
-                     g->rank);
+    comm_tcp_describe_rank(g, peer, who, sizeof who);
+    return comm_tcp_abort(g, "%s closed its connection during %s (noticed by rank %d)", who, during,
+                          g->rank);
 }
 
-int tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline)
+int comm_tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline)
 {
     while (n) {
         ssize_t k = recv(fd, buf, n, MSG_DONTWAIT);
@@ -217,24 +217,24 @@ int tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline)
     return 0;
 }
 
-mt_status tcp_take_abort(tcp_group *g, int peer, tcp_link *l, const tcp_frame *f)
+mt_status comm_tcp_take_abort(tcp_group *g, int peer, tcp_link *l, const tcp_frame *f)
 {
     char message[TCP_ABORT_MAX + 1] = "";
     char who[64];
-    tcp_describe_rank(g, peer, who, sizeof who);
+    comm_tcp_describe_rank(g, peer, who, sizeof who);
     double deadline = mt_clock_seconds() + 1.0;
-    if (tcp_read_until(l->recv_fd, (uint8_t *)message, f->payload_bytes, deadline) != 0)
+    if (comm_tcp_read_until(l->recv_fd, (uint8_t *)message, f->payload_bytes, deadline) != 0)
         snprintf(message, sizeof message, "%s failed (its message was cut off)", who);
     else /* what was read is ended where the frame said it ends */
         message[f->payload_bytes < TCP_ABORT_MAX - 1 ? f->payload_bytes : TCP_ABORT_MAX - 1] = '\0';
     /* Passed on: a peer reading from this rank next learns the cause, not just an EOF. */
     if (record_failure(g, message))
         tell_everyone(g, message);
-    return tcp_check_aborted(g);
+    return comm_tcp_check_aborted(g);
 }
 
-mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *l, int *data_waiting, int *closed,
-                        const char *during)
+mt_status comm_tcp_peek_link(tcp_group *g, int peer, tcp_link *l, int *data_waiting, int *closed,
+                             const char *during)
 {
     *data_waiting = 0;
     uint8_t raw[TCP_FRAME_BYTES];
@@ -250,11 +250,11 @@ mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *l, int *data_waiting, 
     if (k < TCP_FRAME_BYTES)
         return MT_OK; /* the rest of the header is on its way */
     tcp_frame f;
-    mt_status st = tcp_frame_decode(raw, &f);
+    mt_status st = comm_tcp_frame_decode(raw, &f);
     if (st) {
         char who[64];
-        tcp_describe_rank(g, peer, who, sizeof who);
-        return tcp_abort(g, "%s from %s (noticed by rank %d)", mt_last_error(), who, g->rank);
+        comm_tcp_describe_rank(g, peer, who, sizeof who);
+        return comm_tcp_abort(g, "%s from %s (noticed by rank %d)", mt_last_error(), who, g->rank);
     }
     if (f.kind != TCP_FRAME_ABORT) {
         *data_waiting = 1;
@@ -262,14 +262,14 @@ mt_status tcp_peek_link(tcp_group *g, int peer, tcp_link *l, int *data_waiting, 
     }
     if (recv(l->recv_fd, raw, sizeof raw, MSG_DONTWAIT) != TCP_FRAME_BYTES)
         return peer_closed(g, peer, during);
-    return tcp_take_abort(g, peer, l, &f);
+    return comm_tcp_take_abort(g, peer, l, &f);
 }
 
-mt_status tcp_blame_closed(tcp_group *g, int peer, tcp_link *l, int at_boundary,
-                           const char *during)
+mt_status comm_tcp_blame_closed(tcp_group *g, int peer, tcp_link *l, int at_boundary,
+                                const char *during)
 {
     int data = 0, closed = 0;
-    mt_status st = at_boundary ? tcp_peek_link(g, peer, l, &data, &closed, during) : MT_OK;
+    mt_status st = at_boundary ? comm_tcp_peek_link(g, peer, l, &data, &closed, during) : MT_OK;
     return st ? st : peer_closed(g, peer, during);
 }
 
@@ -277,9 +277,9 @@ mt_status tcp_blame_closed(tcp_group *g, int peer, tcp_link *l, int at_boundary,
 
 static int would_block(void) { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; }
 
-mt_status tcp_link_send(tcp_group *g, tcp_link *l, const uint8_t *header, size_t header_done,
-                        const uint8_t *payload, size_t payload_done, size_t payload_bytes,
-                        size_t *moved)
+mt_status comm_tcp_link_send(tcp_group *g, tcp_link *l, const uint8_t *header, size_t header_done,
+                             const uint8_t *payload, size_t payload_done, size_t payload_bytes,
+                             size_t *moved)
 {
     *moved = 0;
     struct iovec iov[2];
@@ -292,7 +292,7 @@ mt_status tcp_link_send(tcp_group *g, tcp_link *l, const uint8_t *header, size_t
     pthread_mutex_lock(&l->send_lock);
     if (atomic_load_explicit(&g->aborted, memory_order_relaxed)) {
         pthread_mutex_unlock(&l->send_lock);
-        return tcp_check_aborted(g);
+        return comm_tcp_check_aborted(g);
     }
     if (atomic_load_explicit(&l->send_closed, memory_order_relaxed)) {
         pthread_mutex_unlock(&l->send_lock);
@@ -315,8 +315,8 @@ mt_status tcp_link_send(tcp_group *g, tcp_link *l, const uint8_t *header, size_t
     return MT_OK;
 }
 
-mt_status tcp_link_recv(tcp_group *g, int peer, tcp_link *l, void *buf, size_t n, size_t *got,
-                        const char *during)
+mt_status comm_tcp_link_recv(tcp_group *g, int peer, tcp_link *l, void *buf, size_t n, size_t *got,
+                             const char *during)
 {
     *got = 0;
     if (n == 0)

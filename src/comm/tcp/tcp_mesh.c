@@ -21,7 +21,7 @@ enum { PENDING_MAX = 64 }; /* unproven connections held at once; more wait in th
  * so only a stranger (or a peer that is gone) is slower. */
 static const double HELLO_SECONDS = 5.0;
 
-mt_status tcp_listen(const char *host, int *fd_out, char address[TCP_ADDRESS_CAPACITY])
+mt_status comm_tcp_listen(const char *host, int *fd_out, char address[TCP_ADDRESS_CAPACITY])
 {
     *fd_out = -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
@@ -118,7 +118,7 @@ static mt_status connect_lower(tcp_group *g, const tcp_hello_expect *e, const ch
                 tune_socket(fd);
                 tcp_link *l = &(channel == 0 ? g->collective : g->transfer)[p];
                 l->fd = l->recv_fd = fd;
-                st = tcp_handshake_connect(fd, e, g->rank, p, channel, deadline);
+                st = comm_tcp_handshake_connect(fd, e, g->rank, p, channel, deadline);
             }
             if (st)
                 st = mt_fail_context(st, "rank %d connecting to rank %d at %s", g->rank, p,
@@ -191,10 +191,10 @@ static mt_status accept_new(tcp_group *g, const tcp_hello_expect *e, int listen_
         name_peer(&a, len, c->from, sizeof c->from);
         double soon = mt_clock_seconds() + HELLO_SECONDS;
         c->deadline = soon < deadline ? soon : deadline;
-        if (tcp_random_nonce(c->nonce) != 0)
+        if (comm_tcp_random_nonce(c->nonce) != 0)
             return mt_fail(MT_EIO, "the kernel gave no random bytes: %s", strerror(errno));
         uint8_t challenge[TCP_CHALLENGE_BYTES];
-        tcp_challenge_encode(e, c->nonce, challenge);
+        comm_tcp_challenge_encode(e, c->nonce, challenge);
         /* A fresh socket's buffer takes the whole challenge at once. */
         if (send(fd, challenge, sizeof challenge, MSG_NOSIGNAL | MSG_DONTWAIT) !=
             (ssize_t)sizeof challenge)
@@ -227,7 +227,7 @@ static mt_status advance(tcp_group *g, const tcp_hello_expect *e, pending *c, do
         return MT_OK;
     }
     if (c->got >= TCP_FRAME_BYTES && !c->header_checked) {
-        if (tcp_hello_check_header(c->hello)) {
+        if (comm_tcp_hello_check_header(c->hello)) {
             snprintf(why, sizeof why, "it sent no hello: %s", mt_last_error());
             refuse(g, c, why);
             return MT_OK;
@@ -244,7 +244,7 @@ static mt_status advance(tcp_group *g, const tcp_hello_expect *e, pending *c, do
     }
     int sender, channel;
     uint8_t welcome[TCP_WELCOME_BYTES];
-    if (tcp_hello_verify(e, c->nonce, c->hello, &sender, &channel, welcome)) {
+    if (comm_tcp_hello_verify(e, c->nonce, c->hello, &sender, &channel, welcome)) {
         refuse(g, c, mt_last_error());
         return MT_OK;
     }
@@ -328,7 +328,7 @@ static mt_status connect_self(tcp_group *g)
     return MT_OK;
 }
 
-mt_status tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses)
+mt_status comm_tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses)
 {
     double deadline = mt_clock_seconds() + g->timeout_seconds;
     tcp_hello_expect e = {.key = g->key, .comm_id = g->comm_id, .rank = g->rank,

@@ -43,14 +43,14 @@ static mt_status advance_send(tcp_group *g, mt_p2p *p2p, size_t total, const cha
                        .sender = g->rank, .comm_id = g->comm_id, .seq = l->out_messages,
                        .count = p2p->op.count, .payload_bytes = (uint32_t)(end - start)};
         uint8_t header[TCP_FRAME_BYTES];
-        tcp_frame_encode(&f, header);
-        mt_status st = tcp_link_send(g, l, header, (size_t)p2p->header_done,
-                                     tcp_at(p2p->op.send, start), p2p->bytes_done - start,
-                                     end - start, &k);
+        comm_tcp_frame_encode(&f, header);
+        mt_status st =
+            comm_tcp_link_send(g, l, header, (size_t)p2p->header_done, tcp_at(p2p->op.send, start),
+                               p2p->bytes_done - start, end - start, &k);
         if (st)
             return st;
         if (k == 0 && atomic_load(&l->send_closed))
-            return tcp_blame_closed(g, p2p->op.peer, l, !l->in_busy, during);
+            return comm_tcp_blame_closed(g, p2p->op.peer, l, !l->in_busy, during);
         if (k == 0)
             return MT_OK;
         *moved = 1;
@@ -69,27 +69,28 @@ static mt_status check_transfer_header(tcp_group *g, mt_p2p *p2p, tcp_link *l, s
 {
     int peer = p2p->op.peer;
     char who[64];
-    tcp_describe_rank(g, peer, who, sizeof who);
+    comm_tcp_describe_rank(g, peer, who, sizeof who);
     tcp_frame f;
-    if (tcp_frame_decode(l->in_header, &f))
-        return tcp_abort(g, "%s from %s during %s (noticed by rank %d)", mt_last_error(), who,
-                         during, g->rank);
+    if (comm_tcp_frame_decode(l->in_header, &f))
+        return comm_tcp_abort(g, "%s from %s during %s (noticed by rank %d)", mt_last_error(), who,
+                              during, g->rank);
     if (f.kind == TCP_FRAME_ABORT)
-        return tcp_take_abort(g, peer, l, &f);
+        return comm_tcp_take_abort(g, peer, l, &f);
     if (f.kind != TCP_FRAME_TRANSFER || f.root_or_tag != p2p->op.tag ||
         f.dtype != (uint32_t)p2p->op.dtype || f.count != p2p->op.count)
-        return tcp_abort(g, "mismatched transfer: %s sent tag %d (%llu x %s) but rank %d "
-                            "expected tag %d (%llu x %s)", who, f.root_or_tag,
-                         (unsigned long long)f.count, mt_dtype_name((mt_dtype)f.dtype), g->rank,
-                         p2p->op.tag, (unsigned long long)p2p->op.count,
-                         mt_dtype_name(p2p->op.dtype));
+        return comm_tcp_abort(g,
+                              "mismatched transfer: %s sent tag %d (%llu x %s) but rank %d "
+                              "expected tag %d (%llu x %s)",
+                              who, f.root_or_tag, (unsigned long long)f.count,
+                              mt_dtype_name((mt_dtype)f.dtype), g->rank, p2p->op.tag,
+                              (unsigned long long)p2p->op.count, mt_dtype_name(p2p->op.dtype));
     if (f.comm_id != g->comm_id || f.seq != l->in_messages || f.payload_bytes != bytes)
-        return tcp_abort(g, "%s sent frame %llu of %u bytes (communicator %llx) where rank %d "
-                            "expected message %llu, %zu bytes (communicator %llx)", who,
-                         (unsigned long long)f.seq, f.payload_bytes,
-                         (unsigned long long)f.comm_id, g->rank,
-                         (unsigned long long)l->in_messages, bytes,
-                         (unsigned long long)g->comm_id);
+        return comm_tcp_abort(
+            g,
+            "%s sent frame %llu of %u bytes (communicator %llx) where rank %d "
+            "expected message %llu, %zu bytes (communicator %llx)",
+            who, (unsigned long long)f.seq, f.payload_bytes, (unsigned long long)f.comm_id, g->rank,
+            (unsigned long long)l->in_messages, bytes, (unsigned long long)g->comm_id);
     return MT_OK;
 }
 
@@ -102,8 +103,8 @@ static mt_status advance_recv(tcp_group *g, mt_p2p *p2p, size_t total, const cha
         current_frame(p2p, total, &start, &end);
         mt_status st;
         if (p2p->header_done < TCP_FRAME_BYTES) {
-            st = tcp_link_recv(g, p2p->op.peer, l, l->in_header + p2p->header_done,
-                               TCP_FRAME_BYTES - (size_t)p2p->header_done, &k, during);
+            st = comm_tcp_link_recv(g, p2p->op.peer, l, l->in_header + p2p->header_done,
+                                    TCP_FRAME_BYTES - (size_t)p2p->header_done, &k, during);
             if (st || k == 0)
                 return st;
             *moved = 1;
@@ -113,8 +114,8 @@ static mt_status advance_recv(tcp_group *g, mt_p2p *p2p, size_t total, const cha
                 (st = check_transfer_header(g, p2p, l, end - start, during)))
                 return st;
         } else {
-            st = tcp_link_recv(g, p2p->op.peer, l, tcp_at(p2p->op.recv, p2p->bytes_done),
-                               end - p2p->bytes_done, &k, during);
+            st = comm_tcp_link_recv(g, p2p->op.peer, l, tcp_at(p2p->op.recv, p2p->bytes_done),
+                                    end - p2p->bytes_done, &k, during);
             if (st || k == 0)
                 return st;
             *moved = 1;
@@ -138,21 +139,21 @@ static mt_status check_stalled(tcp_group *g, mt_p2p *p2p, const char *during)
     int data;
     mt_status st = MT_OK;
     if (p2p->op.kind == MT_OP_SEND && !l->in_busy)
-        st = tcp_peek_link(g, p2p->op.peer, l, &data, NULL, during);
+        st = comm_tcp_peek_link(g, p2p->op.peer, l, &data, NULL, during);
     if (st || now - p2p->started <= g->timeout_seconds)
         return st;
     char who[64];
-    tcp_describe_rank(g, p2p->op.peer, who, sizeof who);
-    return tcp_abort(g, "%s %s for %.1f s during %s (rank %d waited)", who,
-                     p2p->op.kind == MT_OP_SEND ? "took no data" : "sent nothing",
-                     g->timeout_seconds, during, g->rank);
+    comm_tcp_describe_rank(g, p2p->op.peer, who, sizeof who);
+    return comm_tcp_abort(g, "%s %s for %.1f s during %s (rank %d waited)", who,
+                          p2p->op.kind == MT_OP_SEND ? "took no data" : "sent nothing",
+                          g->timeout_seconds, during, g->rank);
 }
 
-mt_status tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done)
+mt_status comm_tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done)
 {
     tcp_group *g = impl;
     *done = 0;
-    mt_status st = tcp_check_aborted(g);
+    mt_status st = comm_tcp_check_aborted(g);
     if (st)
         return st;
     size_t total = p2p->op.count * mt_dtype_size(p2p->op.dtype);

@@ -15,7 +15,7 @@ static uint64_t counts_key(const mt_comm_op *op, int size)
     return op->counts ? comm_op_counts_hash(op, size) | 1ull << 63 : op->count;
 }
 
-mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq)
+mt_status comm_tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq)
 {
     memset(p, 0, sizeof *p);
     p->g = g;
@@ -38,14 +38,14 @@ mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_
     return p->flows ? MT_OK : mt_fail(MT_ENOMEM, "%s: out of memory", p->during);
 }
 
-tcp_flow *tcp_plan_flow(tcp_plan *p, int peer, int sending, int role, size_t units)
+tcp_flow *comm_tcp_plan_flow(tcp_plan *p, int peer, int sending, int role, size_t units)
 {
     tcp_flow *f = &p->flows[p->n_flows++];
     *f = (tcp_flow){.peer = peer, .sending = sending, .role = role, .units = units};
     return f;
 }
 
-void tcp_plan_flat(tcp_flow *f, void *base, size_t total)
+void comm_tcp_plan_flat(tcp_flow *f, void *base, size_t total)
 {
     f->flat = 1;
     f->base = base;
@@ -53,7 +53,7 @@ void tcp_plan_flat(tcp_flow *f, void *base, size_t total)
     f->units = total ? tcp_ceil_div(total, TCP_CHUNK_BYTES) : 1;
 }
 
-void tcp_plan_free(tcp_plan *p) { free(p->flows); }
+void comm_tcp_plan_free(tcp_plan *p) { free(p->flows); }
 
 static void span_of(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **buf, size_t *bytes)
 {
@@ -79,13 +79,13 @@ static mt_status check_header(tcp_plan *p, tcp_flow *f, size_t bytes)
     tcp_group *g = p->g;
     tcp_link *l = &g->collective[f->peer];
     char who[64];
-    tcp_describe_rank(g, f->peer, who, sizeof who);
+    comm_tcp_describe_rank(g, f->peer, who, sizeof who);
     tcp_frame got;
-    if (tcp_frame_decode(f->header, &got))
-        return tcp_abort(g, "%s from %s during %s (noticed by rank %d)", mt_last_error(), who,
-                         p->during, g->rank);
+    if (comm_tcp_frame_decode(f->header, &got))
+        return comm_tcp_abort(g, "%s from %s during %s (noticed by rank %d)", mt_last_error(), who,
+                              p->during, g->rank);
     if (got.kind == TCP_FRAME_ABORT)
-        return tcp_take_abort(g, f->peer, l, &got);
+        return comm_tcp_take_abort(g, f->peer, l, &got);
     const tcp_frame *e = &p->expect;
     if (got.kind != TCP_FRAME_DATA || got.comm_id != e->comm_id || got.seq != e->seq ||
         got.op_kind != e->op_kind || got.dtype != e->dtype || got.redop != e->redop ||
@@ -93,12 +93,12 @@ static mt_status check_header(tcp_plan *p, tcp_flow *f, size_t bytes)
         char a[200], b[200];
         describe_call(&got, a, sizeof a);
         describe_call(e, b, sizeof b);
-        return tcp_abort(g, "mismatched collective: %s called %s but rank %d called %s", who, a,
-                         g->rank, b);
+        return comm_tcp_abort(g, "mismatched collective: %s called %s but rank %d called %s", who,
+                              a, g->rank, b);
     }
     if (got.payload_bytes != bytes)
-        return tcp_abort(g, "%s sent a frame of %u bytes where rank %d expected %zu during %s",
-                         who, got.payload_bytes, g->rank, bytes, p->during);
+        return comm_tcp_abort(g, "%s sent a frame of %u bytes where rank %d expected %zu during %s",
+                              who, got.payload_bytes, g->rank, bytes, p->during);
     return MT_OK;
 }
 
@@ -125,17 +125,17 @@ static mt_status advance_send(tcp_plan *p, tcp_flow *f, int *moved)
         if (f->moved == 0) {
             tcp_frame h = p->expect;
             h.payload_bytes = (uint32_t)bytes;
-            tcp_frame_encode(&h, f->header);
+            comm_tcp_frame_encode(&h, f->header);
         }
         size_t header_done = tcp_min(f->moved, TCP_FRAME_BYTES);
         tcp_link *l = &g->collective[f->peer];
-        mt_status st = tcp_link_send(g, l, f->header, header_done, buf, f->moved - header_done,
-                                     bytes, &k);
+        mt_status st = comm_tcp_link_send(g, l, f->header, header_done, buf, f->moved - header_done,
+                                          bytes, &k);
         if (st)
             return st;
         /* A closed peer's last words (an abort) arrive on a flow still reading from it. */
         if (k == 0 && atomic_load(&l->send_closed) && !receiving_from(p, f->peer))
-            return tcp_blame_closed(g, f->peer, l, 1, p->during);
+            return comm_tcp_blame_closed(g, f->peer, l, 1, p->during);
         if (k == 0) {
             f->armed = 0;
             return MT_OK;
@@ -158,11 +158,11 @@ static mt_status advance_recv(tcp_plan *p, tcp_flow *f, int *moved)
         span_of(p, f, f->next, &buf, &bytes);
         mt_status st;
         if (f->moved < TCP_FRAME_BYTES)
-            st = tcp_link_recv(g, f->peer, l, f->header + f->moved, TCP_FRAME_BYTES - f->moved,
-                               &k, p->during);
+            st = comm_tcp_link_recv(g, f->peer, l, f->header + f->moved, TCP_FRAME_BYTES - f->moved,
+                                    &k, p->during);
         else
-            st = tcp_link_recv(g, f->peer, l, buf + (f->moved - TCP_FRAME_BYTES),
-                               TCP_FRAME_BYTES + bytes - f->moved, &k, p->during);
+            st = comm_tcp_link_recv(g, f->peer, l, buf + (f->moved - TCP_FRAME_BYTES),
+                                    TCP_FRAME_BYTES + bytes - f->moved, &k, p->during);
         if (st)
             return st;
         int header_now = f->moved < TCP_FRAME_BYTES && f->moved + k == TCP_FRAME_BYTES;
@@ -224,12 +224,12 @@ static mt_status blame_silence(tcp_plan *p, double silent)
     if (!target || silent <= blame_after(p, target))
         return MT_OK;
     char who[64];
-    tcp_describe_rank(g, target->peer, who, sizeof who);
+    comm_tcp_describe_rank(g, target->peer, who, sizeof who);
     if (target->sending)
-        return tcp_abort(g, "%s took no data for %.1f s during %s (rank %d waited)", who,
-                         g->timeout_seconds, p->during, g->rank);
-    return tcp_abort(g, "%s sent nothing for %.1f s during %s (rank %d waited)", who,
-                     g->timeout_seconds, p->during, g->rank);
+        return comm_tcp_abort(g, "%s took no data for %.1f s during %s (rank %d waited)", who,
+                              g->timeout_seconds, p->during, g->rank);
+    return comm_tcp_abort(g, "%s sent nothing for %.1f s during %s (rank %d waited)", who,
+                          g->timeout_seconds, p->during, g->rank);
 }
 
 /* Polls the sockets of unfinished flows (and idle links, for aborts) for up to timeout_ms;
@@ -282,7 +282,7 @@ static mt_status look_at_idle_links(tcp_plan *p, wait_state *w, int n)
         if (w->receiving[q] || !(w->fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
         int data = 0, closed = 0;
-        mt_status st = tcp_peek_link(p->g, q, &p->g->collective[q], &data, &closed, p->during);
+        mt_status st = comm_tcp_peek_link(p->g, q, &p->g->collective[q], &data, &closed, p->during);
         if (st)
             return st;
         /* A peer may run ahead into the next call, or finish and close: both are fine here,
@@ -303,7 +303,7 @@ static mt_status run_flows(tcp_plan *p, wait_state *w)
         p->flows[i].armed = 1;
     for (;;) {
         if (atomic_load_explicit(&g->aborted, memory_order_relaxed))
-            return tcp_check_aborted(g);
+            return comm_tcp_check_aborted(g);
         int moved = 0, pending = 0;
         for (int i = 0; i < p->n_flows; i++) {
             tcp_flow *f = &p->flows[i];
@@ -356,7 +356,7 @@ static mt_status look_for_late_aborts(tcp_plan *p, wait_state *w)
     return look_at_idle_links(p, w, n);
 }
 
-mt_status tcp_plan_run(tcp_plan *p)
+mt_status comm_tcp_plan_run(tcp_plan *p)
 {
     tcp_group *g = p->g;
     size_t n = (size_t)g->size;

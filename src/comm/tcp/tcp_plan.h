@@ -42,14 +42,14 @@ struct tcp_plan {
 
 /* Prepares a plan for op: the expected header, the description, room for the flows the
  * caller adds. On failure there is nothing to free. */
-mt_status tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq);
+mt_status comm_tcp_plan_init(tcp_plan *p, tcp_group *g, const mt_comm_op *op, uint64_t seq);
 /* Adds a flow; flat flows cut [base, base + total) into frames of TCP_CHUNK_BYTES (at least
  * one frame, so that even an empty message carries its header). */
-tcp_flow *tcp_plan_flow(tcp_plan *p, int peer, int sending, int role, size_t units);
-void tcp_plan_flat(tcp_flow *f, void *base, size_t total);
+tcp_flow *comm_tcp_plan_flow(tcp_plan *p, int peer, int sending, int role, size_t units);
+void comm_tcp_plan_flat(tcp_flow *f, void *base, size_t total);
 /* Runs every flow to the end, or to the first failure (which every peer is told about). */
-mt_status tcp_plan_run(tcp_plan *p);
-void tcp_plan_free(tcp_plan *p);
+mt_status comm_tcp_plan_run(tcp_plan *p);
+void comm_tcp_plan_free(tcp_plan *p);
 
 /* The step between the patience of successive ranks of a chain. */
 static inline double tcp_patience_step(const tcp_group *g)
