@@ -98,11 +98,24 @@ static inline int mt_p2p_check_due(mt_p2p *p2p, double now)
     return 1;
 }
 
+/* A collective algorithm: runs op (seq: its number in the group) to completion in the
+ * calling thread. */
+typedef mt_status (*comm_algorithm)(void *impl, const mt_comm_op *op, uint64_t seq);
+
+/* A back end's collectives: a check every call passes first (NULL: none), then the algorithm
+ * of its kind. comm_collective_run (progress.c) is the one place every collective of every
+ * back end passes through, so what applies to all of them (the flight recorder, the debug
+ * check, and later compression) is written there once. */
+typedef struct comm_algorithms {
+    comm_algorithm check;
+    comm_algorithm allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, barrier;
+} comm_algorithms;
+
 /* A back end moves the data. Collectives run to completion in the calling thread; transfers
  * are started, then advanced by p2p_progress until done. All return statuses with messages. */
 typedef struct mt_comm_backend {
     const char *name;
-    mt_status (*collective)(void *impl, const mt_comm_op *op, uint64_t seq);
+    const comm_algorithms *collectives;
     /* Advances one transfer as far as it can without waiting; sets *done when finished. */
     mt_status (*p2p_progress)(void *impl, mt_p2p *p2p, int *done);
     /* Builds the back end of `child`, a subgroup whose members are these parent ranks in
@@ -179,6 +192,9 @@ mt_status comm_new(int rank, int size, const int *world_ranks, double timeout_se
 /* progress.c */
 mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work);
 mt_status comm_run(mt_comm *comm, const mt_comm_op *op);
+/* The back end's algorithm for op's kind, after its check; a kind that is no collective is an
+ * error naming it. */
+mt_status comm_collective_run(mt_comm *comm, const mt_comm_op *op, uint64_t seq);
 void comm_progress_stop(mt_comm *comm);
 /* Advances pending transfers if no other thread is doing so; returns 1 if any moved. */
 int comm_progress_p2p(mt_comm *comm);

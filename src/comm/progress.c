@@ -39,6 +39,42 @@ static mt_status note_result(mt_comm *comm, mt_status st)
     return st;
 }
 
+mt_status comm_collective_run(mt_comm *comm, const mt_comm_op *op, uint64_t seq)
+{
+    const comm_algorithms *a = comm->backend->collectives;
+    comm_algorithm run = NULL;
+    switch (op->kind) {
+    case MT_OP_ALLREDUCE:
+        run = a->allreduce;
+        break;
+    case MT_OP_REDUCE:
+        run = a->reduce;
+        break;
+    case MT_OP_BROADCAST:
+        run = a->broadcast;
+        break;
+    case MT_OP_ALLGATHER:
+        run = a->allgather;
+        break;
+    case MT_OP_REDUCE_SCATTER:
+        run = a->reduce_scatter;
+        break;
+    case MT_OP_ALLTOALL:
+        run = a->alltoall;
+        break;
+    case MT_OP_BARRIER:
+        run = a->barrier;
+        break;
+    default:
+        break;
+    }
+    if (!run)
+        return mt_fail(MT_EINVAL, "%s: %s is not a collective", comm->backend->name,
+                       comm_op_name(op->kind));
+    mt_status st = a->check ? a->check(comm->impl, op, seq) : MT_OK;
+    return st ? st : run(comm->impl, op, seq);
+}
+
 /* Debug mode: after a collective whose result every rank holds a copy of, all copies must be
  * equal; a difference (a bug, corrupted memory, a rank writing its buffer too early) fails
  * every rank instead of training on silently different models. */
@@ -61,7 +97,7 @@ static mt_status verify_replicated(mt_comm *comm, const mt_comm_op *op, uint64_t
     int64_t mine[2] = {(int64_t)h, (int64_t)~h}, most[2];
     mt_comm_op check = {.kind = MT_OP_ALLREDUCE, .send = mine, .recv = most, .count = 2,
                         .dtype = MT_I64, .redop = MT_MAX};
-    mt_status st = comm->backend->collective(comm->impl, &check, seq);
+    mt_status st = comm_collective_run(comm, &check, seq);
     if (st == MT_OK && (most[0] != (int64_t)h || ~most[1] != (int64_t)h))
         st = mt_fail(MT_EPEER, "debug check: ranks hold different results after %s #%llu "
                                "(rank %d's differs from another rank's)",
@@ -79,7 +115,7 @@ static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t se
         comm_flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
     else
         ticket = comm_flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
-    mt_status st = comm->backend->collective(comm->impl, op, seq);
+    mt_status st = comm_collective_run(comm, op, seq);
     if (st == MT_OK && comm->debug)
         st = verify_replicated(comm, op, seq);
     comm_flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);

@@ -347,16 +347,39 @@ static mt_status agree_on_host(hier_group *g, const mt_comm_op *op, uint64_t seq
     return st;
 }
 
-static mt_status hier_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+/* Every call is first agreed on within the host; a failure anywhere fails every part. */
+static mt_status hier_check(void *impl, const mt_comm_op *op, uint64_t seq)
 {
-    hier_group *g = impl;
-    mt_status st = agree_on_host(g, op, seq);
-    if (st == MT_OK)
-        st = op->kind == MT_OP_ALLREDUCE   ? hier_allreduce(g, op)
-             : op->kind == MT_OP_BROADCAST ? hier_broadcast(g, op)
-                                           : hier_flat(g, op);
-    return fail_all_parts(g, st);
+    return fail_all_parts(impl, agree_on_host(impl, op, seq));
 }
+
+/* All-reduce and broadcast take the host-then-network route; the rest run over the flat group. */
+static mt_status hier_run_allreduce(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    (void)seq;
+    return fail_all_parts(impl, hier_allreduce(impl, op));
+}
+static mt_status hier_run_broadcast(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    (void)seq;
+    return fail_all_parts(impl, hier_broadcast(impl, op));
+}
+static mt_status hier_run_flat(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    (void)seq;
+    return fail_all_parts(impl, hier_flat(impl, op));
+}
+
+static const comm_algorithms hier_collectives = {
+    .check = hier_check,
+    .allreduce = hier_run_allreduce,
+    .reduce = hier_run_flat,
+    .broadcast = hier_run_broadcast,
+    .allgather = hier_run_flat,
+    .reduce_scatter = hier_run_flat,
+    .alltoall = hier_run_flat,
+    .barrier = hier_run_flat,
+};
 
 /* Transfers go over the whole group (its ranks are this group's): shm on one host, else tcp. */
 static mt_status hier_p2p_progress(void *impl, mt_p2p *p2p, int *done)
@@ -400,7 +423,7 @@ static size_t hier_buffer_bytes(void *impl)
 
 const mt_comm_backend comm_hier_backend = {
     .name = "hier",
-    .collective = hier_collective,
+    .collectives = &hier_collectives,
     .p2p_progress = hier_p2p_progress,
     .split = hier_split,
     .alloc_shared = hier_alloc_shared,

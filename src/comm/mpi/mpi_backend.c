@@ -235,7 +235,7 @@ static void mpi_destroy(void *impl) { group_free(impl); }
 /* No abort: MPI_Abort would end the whole job from inside the library; a failure is a status. */
 const mt_comm_backend comm_mpi_backend = {
     .name = "mpi",
-    .collective = comm_mpi_collective,
+    .collectives = &comm_mpi_collectives,
     .p2p_progress = comm_mpi_p2p_progress,
     .split = mpi_split,
     .alloc_shared = comm_alloc_ordinary, /* ordinary memory: MPI moves the data */

@@ -148,8 +148,9 @@ static int post_piece(mpi_group *g, const mt_comm_op *op, size_t first, size_t n
 
 /* All-reduce, reduce and broadcast, in pieces MPI's int counts can describe. Averages (floats
  * and i64) are sums divided where the result lands (every rank, or the root of a reduce). */
-static mt_status run_in_pieces(mpi_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status run_in_pieces(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    mpi_group *g = impl;
     size_t first = 0;
     do {
         size_t n = op->count - first < PIECE ? op->count - first : PIECE;
@@ -221,8 +222,9 @@ static mt_status int_layout(mpi_group *g, const mt_comm_op *op, int **counts, in
     return MT_OK;
 }
 
-static mt_status allgather(mpi_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status allgather(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    mpi_group *g = impl;
     int *counts, *offsets;
     mt_status st = int_layout(g, op, &counts, &offsets);
     if (st)
@@ -277,8 +279,9 @@ static mt_status reduce_scatter_average_narrow(mpi_group *g, const mt_comm_op *o
     return st;
 }
 
-static mt_status reduce_scatter(mpi_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status reduce_scatter(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    mpi_group *g = impl;
     int *counts, *offsets;
     mt_status st = int_layout(g, op, &counts, &offsets);
     if (st)
@@ -316,8 +319,9 @@ static mt_status reduce_scatter(mpi_group *g, const mt_comm_op *op, uint64_t seq
     return st;
 }
 
-static mt_status alltoall(mpi_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status alltoall(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    mpi_group *g = impl;
     if (op->count * (size_t)g->comm->size > INT_MAX)
         return too_large(op, op->count * (size_t)g->comm->size);
     MPI_Datatype type = mpi_datatype(op->dtype);
@@ -327,22 +331,27 @@ static mt_status alltoall(mpi_group *g, const mt_comm_op *op, uint64_t seq)
     return wait_collective(g, op, seq, rc, &request);
 }
 
-mt_status comm_mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+/* ---- the back end's table ---------------------------------------------------------------- */
+
+static mt_status run_reduction(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    if (mt_op_avg_needs_wide_sum(op))
+        return average_narrow(impl, op, seq);
+    return run_in_pieces(impl, op, seq);
+}
+static mt_status run_barrier(void *impl, const mt_comm_op *op, uint64_t seq)
 {
     mpi_group *g = impl;
     MPI_Request request = MPI_REQUEST_NULL;
-    switch (op->kind) {
-    case MT_OP_ALLREDUCE:
-    case MT_OP_REDUCE:
-        if (mt_op_avg_needs_wide_sum(op))
-            return average_narrow(g, op, seq);
-        return run_in_pieces(g, op, seq);
-    case MT_OP_BROADCAST: return run_in_pieces(g, op, seq);
-    case MT_OP_ALLGATHER: return allgather(g, op, seq);
-    case MT_OP_REDUCE_SCATTER: return reduce_scatter(g, op, seq);
-    case MT_OP_ALLTOALL: return alltoall(g, op, seq);
-    case MT_OP_BARRIER:
-        return wait_collective(g, op, seq, MPI_Ibarrier(g->collectives, &request), &request);
-    default: return mt_fail(MT_EINVAL, "mpi: %s is not a collective", comm_op_name(op->kind));
-    }
+    return wait_collective(g, op, seq, MPI_Ibarrier(g->collectives, &request), &request);
 }
+
+const comm_algorithms comm_mpi_collectives = {
+    .allreduce = run_reduction,
+    .reduce = run_reduction,
+    .broadcast = run_in_pieces,
+    .allgather = allgather,
+    .reduce_scatter = reduce_scatter,
+    .alltoall = alltoall,
+    .barrier = run_barrier,
+};

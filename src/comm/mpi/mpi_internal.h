@@ -22,7 +22,7 @@ typedef struct mpi_group {
 } mpi_group;
 
 /* mpi_collectives.c */
-mt_status comm_mpi_collective(void *impl, const mt_comm_op *op, uint64_t seq);
+extern const comm_algorithms comm_mpi_collectives;
 /* The MPI call an operation becomes, for messages. */
 const char *comm_mpi_call(const mt_comm_op *op);
 

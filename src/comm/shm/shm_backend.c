@@ -133,7 +133,7 @@ static size_t shm_buffer_bytes(void *impl) { return ((mt_shm_group *)impl)->rank
 
 const mt_comm_backend comm_shm_backend = {
     .name = "shm",
-    .collective = comm_shm_collective,
+    .collectives = &comm_shm_collectives,
     .p2p_progress = comm_shm_p2p_progress,
     .split = shm_split,
     .alloc_shared = comm_shm_alloc_shared,

@@ -216,8 +216,9 @@ static mt_status reduce_any(mt_shm_group *g, const mt_comm_op *op, uint64_t seq,
 /* These read other ranks' inputs only. A rank whose input is registered is read in place; any
  * other rank copies its input through staging in windows, one round each. */
 
-static mt_status broadcast(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status broadcast(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    mt_shm_group *g = impl;
     size_t esz = mt_dtype_size(op->dtype), bytes = op->count * esz, window = g->staging_bytes / esz;
     uint8_t *buf = op->recv;
     int is_root = g->rank == op->root;
@@ -294,8 +295,9 @@ static mt_status map_shared_inputs(mt_shm_group *g, const mt_comm_op *op, int *a
     return MT_OK;
 }
 
-static mt_status allgather(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status allgather(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    mt_shm_group *g = impl;
     size_t esz = mt_dtype_size(op->dtype), window = g->staging_bytes / esz;
     size_t my_n = mt_op_count_of(op, g->rank), my_at = mt_op_offset_of(op, g->rank);
     const uint8_t *send = op->send;
@@ -362,8 +364,9 @@ static size_t block_max_count(const mt_comm_op *op, int r, int size)
 
 /* All-to-all (no reduction) and reduce-scatter share their shape: block j of every rank's
  * input is for rank j. */
-static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status blocks_exchange(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    mt_shm_group *g = impl;
     size_t esz = mt_dtype_size(op->dtype), total = mt_op_total_count(op, g->size);
     size_t wb = g->staging_bytes / esz / (size_t)g->size;
     size_t my_n = mt_op_count_of(op, g->rank), my_at = mt_op_offset_of(op, g->rank);
@@ -417,26 +420,40 @@ static mt_status blocks_exchange(mt_shm_group *g, const mt_comm_op *op, uint64_t
     return any_shared ? comm_shm_enter_round(g) : MT_OK;
 }
 
-mt_status comm_shm_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+/* ---- the back end's table ---------------------------------------------------------------- */
+
+/* Every call names itself for the errors of the rounds it enters, and fails at once when the
+ * group is already broken. */
+static mt_status check(void *impl, const mt_comm_op *op, uint64_t seq)
 {
     mt_shm_group *g = impl;
     g->op_name = comm_op_name(op->kind);
     g->op_seq = seq;
-    mt_status st = comm_shm_check_aborted(g);
-    if (st)
-        return st;
-    switch (op->kind) {
-    case MT_OP_ALLREDUCE: return reduce_any(g, op, seq, -1);
-    case MT_OP_REDUCE: return reduce_any(g, op, seq, op->root);
-    case MT_OP_BROADCAST: return broadcast(g, op, seq);
-    case MT_OP_ALLGATHER: return allgather(g, op, seq);
-    case MT_OP_REDUCE_SCATTER:
-    case MT_OP_ALLTOALL: return blocks_exchange(g, op, seq);
-    case MT_OP_BARRIER: {
-        unsigned flags;
-        post_header(g, op, seq, 0);
-        return enter_first_round(g, &flags);
-    }
-    default: return mt_fail(MT_EINVAL, "%s is not a collective", comm_op_name(op->kind));
-    }
+    return comm_shm_check_aborted(g);
 }
+
+static mt_status allreduce(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    return reduce_any(impl, op, seq, -1);
+}
+static mt_status reduce(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    return reduce_any(impl, op, seq, op->root);
+}
+static mt_status barrier(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    unsigned flags;
+    post_header(impl, op, seq, 0);
+    return enter_first_round(impl, &flags);
+}
+
+const comm_algorithms comm_shm_collectives = {
+    .check = check,
+    .allreduce = allreduce,
+    .reduce = reduce,
+    .broadcast = broadcast,
+    .allgather = allgather,
+    .reduce_scatter = blocks_exchange,
+    .alltoall = blocks_exchange,
+    .barrier = barrier,
+};

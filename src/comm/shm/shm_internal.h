@@ -140,7 +140,7 @@ mt_status comm_shm_alloc_shared(mt_comm *comm, size_t bytes, void **out);
 void comm_shm_free_shared(void *impl, void *memory);
 
 /* shm_collectives.c */
-mt_status comm_shm_collective(void *impl, const mt_comm_op *op, uint64_t seq);
+extern const comm_algorithms comm_shm_collectives;
 /* shm_p2p.c */
 mt_status comm_shm_p2p_progress(void *impl, mt_p2p *p2p, int *done);
 

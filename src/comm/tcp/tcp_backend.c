@@ -139,7 +139,7 @@ static void tcp_destroy(void *impl) { comm_tcp_group_free(impl); }
 
 const mt_comm_backend comm_tcp_backend = {
     .name = "tcp",
-    .collective = comm_tcp_collective,
+    .collectives = &comm_tcp_collectives,
     .p2p_progress = comm_tcp_p2p_progress,
     .split = tcp_split,
     .alloc_shared = comm_alloc_ordinary, /* nothing is shared between processes over TCP */

@@ -168,8 +168,9 @@ static uint8_t *alltoall_recv(const mt_comm_op *op, int q, size_t esz, size_t *b
     return tcp_at(op->recv, (size_t)q * *bytes);
 }
 
-static mt_status alltoall(tcp_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status alltoall(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    tcp_group *g = impl;
     size_t bytes = op->count * mt_dtype_size(op->dtype);
     if (bytes)
         mt_copy((uint8_t *)op->recv + (size_t)g->rank * bytes,
@@ -178,8 +179,9 @@ static mt_status alltoall(tcp_group *g, const mt_comm_op *op, uint64_t seq)
     return run_direct(g, op, seq, &parts);
 }
 
-static mt_status barrier(tcp_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status barrier(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    tcp_group *g = impl;
     direct_parts parts = {nothing, nothing, NULL};
     return run_direct(g, op, seq, &parts);
 }
@@ -426,8 +428,9 @@ static void chain_span(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **bu
     *bytes = tcp_min(TCP_CHUNK_BYTES, total - at);
 }
 
-static mt_status broadcast(tcp_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status broadcast(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    tcp_group *g = impl;
     int P = g->size, pos = mod(g->rank - op->root, P), recv_flow = -1;
     size_t bytes = op->count * mt_dtype_size(op->dtype);
     size_t units = bytes ? tcp_ceil_div(bytes, TCP_CHUNK_BYTES) : 1;
@@ -468,8 +471,9 @@ static mt_status reduce_any(tcp_group *g, const mt_comm_op *op, uint64_t seq, in
     return reduce_ring(g, op, seq, root);
 }
 
-static mt_status allgather(tcp_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status allgather(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    tcp_group *g = impl;
     size_t bytes = mt_op_total_count(op, g->size) * mt_dtype_size(op->dtype);
     if (g->size == 1 || bytes <= DIRECT_MAX_BYTES) {
         size_t esz = mt_dtype_size(op->dtype);
@@ -481,28 +485,41 @@ static mt_status allgather(tcp_group *g, const mt_comm_op *op, uint64_t seq)
     return allgather_ring(g, op, seq);
 }
 
-static mt_status reduce_scatter(tcp_group *g, const mt_comm_op *op, uint64_t seq)
+static mt_status reduce_scatter(void *impl, const mt_comm_op *op, uint64_t seq)
 {
+    tcp_group *g = impl;
     size_t bytes = mt_op_total_count(op, g->size) * mt_dtype_size(op->dtype);
     if (g->size == 1 || bytes <= DIRECT_MAX_BYTES || mt_op_avg_needs_wide_sum(op))
         return reduce_scatter_direct(g, op, seq);
     return reduce_scatter_ring(g, op, seq);
 }
 
-mt_status comm_tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq)
+/* ---- the back end's table ---------------------------------------------------------------- */
+
+/* A group already broken fails every call at once. */
+static mt_status check(void *impl, const mt_comm_op *op, uint64_t seq)
 {
-    tcp_group *g = impl;
-    mt_status st = comm_tcp_check_aborted(g);
-    if (st)
-        return st;
-    switch (op->kind) {
-    case MT_OP_ALLREDUCE: return reduce_any(g, op, seq, -1);
-    case MT_OP_REDUCE: return reduce_any(g, op, seq, op->root);
-    case MT_OP_BROADCAST: return broadcast(g, op, seq);
-    case MT_OP_ALLGATHER: return allgather(g, op, seq);
-    case MT_OP_REDUCE_SCATTER: return reduce_scatter(g, op, seq);
-    case MT_OP_ALLTOALL: return alltoall(g, op, seq);
-    case MT_OP_BARRIER: return barrier(g, op, seq);
-    default: return mt_fail(MT_EINVAL, "%s is not a collective", comm_op_name(op->kind));
-    }
+    (void)op;
+    (void)seq;
+    return comm_tcp_check_aborted(impl);
 }
+
+static mt_status allreduce(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    return reduce_any(impl, op, seq, -1);
+}
+static mt_status reduce(void *impl, const mt_comm_op *op, uint64_t seq)
+{
+    return reduce_any(impl, op, seq, op->root);
+}
+
+const comm_algorithms comm_tcp_collectives = {
+    .check = check,
+    .allreduce = allreduce,
+    .reduce = reduce,
+    .broadcast = broadcast,
+    .allgather = allgather,
+    .reduce_scatter = reduce_scatter,
+    .alltoall = alltoall,
+    .barrier = barrier,
+};

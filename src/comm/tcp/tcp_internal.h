@@ -106,7 +106,7 @@ mt_status comm_tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CA
 mt_status comm_tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
 
 /* tcp_collectives.c */
-mt_status comm_tcp_collective(void *impl, const mt_comm_op *op, uint64_t seq);
+extern const comm_algorithms comm_tcp_collectives;
 /* tcp_p2p.c */
 mt_status comm_tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done);
 
