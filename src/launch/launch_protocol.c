@@ -1,5 +1,6 @@
 /* What the launchers of a job tell each other through its store: hosting or joining it, the
  * first failure of an attempt, nodes lost, and waiting for every node to end the attempt. */
+#define _GNU_SOURCE /* strsignal */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,32 @@
 
 /* ---- the store ---- */
 
+/* Whether the store just joined is the job before's, on the same port, which lives until its
+ * node 0 is done: *why says how it shows (NULL: it is this job's). */
+static mt_status look_for_job_before(agent *a, const char **why)
+{
+    char flag[4], key[64], host[256];
+    size_t got = 0;
+    int found = 0;
+    *why = NULL;
+    mt_status st = mt_store_try_get(a->store, LAUNCH_KEY_FINISHED, flag, sizeof flag, &got, &found);
+    if (st == MT_OK && found)
+        *why = "has finished";
+    /* Node 0 marks it finished only on its way out, after this node's launcher of that job
+     * may have left: a store where this node already announced itself is that job's too (a
+     * fresh launcher announces after this, so its own job cannot hold the key yet). */
+    if (st == MT_OK && !found && a->o->node_rank != 0) {
+        launch_key(key, sizeof key, 0, LAUNCH_ATTEMPT_NODE, a->o->node_rank);
+        st = mt_store_try_get(a->store, key, host, sizeof host, &got, &found);
+        if (st == MT_OK && found)
+            *why = "had this node already (the job before, still ending? a launcher cannot "
+                   "join a running job)";
+    }
+    /* Closed or silent: that job's node 0 stopping its store while we looked. */
+    if (st == MT_EPEER)
+        *why = "went away while it was looked at";
+    return st == MT_EPEER ? MT_OK : st;
+}
 
 mt_status launch_open_store(agent *a)
 {
@@ -39,21 +66,25 @@ mt_status launch_open_store(agent *a)
     for (;;) {
         if ((st = mt_store_connect(&c, &a->store)))
             return mt_fail_context(st, "launch: node %d joining the job's store", o->node_rank);
-        /* The store of the job before, on the same port, lives until its node 0 is done: a
-         * launcher started right after must not join it. */
-        char flag[4];
-        size_t got = 0;
-        int finished = 0;
-        if ((st = mt_store_try_get(a->store, LAUNCH_KEY_FINISHED, flag, sizeof flag, &got, &finished)))
-            return st;
-        if (!finished)
+        /* A launcher started right after the job before must not join that job's store. */
+        const char *why = NULL;
+        if ((st = look_for_job_before(a, &why)))
+            return mt_fail_context(st, "launch: node %d joining the job's store", o->node_rank);
+        if (!why)
             break;
         mt_store_close(a->store);
         a->store = NULL;
+        int sig = launch_stop_signal_of(a);
+        if (sig)
+            return mt_fail(MT_EPEER,
+                           "launch: interrupted by signal %d (%s) while waiting for "
+                           "the job before on %s:%d to end",
+                           sig, strsignal(sig), a->master_host, a->master_port);
         if (mt_clock_seconds() > deadline)
-            return mt_fail(MT_EPEER, "launch: the store at %s:%d belongs to a job that has "
-                                     "finished, and no new one came up within %.0f s",
-                           a->master_host, a->master_port, a->join_timeout);
+            return mt_fail(MT_EPEER,
+                           "launch: the store at %s:%d belongs to a job that %s, "
+                           "and no new one came up within %.0f s",
+                           a->master_host, a->master_port, why, a->join_timeout);
         mt_clock_nap(0.1);
     }
     const char *given = getenv("MT_COMM_TCP_HOST");

@@ -21,6 +21,7 @@ struct mt_store {
     int fd;
     double timeout;
     int broken;        /* a timeout or torn frame left the stream out of step */
+    int closed;        /* the server ended the connection (end of stream or reset) */
     char address[280]; /* "host:port", for messages */
     char prefix[MT_STORE_MAX_KEY + 1];
     int macs;          /* joined: every frame carries a trailer (store_wire.h) */
@@ -126,6 +127,7 @@ static mt_status io_failure(mt_store *s, io_result r, int err, const char *doing
                             const char *key, double timeout)
 {
     s->broken = 1;
+    s->closed = r == IO_CLOSED;
     char what[400];
     describe(doing, key, what, sizeof what);
     switch (r) {
@@ -480,7 +482,9 @@ static double greeting_limit(double timeout)
 }
 
 /* HELLO in, JOIN out, the server's proof in. *turned_away is set when the server closed the
- * connection before greeting it (all its slots for strangers were taken): worth a retry. */
+ * connection before accepting the JOIN without a word (all its slots for strangers were
+ * taken, or it is stopping: the job before on this port ending): worth a retry. A refusal
+ * always comes as an ERROR reply, which is final. */
 static mt_status authenticate(mt_store *s, const mt_store_config *c, double deadline,
                               int *turned_away)
 {
@@ -490,9 +494,9 @@ static mt_status authenticate(mt_store *s, const mt_store_config *c, double dead
     double limit = greeting_limit(s->timeout);
     double greeted_by = mt_clock_seconds() + limit;
     io_result r = recv_all(s->fd, raw, 1, greeted_by < deadline ? greeted_by : deadline, &err);
-    *turned_away = r == IO_CLOSED;
     if (r == IO_DONE)
         r = recv_all(s->fd, raw + 1, sizeof raw - 1, deadline, &err);
+    *turned_away = r == IO_CLOSED;
     store_header h = store_header_decode(raw);
     if (r == IO_TIMEOUT)
         return mt_fail(MT_EPEER, "store %s: something accepts connections there but sent no "
@@ -504,8 +508,10 @@ static mt_status authenticate(mt_store *s, const mt_store_config *c, double dead
     if (h.magic != STORE_MAGIC || h.command != STORE_HELLO || h.value_len != STORE_HELLO_BYTES)
         return mt_fail(MT_EPEER, "store %s: the server there does not speak this store's "
                                  "protocol (another program on this port?)", s->address);
-    if ((r = recv_all(s->fd, hello, sizeof hello, deadline, &err)) != IO_DONE)
+    if ((r = recv_all(s->fd, hello, sizeof hello, deadline, &err)) != IO_DONE) {
+        *turned_away = r == IO_CLOSED;
         return io_failure(s, r, err, doing, NULL, s->timeout);
+    }
     if (store_get_u32(hello) != STORE_PROTOCOL_VERSION)
         return mt_fail(MT_EPEER, "store %s: protocol version %u, this build speaks %d",
                        s->address, store_get_u32(hello), STORE_PROTOCOL_VERSION);
@@ -524,8 +530,10 @@ static mt_status authenticate(mt_store *s, const mt_store_config *c, double dead
     double timeout = deadline - mt_clock_seconds();
     mt_status st = round_trip(s, STORE_JOIN, NULL, body, sizeof body, NULL, 0, "joining",
                               timeout > 0.001 ? timeout : 0.001, proof, sizeof proof, &got, NULL);
-    if (st)
+    if (st) {
+        *turned_away = s->closed;
         return st;
+    }
     store_accept_mac(c->secret, join.nonce, hello + 4, expected);
     if (got != STORE_MAC_BYTES || !mt_bytes_equal_const_time(proof, expected, sizeof proof))
         return mt_fail(MT_EPEER, "store %s: the server could not prove it holds this job's "
@@ -584,7 +592,7 @@ mt_status mt_store_connect(const mt_store_config *config, mt_store **out)
             break;
         close(s->fd);
         s->fd = -1;
-        s->broken = 0;
+        s->broken = s->closed = 0;
         pause_before_retry(deadline, &backoff);
     }
     if (st) {

@@ -5,12 +5,18 @@
 # lines made tiny; the secret goes from host A to host B as the page says (cp -p for scp -p).
 # The check job must pass and the train job write its summary on host A, with the ranks of both
 # namespaces dividing the one machine's CPUs. The README's two-host lines must be the page's.
+# Each host is bounded by host_seconds, well under ctest's TIMEOUT (60 s), so a hang is this
+# script's failure, with both hosts' logs, and its trap (netns_pair.sh) leaves nothing behind.
 # Needs root (ip netns, mount). Usage: two_hosts.sh MESHTRAIN SOURCE_DIR   (about 1 s)
 set -uo pipefail
 mt=$1
 src=$2
 page=$src/examples/two-hosts.md
 skip=77 # ctest's SKIP_RETURN_CODE for this test
+# Both of a host's jobs (about 1 s) within this; SIGKILL 8 s later (a launcher stops its workers
+# within 5 s of a SIGTERM, its grace and theirs). With the set-up and the clean-up (at most 5 s)
+# that is under ctest's 60 s.
+host_seconds=35
 
 fail() {
   echo "FAILED: $*" >&2
@@ -59,10 +65,14 @@ mkdir -p "$out/hostA" "$out/hostB"
 for d in "$out/hostA" "$out/hostB"; do ln -s "$src/configs" "$d/configs"; done
 
 # host NS DIR SCRIPT: runs SCRIPT (set -e: the first failing command ends it) in namespace NS,
-# in DIR, with a private /dev/shm as a host of its own has; bounded.
+# in DIR, with a private /dev/shm as a host of its own has; bounded by host_seconds (exit 124,
+# or 137 when SIGTERM was not enough). The timeout's SIGTERM reaches the launcher too, which
+# stops and reaps its workers; the shell waits for it (its trap runs after), so no orphan is
+# left for PID 1 to reap.
 host() {
   ip netns exec "$1" env MT_COMM_TIMEOUT=10 MT_COMM_HOST_IDENTITY=netns \
-    timeout -k 2 60 bash -c 'mount -t tmpfs -o mode=1777 mt-two-hosts /dev/shm || exit 90
+    timeout -k 8 "$host_seconds" bash -c 'trap "exit 143" TERM INT
+                             mount -t tmpfs -o mode=1777 mt-two-hosts /dev/shm || exit 90
                              cd "$1" && set -e && . "$2"' host "$2" "$3"
 }
 (cd "$out/hostA" && bash -e "$out/a.secret") || fail "host A: making the secret"
@@ -77,10 +87,17 @@ wait $pid_a
 rc_a=$?
 wait $pid_b
 rc_b=$?
+# exit CODE: how a host's commands ended, a timeout named as one.
+ended() {
+  case $1 in
+  124 | 137) echo "no end within $host_seconds s (killed by timeout: hung?)" ;;
+  *) echo "exit $1" ;;
+  esac
+}
 if [ $rc_a != 0 ] || [ $rc_b != 0 ]; then
   sed 's/^/    [host A] /' "$out/a.log"
   sed 's/^/    [host B] /' "$out/b.log"
-  fail "the page's commands: host A exit $rc_a, host B exit $rc_b"
+  fail "the page's commands: host A $(ended $rc_a), host B $(ended $rc_b)"
 fi
 checked=$(cat "$out/a.log" "$out/b.log" | grep -c "^\[[0-3]\] rank [0-3] of 4 .*correct")
 [ "$checked" = 4 ] || fail "meshtrain check: $checked of 4 ranks said they were correct"
