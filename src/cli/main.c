@@ -20,7 +20,8 @@ static const char USAGE[] =
     "  verify  train a small model on a layout and on one process, and compare them\n"
     "          (meshtrain verify --help)\n"
     "  ckpt    inspect a checkpoint and verify its checksums (meshtrain ckpt --help)\n"
-    "  export  write a checkpoint's model as a GPT-2 safetensors file (meshtrain export --help)\n";
+    "  export  write a checkpoint's model as a GPT-2 safetensors file (meshtrain export --help)\n"
+    "  tokenizer  train a BPE tokenizer, encode or decode text (meshtrain tokenizer --help)\n";
 
 int main(int argc, char **argv)
 {
@@ -47,6 +48,8 @@ int main(int argc, char **argv)
         return cli_ckpt(argc - 2, argv + 2);
     if (strcmp(command, "export") == 0)
         return cli_export(argc - 2, argv + 2);
+    if (strcmp(command, "tokenizer") == 0)
+        return cli_tokenizer(argc - 2, argv + 2);
     fprintf(stderr, "meshtrain: unknown command '%s'\n\n%s", command, USAGE);
     return 2;
 }

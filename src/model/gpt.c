@@ -31,13 +31,12 @@ static mt_status tp_check(const mt_gpt_shape *s, const mt_gpt_tensor_parallel *t
         return mt_fail(MT_EINVAL, "a tensor-parallel group of %d needs its collectives",
                        tp->size);
     if (s->heads % tp->size)
-        return mt_fail(MT_EINVAL, "config keys 'tp' and 'heads': tp %d does not divide the %d "
+        return mt_fail(MT_EINVAL, "a tensor-parallel group of tp %d does not divide the %d "
                                   "attention heads (each rank holds whole heads)", tp->size,
                        s->heads);
     if (tp->sequence_parallel && s->context % tp->size)
-        return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
-                                  "splits the sequence into tp %d parts, which context %d does "
-                                  "not divide", tp->size, s->context);
+        return mt_fail(MT_EINVAL, "sequence parallelism splits the sequence into tp %d parts, "
+                                  "which a context of %d does not divide", tp->size, s->context);
     return MT_OK;
 }
 

@@ -257,7 +257,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
 {
     *out = NULL;
     if (options->zero < 0 || options->zero > 3)
-        return mt_fail(MT_EINVAL, "config key 'zero': %d is not a ZeRO stage (0, 1, 2 or 3)",
+        return mt_fail(MT_EINVAL, "data-parallel model: ZeRO stage %d is not 0, 1, 2 or 3",
                        options->zero);
     for (int u = 0; u < gpt->unit_count; u++)
         if (gpt->unit_param[u] || gpt->unit_grad[u])
@@ -267,9 +267,9 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
      * runs each unit once per micro-batch in flight, interleaved with the others (DeepSpeed
      * and Megatron-LM likewise combine pipelines with ZeRO 1 only). */
     if (options->pipeline_group && options->zero >= 2)
-        return mt_fail(MT_EINVAL, "config keys 'zero' and 'pp': ZeRO %d cannot run under "
-                                  "pipeline parallelism (use zero 0 or 1 with pp > 1)",
-                       options->zero);
+        return mt_fail(MT_EINVAL, "data-parallel model: ZeRO %d with a pipeline group (a stage "
+                                  "runs each unit once per micro-batch in flight; ZeRO 0 or 1 "
+                                  "only)", options->zero);
     mt_dp_model *m = calloc(1, sizeof *m);
     if (!m)
         return mt_fail(MT_ENOMEM, "data parallel: out of memory");
