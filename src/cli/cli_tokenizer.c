@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "meshtrain/clock.h"
+#include "meshtrain/files.h"
 #include "meshtrain/tokenizer.h"
 
 static void print_help(void)
@@ -30,29 +31,12 @@ static int read_input(const char *path, unsigned char **bytes, size_t *length)
                 strerror(errno));
         return 0;
     }
-    size_t capacity = 1 << 16, n = 0;
-    unsigned char *buf = malloc(capacity);
-    while (buf) {
-        n += fread(buf + n, 1, capacity - n, in);
-        if (n < capacity)
-            break;
-        capacity *= 2;
-        unsigned char *grown = realloc(buf, capacity);
-        if (!grown)
-            free(buf);
-        buf = grown;
-    }
-    int failed = !buf || ferror(in);
+    mt_status status = mt_read_stream(in, path ? path : "stdin", bytes, length);
     if (path)
         fclose(in);
-    if (failed) {
-        free(buf);
-        fprintf(stderr, "meshtrain tokenizer: error: cannot read '%s'\n", path ? path : "stdin");
-        return 0;
-    }
-    *bytes = buf;
-    *length = n;
-    return 1;
+    if (status)
+        fprintf(stderr, "meshtrain tokenizer: error: %s\n", mt_last_error());
+    return status == MT_OK;
 }
 
 static int train(int argc, char **argv)

@@ -1,5 +1,5 @@
 /* File-system helpers: folder creation with parents, fsync by path, durable whole-file writes,
- * and removal of trees. Kept apart so that data, runs and checkpoints treat paths the same way. */
+ * reading a whole stream, and removal of trees. Kept apart so that data, runs and checkpoints treat paths the same way. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "meshtrain/files.h"
 
@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -126,5 +127,32 @@ mt_status mt_remove_tree(const char *path)
                                : mt_fail(MT_EIO, "cannot remove '%s': %s", path, strerror(errno));
     if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         return mt_fail(MT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+    return MT_OK;
+}
+
+mt_status mt_read_stream(FILE *stream, const char *name, unsigned char **bytes, size_t *length)
+{
+    *bytes = NULL;
+    *length = 0;
+    size_t capacity = 1 << 16, n = 0;
+    unsigned char *buf = malloc(capacity);
+    for (;;) {
+        if (!buf)
+            return mt_fail(MT_ENOMEM, "no memory to read '%s'", name);
+        n += fread(buf + n, 1, capacity - n, stream);
+        if (n < capacity)
+            break;
+        capacity *= 2;
+        unsigned char *grown = realloc(buf, capacity);
+        if (!grown)
+            free(buf);
+        buf = grown;
+    }
+    if (ferror(stream)) {
+        free(buf);
+        return mt_fail(MT_EIO, "cannot read '%s': %s", name, strerror(errno));
+    }
+    *bytes = buf;
+    *length = n;
     return MT_OK;
 }

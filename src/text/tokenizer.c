@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meshtrain/files.h"
 #include "text_internal.h"
 
 void mt_token_ids_free(mt_token_ids *ids)
@@ -169,29 +170,7 @@ mt_status text_read_file(const char *path, unsigned char **bytes, size_t *length
     FILE *f = fopen(path, "rb");
     if (!f)
         return mt_fail(MT_EIO, "cannot open '%s': %s", path, strerror(errno));
-    size_t capacity = 1 << 16, n = 0;
-    unsigned char *buf = malloc(capacity);
-    for (;;) {
-        if (!buf) {
-            fclose(f);
-            return mt_fail(MT_ENOMEM, "no memory to read '%s'", path);
-        }
-        n += fread(buf + n, 1, capacity - n, f);
-        if (n < capacity)
-            break;
-        capacity *= 2;
-        unsigned char *grown = realloc(buf, capacity);
-        if (!grown)
-            free(buf);
-        buf = grown;
-    }
-    int failed = ferror(f);
+    mt_status status = mt_read_stream(f, path, bytes, length);
     fclose(f);
-    if (failed) {
-        free(buf);
-        return mt_fail(MT_EIO, "cannot read '%s'", path);
-    }
-    *bytes = buf;
-    *length = n;
-    return MT_OK;
+    return status;
 }

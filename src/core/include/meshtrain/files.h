@@ -4,6 +4,7 @@
 #define MESHTRAIN_FILES_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "meshtrain/status.h"
 
@@ -19,6 +20,10 @@ mt_status mt_write_all(int fd, const void *data, size_t bytes, const char *path)
 /* Writes `bytes` bytes to `path` durably: into PATH.partial, fsynced, renamed over path, and
  * the folder fsynced, so a reader sees the old file or the whole new one, never a part. */
 mt_status mt_write_file_durably(const char *path, const void *data, size_t bytes);
+
+/* Reads the rest of an open stream (a file, standard input) into a new buffer (*bytes, free()
+ * it; never NULL on success, even for nothing read); `name` names it in errors. */
+mt_status mt_read_stream(FILE *stream, const char *name, unsigned char **bytes, size_t *length);
 
 /* Removes a file or a folder with everything in it (rm -rf); a missing path is fine. */
 mt_status mt_remove_tree(const char *path);
