@@ -30,6 +30,10 @@ debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian > "$
   { tail -20 "$root.debootstrap.log" >&2; exit 1; }
 rm -f "$root.debootstrap.log"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This network's own certificate authorities (an egress proxy's), as a machine on it has them:
+# ca-certificates takes them in when apt installs it, so npm's registry verifies.
+mkdir -p "$root/usr/local/share/ca-certificates"
+cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/" 2>/dev/null || true
 # debootstrap writes no /etc/hosts; every installed Debian has one (the installer, cloud images and
 # containers write it), and without it `localhost` does not resolve.
 printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"

@@ -1,5 +1,6 @@
-/* `meshtrain data kjv|text`: turns the King James Bible (Debian's `bible` program) or any
- * text file into a corpus folder of byte-token files, train.bin and val.bin. */
+/* `meshtrain data kjv|text`: turns the King James Bible (Debian's `bible` program) or text
+ * files into a corpus folder: train.bin and val.bin, byte tokens or a BPE tokenizer's ids, and
+ * meta.json, the bytes of text behind each split (for bits per byte). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,19 +8,25 @@
 
 #include "cli.h"
 #include "meshtrain/data.h"
+#include "meshtrain/tokenizer.h"
 
 #define KJV_COMMAND "bible -f gen1:1-rev22:21"
 static const double DEFAULT_VAL_FRACTION = 0.1;
 
 static void print_help(void)
 {
-    printf("usage: meshtrain data kjv [--out DIR] [--val-fraction F]\n"
-           "       meshtrain data text FILE [--out DIR] [--val-fraction F]\n"
+    printf("usage: meshtrain data kjv [--out DIR] [--val-fraction F] [--tokenizer T]\n"
+           "       meshtrain data text FILE... [--out DIR] [--val-fraction F] [--tokenizer T]\n"
            "\n"
            "Writes DIR/train.bin and DIR/val.bin: byte tokens (vocabulary 256), the last F of\n"
-           "the text (default %.2f) held out for validation. `kjv` reads the King James Bible\n"
+           "the tokens (default %.2f) held out for validation. `kjv` reads the King James Bible\n"
            "from `%s` (Debian package bible-kjv); the default DIR is data/kjv.\n"
-           "For `text` the default DIR is data/text.\n"
+           "For `text` the default DIR is data/text; several files are concatenated.\n"
+           "--tokenizer T (a tok.json of `meshtrain tokenizer train`, or gpt2:DIR) writes its\n"
+           "ids instead, 2-byte tokens for up to 65536 ids (else 4), the end-of-text token\n"
+           "between files when it has one; train with --vocab at least its vocabulary.\n"
+           "DIR/meta.json records each split's tokens and bytes of text, so that training\n"
+           "reports validation bits per byte (val_bpb).\n"
            "Token file format: a 32-byte header (magic \"MTTOKENS\", u32 version 1, u32 token\n"
            "width in bytes, u64 token count, u32 vocabulary bound, u32 reserved), then the\n"
            "tokens, little-endian (docs/data-format.md).\n",
@@ -64,6 +71,7 @@ static int read_kjv(buffer *b)
     return MT_OK;
 }
 
+/* Appends the file's bytes to b. */
 static int read_text_file(const char *path, buffer *b)
 {
     FILE *file = fopen(path, "rb");
@@ -76,13 +84,98 @@ static int read_text_file(const char *path, buffer *b)
     return MT_OK;
 }
 
+/* The bytes of text behind ids: the end-of-text token stands between files and stands for
+ * none of their bytes. */
+static int text_bytes(const mt_tokenizer *tokenizer, const int32_t *ids, size_t count,
+                      uint64_t *bytes)
+{
+    int32_t eot = mt_tokenizer_eot(tokenizer);
+    *bytes = 0;
+    for (size_t start = 0; start < count;) {
+        size_t end = start;
+        while (end < count && ids[end] != eot)
+            end++;
+        if (end > start) {
+            unsigned char *text;
+            size_t length;
+            int status = mt_tokenizer_decode(tokenizer, ids + start, end - start, &text, &length);
+            if (status)
+                return status;
+            free(text);
+            *bytes += length;
+        }
+        start = end + 1;
+    }
+    return MT_OK;
+}
+
+static int append_id(mt_token_ids *ids, int32_t id)
+{
+    if (ids->count == ids->capacity) {
+        size_t capacity = ids->capacity ? 2 * ids->capacity : 1024;
+        int32_t *grown = realloc(ids->ids, capacity * sizeof *grown);
+        if (!grown)
+            return mt_fail(MT_ENOMEM, "cannot hold the corpus ids in memory");
+        ids->ids = grown;
+        ids->capacity = capacity;
+    }
+    ids->ids[ids->count++] = id;
+    return MT_OK;
+}
+
+/* Encodes the sources (the KJV when paths is empty) with the tokenizer `spec` and writes the corpus
+ * folder; *tokens and *val get the counts written. */
+static int write_tokenized(const char *spec, char **paths, int n_paths, const char *out,
+                           double val_fraction, size_t *tokens, size_t *val)
+{
+    mt_tokenizer *tokenizer;
+    int status = mt_tokenizer_open(spec, &tokenizer);
+    if (status)
+        return status;
+    int32_t eot = mt_tokenizer_eot(tokenizer);
+    int vocab = mt_tokenizer_vocab_size(tokenizer);
+    mt_token_ids ids = {0};
+    uint64_t total_bytes = 0, val_bytes = 0;
+    for (int i = 0; status == MT_OK && i < (n_paths ? n_paths : 1); i++) {
+        buffer text = {0};
+        status = n_paths ? read_text_file(paths[i], &text) : read_kjv(&text);
+        if (status == MT_OK && i > 0 && eot >= 0)
+            status = append_id(&ids, eot);
+        if (status == MT_OK &&
+            (status = mt_tokenizer_encode(tokenizer, text.bytes, text.length, &ids)) && n_paths)
+            status = mt_fail_context(status, "text file '%s'", paths[i]);
+        total_bytes += text.length;
+        free(text.bytes);
+    }
+    if (status == MT_OK && ids.count < 2)
+        status = mt_fail(MT_EINVAL, "the text encodes to %zu tokens; a corpus needs at least 2",
+                         ids.count);
+    if (status == MT_OK) {
+        *tokens = ids.count;
+        *val = mt_corpus_val_count(ids.count, val_fraction);
+        status = text_bytes(tokenizer, ids.ids + ids.count - *val, *val, &val_bytes);
+    }
+    if (status == MT_OK)
+        status = mt_corpus_write_ids(out, ids.ids, ids.count, *val, (uint32_t)vocab);
+    if (status == MT_OK) {
+        mt_corpus_meta meta = {.train_tokens = ids.count - *val, .val_tokens = *val,
+                               .train_bytes = total_bytes - val_bytes, .val_bytes = val_bytes};
+        status = mt_corpus_meta_write(out, &meta);
+    }
+    mt_token_ids_free(&ids);
+    mt_tokenizer_free(tokenizer);
+    return status;
+}
+
 int cli_data(int argc, char **argv)
 {
     if (argc < 1 || cli_is_help(argv[0])) {
         print_help();
         return argc < 1 ? 2 : 0;
     }
-    const char *source = argv[0], *text_path = NULL, *out = NULL;
+    const char *source = argv[0], *out = NULL, *tokenizer = NULL;
+    char **text_paths = NULL;
+    int n_paths = 0;
     double val_fraction = DEFAULT_VAL_FRACTION;
     int i = 1;
     if (strcmp(source, "text") == 0) {
@@ -90,8 +183,9 @@ int cli_data(int argc, char **argv)
             fprintf(stderr, "meshtrain data text: error: missing FILE\n");
             return 2;
         }
-        text_path = argv[1];
-        i = 2;
+        text_paths = argv + 1;
+        for (i = 1; i < argc && argv[i][0] != '-'; i++)
+            n_paths++;
     } else if (strcmp(source, "kjv") != 0) {
         fprintf(stderr, "meshtrain data: error: unknown source '%s' (expected kjv or text)\n",
                 source);
@@ -108,6 +202,8 @@ int cli_data(int argc, char **argv)
         }
         if (strcmp(argv[i], "--out") == 0) {
             out = argv[++i];
+        } else if (strcmp(argv[i], "--tokenizer") == 0) {
+            tokenizer = argv[++i];
         } else if (strcmp(argv[i], "--val-fraction") == 0 || strcmp(argv[i], "--val_fraction") == 0) {
             char *end;
             val_fraction = strtod(argv[++i], &end);
@@ -122,16 +218,24 @@ int cli_data(int argc, char **argv)
         }
     }
     if (!out)
-        out = text_path ? "data/text" : "data/kjv";
-    buffer text = {0};
-    int status = text_path ? read_text_file(text_path, &text) : read_kjv(&text);
-    if (status == MT_OK)
-        status = mt_corpus_write(out, text.bytes, text.length, val_fraction);
-    free(text.bytes);
+        out = text_paths ? "data/text" : "data/kjv";
+    size_t tokens = 0, val = 0;
+    int status = MT_OK;
+    if (tokenizer) {
+        status = write_tokenized(tokenizer, text_paths, n_paths, out, val_fraction, &tokens, &val);
+    } else {
+        buffer text = {0};
+        for (int f = 0; status == MT_OK && f < (text_paths ? n_paths : 1); f++)
+            status = text_paths ? read_text_file(text_paths[f], &text) : read_kjv(&text);
+        if (status == MT_OK)
+            status = mt_corpus_write(out, text.bytes, text.length, val_fraction);
+        free(text.bytes);
+        tokens = text.length;
+        val = mt_corpus_val_count(text.length, val_fraction);
+    }
     if (status)
         return cli_report_error("data");
-    size_t val = (size_t)(text.length * val_fraction);
-    printf("wrote %s/train.bin (%zu tokens) and %s/val.bin (%zu tokens)\n", out,
-           text.length - (val ? val : 1), out, val ? val : 1);
+    printf("wrote %s/train.bin (%zu tokens) and %s/val.bin (%zu tokens)\n", out, tokens - val,
+           out, val);
     return 0;
 }

@@ -107,6 +107,8 @@ static void print_done(const mt_train_summary *summary)
            summary->final_loss);
     if (summary->final_val_loss == summary->final_val_loss)
         printf(", val loss %.4f", summary->final_val_loss);
+    if (summary->final_val_bpb == summary->final_val_bpb)
+        printf(", val bpb %.4f", summary->final_val_bpb);
     printf(", %.0f tokens/s, %.1f GFLOP/s\n", summary->tokens_per_s, summary->gflops);
 }
 

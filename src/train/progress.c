@@ -39,6 +39,8 @@ void trainer_progress_step(progress *p, const step_record *r)
             elapsed, eta);
     if (!isnan(r->val_loss))
         fprintf(p->out, " | val %.4f", r->val_loss);
+    if (!isnan(r->val_bpb))
+        fprintf(p->out, " | val bpb %.4f", r->val_bpb);
     if (!p->is_terminal || !isnan(r->val_loss) || last)
         fputc('\n', p->out);
     fflush(p->out);
@@ -51,6 +53,8 @@ int trainer_metrics_append(FILE *metrics, const step_record *r)
             r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s);
     if (!isnan(r->val_loss))
         fprintf(metrics, ", \"val_loss\": %.9g", r->val_loss);
+    if (!isnan(r->val_bpb))
+        fprintf(metrics, ", \"val_bpb\": %.9g", r->val_bpb);
     fputs("}\n", metrics);
     return fflush(metrics) == 0 && !ferror(metrics);
 }

@@ -1,8 +1,11 @@
 /* Reading and writing token files: a 32-byte header (magic, version, width, count, vocab
- * bound) then the tokens. Everything in a file is validated before training reads it. */
+ * bound) then the tokens. Everything in a file is validated before training reads it. A corpus
+ * folder holds train.bin, val.bin and meta.json, the bytes of text behind each split. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -116,7 +119,10 @@ void mt_tokens_close(mt_tokens *t)
     t->map = NULL;
 }
 
-mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t count)
+/* Writes a header for `count` tokens of `width` bytes under `vocab`, then the payload, to a
+ * temporary name renamed over path, so a reader never sees a part of a file. */
+static mt_status write_token_file(const char *path, int width, uint32_t vocab,
+                                  const uint8_t *payload, uint64_t count)
 {
     char temporary[600];
     if (snprintf(temporary, sizeof temporary, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof temporary)
@@ -127,11 +133,12 @@ mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t
     uint8_t header[MT_TOKENS_HEADER_BYTES] = {0};
     memcpy(header, TOKENS_MAGIC, sizeof TOKENS_MAGIC);
     write_u32(header + 8, MT_TOKENS_VERSION);
-    write_u32(header + 12, 1);
+    write_u32(header + 12, (uint32_t)width);
     write_u64(header + 16, count);
-    write_u32(header + 24, 256);
+    write_u32(header + 24, vocab);
+    size_t bytes = (size_t)count * (size_t)width;
     int ok = fwrite(header, 1, sizeof header, file) == sizeof header &&
-             fwrite(bytes, 1, count, file) == count;
+             fwrite(payload, 1, bytes, file) == bytes;
     ok = fflush(file) == 0 && ok;
     ok = fsync(fileno(file)) == 0 && ok;
     ok = fclose(file) == 0 && ok;
@@ -143,6 +150,52 @@ mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t
     return MT_OK;
 }
 
+mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t count)
+{
+    return write_token_file(path, 1, 256, bytes, count);
+}
+
+int mt_tokens_width(uint32_t vocab)
+{
+    return vocab <= 256 ? 1 : vocab <= 65536 ? 2 : 4;
+}
+
+mt_status mt_tokens_write_ids(const char *path, const int32_t *ids, uint64_t count, uint32_t vocab)
+{
+    if (vocab == 0)
+        return mt_fail(MT_EINVAL, "token file '%s': vocabulary bound 0", path);
+    int width = mt_tokens_width(vocab);
+    uint8_t *payload = malloc(count ? (size_t)count * (size_t)width : 1);
+    if (!payload)
+        return mt_fail(MT_ENOMEM, "token file '%s': cannot hold %llu tokens in memory", path,
+                       (unsigned long long)count);
+    for (uint64_t i = 0; i < count; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= vocab) {
+            free(payload);
+            return mt_fail(MT_EINVAL, "token file '%s': token %d at index %llu is not in [0, %u)",
+                           path, ids[i], (unsigned long long)i, vocab);
+        }
+        for (int b = 0; b < width; b++)
+            payload[i * (uint64_t)width + (uint64_t)b] = (uint8_t)((uint32_t)ids[i] >> (8 * b));
+    }
+    mt_status status = write_token_file(path, width, vocab, payload, count);
+    free(payload);
+    return status;
+}
+
+size_t mt_corpus_val_count(size_t length, double val_fraction)
+{
+    size_t val = (size_t)((double)length * val_fraction);
+    return val < 1 ? 1 : val;
+}
+
+static mt_status corpus_path(char *path, size_t size, const char *dir, const char *name)
+{
+    if (snprintf(path, size, "%s/%s", dir, name) >= (int)size)
+        return mt_fail(MT_EINVAL, "corpus folder path '%s' is too long", dir);
+    return MT_OK;
+}
+
 mt_status mt_corpus_write(const char *dir, const uint8_t *text, size_t length, double val_fraction)
 {
     if (length < 2)
@@ -150,15 +203,81 @@ mt_status mt_corpus_write(const char *dir, const uint8_t *text, size_t length, d
     mt_status status = mt_make_folders(dir);
     if (status)
         return status;
-    size_t val = (size_t)(length * val_fraction);
-    if (val < 1)
-        val = 1;
+    size_t val = mt_corpus_val_count(length, val_fraction);
     char path[560];
-    if (snprintf(path, sizeof path, "%s/train.bin", dir) >= (int)sizeof path)
-        return mt_fail(MT_EINVAL, "corpus folder path '%s' is too long", dir);
-    status = mt_tokens_write_bytes(path, text, length - val);
-    if (status)
+    if ((status = corpus_path(path, sizeof path, dir, "train.bin")) ||
+        (status = mt_tokens_write_bytes(path, text, length - val)))
         return status;
     snprintf(path, sizeof path, "%s/val.bin", dir);
-    return mt_tokens_write_bytes(path, text + length - val, val);
+    if ((status = mt_tokens_write_bytes(path, text + length - val, val)))
+        return status;
+    mt_corpus_meta meta = {.train_tokens = length - val, .val_tokens = val,
+                           .train_bytes = length - val, .val_bytes = val};
+    return mt_corpus_meta_write(dir, &meta);
+}
+
+mt_status mt_corpus_write_ids(const char *dir, const int32_t *ids, size_t count, size_t val,
+                              uint32_t vocab)
+{
+    if (count < 2 || val < 1 || val >= count)
+        return mt_fail(MT_EINVAL, "corpus of %zu tokens cannot hold out %zu for validation and "
+                                  "keep some for training", count, val);
+    mt_status status = mt_make_folders(dir);
+    if (status)
+        return status;
+    char path[560];
+    if ((status = corpus_path(path, sizeof path, dir, "train.bin")) ||
+        (status = mt_tokens_write_ids(path, ids, count - val, vocab)))
+        return status;
+    snprintf(path, sizeof path, "%s/val.bin", dir);
+    return mt_tokens_write_ids(path, ids + count - val, val, vocab);
+}
+
+mt_status mt_corpus_meta_write(const char *dir, const mt_corpus_meta *meta)
+{
+    char path[560], text[256];
+    mt_status status = corpus_path(path, sizeof path, dir, "meta.json");
+    if (status)
+        return status;
+    int n = snprintf(text, sizeof text,
+                     "{\"train_tokens\": %llu, \"val_tokens\": %llu, \"train_bytes\": %llu, "
+                     "\"val_bytes\": %llu}\n",
+                     (unsigned long long)meta->train_tokens, (unsigned long long)meta->val_tokens,
+                     (unsigned long long)meta->train_bytes, (unsigned long long)meta->val_bytes);
+    return mt_write_file_durably(path, text, (size_t)n);
+}
+
+static mt_status meta_field(json_t *root, const char *path, const char *key, uint64_t *value)
+{
+    json_t *field = json_object_get(root, key);
+    if (!json_is_integer(field) || json_integer_value(field) < 0)
+        return mt_fail(MT_EFORMAT, "corpus metadata '%s': '%s' is missing or not a count", path,
+                       key);
+    *value = (uint64_t)json_integer_value(field);
+    return MT_OK;
+}
+
+mt_status mt_corpus_meta_read(const char *dir, mt_corpus_meta *meta, int *found)
+{
+    memset(meta, 0, sizeof *meta);
+    *found = 0;
+    char path[560];
+    mt_status status = corpus_path(path, sizeof path, dir, "meta.json");
+    if (status)
+        return status;
+    if (access(path, F_OK) != 0)
+        return MT_OK;
+    json_error_t error;
+    json_t *root = json_load_file(path, 0, &error);
+    if (!root)
+        return mt_fail(MT_EFORMAT, "corpus metadata '%s': line %d: %s", path, error.line,
+                       error.text);
+    if ((status = meta_field(root, path, "train_tokens", &meta->train_tokens)) == MT_OK &&
+        (status = meta_field(root, path, "val_tokens", &meta->val_tokens)) == MT_OK &&
+        (status = meta_field(root, path, "train_bytes", &meta->train_bytes)) == MT_OK)
+        status = meta_field(root, path, "val_bytes", &meta->val_bytes);
+    json_decref(root);
+    if (status == MT_OK)
+        *found = 1;
+    return status;
 }

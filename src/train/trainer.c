@@ -40,7 +40,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     double start = mt_clock_seconds();
     for (int step = st->start_step + 1; step <= cfg->steps; step++) {
         trainer_fault_hook(&st->fault, FAULT_AT_STEP_START, step, NULL);
-        step_record record = {.step = step, .val_loss = NAN};
+        step_record record = {.step = step, .val_loss = NAN, .val_bpb = NAN};
         mt_status status = timed_step(tr, step, &record);
         if (status)
             return status;
@@ -50,7 +50,9 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
                                  &record.val_loss);
             if (status)
                 return status;
+            record.val_bpb = record.val_loss * st->val_bpb_per_loss;
             summary->final_val_loss = record.val_loss;
+            summary->final_val_bpb = record.val_bpb;
         }
         record.elapsed = mt_clock_seconds() - start;
         summary->final_loss = record.loss;
@@ -157,7 +159,8 @@ static mt_status finish_run(trainer *tr, FILE *out, FILE *sample_out, mt_train_s
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                        FILE *sample_out, mt_train_summary *summary)
 {
-    *summary = (mt_train_summary){.final_loss = NAN, .final_val_loss = NAN};
+    *summary = (mt_train_summary){.final_loss = NAN, .final_val_loss = NAN,
+                                    .final_val_bpb = NAN};
     /* a checkpoint fixes the model's shape and the optimizer's settings: validated after */
     mt_config run = *cfg;
     mt_ckpt_meta resume;

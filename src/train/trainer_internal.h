@@ -50,6 +50,9 @@ typedef struct trainer_state {
     mt_dp_model *model;      /* its state */
     mt_tokens train_tokens, val_tokens;
     mt_sampler train, val;
+    /* bits per byte over nats per token on the validation split (val tokens / val bytes / ln 2),
+     * NAN when the corpus folder does not record its bytes */
+    double val_bpb_per_loss;
     int32_t *inputs, *targets; /* one micro-batch of this rank */
     const trainer_passes *passes;
     /* pp > 1: the stage's executor, the communicator its gradients travel on (activations

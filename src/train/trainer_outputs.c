@@ -198,6 +198,8 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     json_real(f, s->final_loss);
     fputs(", \"final_val_loss\": ", f);
     json_real(f, s->final_val_loss);
+    fputs(", \"final_val_bpb\": ", f);
+    json_real(f, s->final_val_bpb);
     fputs(", \"tokens_per_s\": ", f);
     json_real(f, s->tokens_per_s);
     fprintf(f, ", \"flops_per_token\": %.9g, \"gflops\": ", s->flops_per_token);

@@ -107,6 +107,20 @@ static mt_status open_corpus(trainer *tr)
     if ((uint32_t)cfg->vocab < corpus_vocab)
         return mt_fail(MT_EINVAL, "config key 'vocab': %d is smaller than the corpus '%s' "
                                   "vocabulary of %u", cfg->vocab, cfg->data, corpus_vocab);
+    mt_corpus_meta meta;
+    int found;
+    if ((status = mt_corpus_meta_read(cfg->data, &meta, &found)))
+        return status;
+    st->val_bpb_per_loss = NAN;
+    /* a meta.json left from an earlier corpus in the folder would report a wrong bpb */
+    if (found && meta.val_tokens != st->val_tokens.count)
+        return mt_fail(MT_EFORMAT, "corpus '%s': meta.json says %llu validation tokens, val.bin "
+                                   "holds %llu (write the folder again with `meshtrain data`)",
+                       cfg->data, (unsigned long long)meta.val_tokens,
+                       (unsigned long long)st->val_tokens.count);
+    /* no bytes: a split of end-of-text tokens alone, which has no bits per byte */
+    if (found && meta.val_bytes > 0)
+        st->val_bpb_per_loss = (double)meta.val_tokens / (double)meta.val_bytes / log(2.0);
     if ((status = mt_sampler_init(&st->train, &st->train_tokens, cfg->context, cfg->seed)))
         return status;
     return mt_sampler_init(&st->val, &st->val_tokens, cfg->context, cfg->seed);

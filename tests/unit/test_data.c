@@ -333,7 +333,12 @@ static void test_corpus(void)
     snprintf(val, sizeof val, "%s/val.bin", dir);
     mt_status status = mt_corpus_write(dir, text, N, 0.1);
     CHECK_MSG(status == MT_OK, "corpus: %s", mt_last_error());
-    CHECK(count_entries(dir) == 2);
+    CHECK(count_entries(dir) == 3); /* train.bin, val.bin, meta.json */
+    mt_corpus_meta meta;
+    int found;
+    CHECK(mt_corpus_meta_read(dir, &meta, &found) == MT_OK && found);
+    CHECK(meta.train_tokens == N - 100 && meta.val_tokens == 100);
+    CHECK(meta.train_bytes == N - 100 && meta.val_bytes == 100);
     long train_bytes = file_size(train), val_bytes = file_size(val);
     CHECK(train_bytes > MT_TOKENS_HEADER_BYTES && val_bytes > MT_TOKENS_HEADER_BYTES);
     CHECK(train_bytes + val_bytes == 2 * MT_TOKENS_HEADER_BYTES + N);
@@ -363,6 +368,36 @@ static void test_corpus(void)
     snprintf(blocked, sizeof blocked, "%s/sub", train);
     CHECK(mt_corpus_write(blocked, text, N, 0.1) == MT_EIO);
     CHECK_MSG(contains(mt_last_error(), train), "message: %s", mt_last_error());
+}
+
+/* Ids take the narrowest width that holds their vocabulary; a folder without meta.json (one
+ * written before it existed) reads as having none. */
+static void test_corpus_ids(void)
+{
+    CHECK(mt_tokens_width(256) == 1 && mt_tokens_width(300) == 2);
+    CHECK(mt_tokens_width(65536) == 2 && mt_tokens_width(65537) == 4);
+    const int32_t ids[] = {0, 299, 7, 256, 1, 2, 3, 298, 5, 9};
+    const uint32_t vocabs[] = {300, 70000};
+    char dir[128], path[200];
+    for (int v = 0; v < 2; v++) {
+        in_tmp(dir, sizeof dir, v ? "ids_wide" : "ids");
+        mt_status status = mt_corpus_write_ids(dir, ids, 10, 3, vocabs[v]);
+        CHECK_MSG(status == MT_OK, "ids: %s", mt_last_error());
+        snprintf(path, sizeof path, "%s/val.bin", dir);
+        mt_tokens t;
+        CHECK(mt_tokens_open(&t, path) == MT_OK);
+        if (t.map) {
+            CHECK(t.token_bytes == (v ? 4 : 2) && t.vocab == vocabs[v] && t.count == 3);
+            CHECK(mt_tokens_at(&t, 0) == 298 && mt_tokens_at(&t, 2) == 9);
+        }
+        mt_tokens_close(&t);
+        mt_corpus_meta meta;
+        int found = 1;
+        CHECK(mt_corpus_meta_read(dir, &meta, &found) == MT_OK && !found);
+    }
+    CHECK(mt_corpus_write_ids(dir, ids, 10, 3, 299) == MT_EINVAL);
+    CHECK_MSG(contains(mt_last_error(), "299"), "message: %s", mt_last_error());
+    CHECK(mt_corpus_write_ids(dir, ids, 10, 10, 300) == MT_EINVAL);
 }
 
 /* ---- 4. sampler ---- */
@@ -490,6 +525,7 @@ int main(void)
     test_round_trip();
     test_bad_files();
     test_corpus();
+    test_corpus_ids();
     test_sampler();
     remove_tree(tmp_dir);
     CHECK_MSG(access(tmp_dir, F_OK) != 0, "%s was not removed", tmp_dir);

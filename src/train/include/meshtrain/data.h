@@ -40,9 +40,36 @@ static inline uint32_t mt_tokens_at(const mt_tokens *tokens, uint64_t i)
 /* Writes byte tokens (vocabulary 256) to a token file, atomically (temporary name, rename). */
 mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t count);
 
+/* The narrowest token width, in bytes, that holds every id below `vocab`: 1, 2 or 4. */
+int mt_tokens_width(uint32_t vocab);
+
+/* Writes ids, each in [0, vocab), to a token file of mt_tokens_width(vocab)-byte tokens with
+ * vocabulary bound `vocab`, atomically. */
+mt_status mt_tokens_write_ids(const char *path, const int32_t *ids, uint64_t count, uint32_t vocab);
+
+/* How many of `length` tokens a corpus holds out for validation: the last val_fraction, at
+ * least one. */
+size_t mt_corpus_val_count(size_t length, double val_fraction);
+
 /* Splits text into DIR/train.bin and DIR/val.bin (the last val_fraction of the text) as byte
- * tokens, creating DIR. */
+ * tokens, creating DIR, and writes DIR/meta.json. */
 mt_status mt_corpus_write(const char *dir, const uint8_t *text, size_t length, double val_fraction);
+
+/* Writes ids as DIR/train.bin and DIR/val.bin (the last `val` ids), creating DIR; the caller,
+ * who knows the text behind them, writes DIR/meta.json. */
+mt_status mt_corpus_write_ids(const char *dir, const int32_t *ids, size_t count, size_t val,
+                              uint32_t vocab);
+
+/* DIR/meta.json: each split's tokens and the bytes of text they came from, so that a loss per
+ * token converts to bits per byte whatever the tokenizer. */
+typedef struct mt_corpus_meta {
+    uint64_t train_tokens, val_tokens, train_bytes, val_bytes;
+} mt_corpus_meta;
+
+mt_status mt_corpus_meta_write(const char *dir, const mt_corpus_meta *meta);
+/* *found is 0, and the call succeeds, for a folder without meta.json (written before it
+ * existed); a meta.json that is there must be whole. */
+mt_status mt_corpus_meta_read(const char *dir, mt_corpus_meta *meta, int *found);
 
 /* Training sequences: the corpus cut into windows of t+1 tokens (stride t), visited in a
  * fresh pseudo-random order each epoch. Sequence g of the run (g = step * batch + i) is a

@@ -70,6 +70,7 @@ typedef struct mt_train_summary {
     int steps;
     int dp, tp, zero;
     double final_loss, final_val_loss; /* val loss is NAN when never evaluated */
+    double final_val_bpb;              /* NAN also when the corpus does not record its bytes */
     double tokens_per_s;               /* median over the steps after the first two */
     double flops_per_token, gflops;
     double seconds;
