@@ -33,7 +33,7 @@ enum { KIND_COUNT = sizeof KINDS / sizeof KINDS[0] };
 
 static int is_slow(fault_kind kind) { return kind == FAULT_SLOW_COMPUTE || kind == FAULT_SLOW_COMM; }
 
-mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int here)
+mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int my_rank)
 {
     *fault = (trainer_fault){FAULT_NONE, -1, -1, 0};
     const char *text = getenv("MT_INJECT_FAULT");
@@ -50,7 +50,7 @@ mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int here)
                                   "%s", text, names);
     for (int i = 0; i < KIND_COUNT; i++)
         if (strcmp(kind, KINDS[i].name) == 0)
-            *fault = (trainer_fault){KINDS[i].kind, rank, number, rank == here};
+            *fault = (trainer_fault){KINDS[i].kind, rank, number, rank == my_rank};
     if (fault->kind == FAULT_NONE)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
     if (is_slow(fault->kind) && number < 0)
