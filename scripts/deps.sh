@@ -13,9 +13,12 @@ if [ "${1:-run}" = test ]; then
   # the slurm test's private cluster (its daemons are started by the test, never as services);
   # MPICH (mpicc.mpich, mpiexec.mpich) for the mpi_engines test's second build (Open MPI stays
   # the default MPI). nodejs and npm: the tokenizer's GPT-2 parity test installs the npm package
-  # gpt-3-encoder into a scratch folder and runs it as the reference.
+  # gpt-3-encoder into a scratch folder and runs it as the reference; NodeSource's nodejs
+  # carries its own npm and conflicts with Debian's, so npm is asked for only where no npm
+  # command exists.
   packages+=(python3-torch python3-numpy clang libclang-rt-14-dev libomp-14-dev iproute2 openmpi-bin libopenmpi-dev
-             slurm-wlm munge mpich libmpich-dev nodejs npm)
+             slurm-wlm munge mpich libmpich-dev nodejs)
+  command -v npm > /dev/null || packages+=(npm)
 elif [ "${1:-run}" = bench ]; then
   # Open MPI (mpicc, mpirun) and PyTorch's gloo: the all-reduce peers of bench/comm_vs_peers.
   packages+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
