@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/tcp/tcp_plan.h"
+#include "comm/tcp/tcp_internal.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/hmac.h"
 #include "fuzz_support.h"
@@ -22,7 +22,7 @@
 
 /* An input is a selector byte, then the bytes a hostile peer (rank 1) sends to rank 0; it hangs
  * up after the last one, so no read ever waits and every run ends at once.
- *   selector & 3   0: a collective receive, comm_tcp_plan_run over one flow of frames of 8, 0 and
+ *   selector & 3   0: a collective receive, comm_tcp_run_flows over one flow of frames of 8, 0 and
  *                     24 bytes, then the look for late aborts;
  *                  1: two transfer receives, comm_tcp_p2p_progress (20 bytes, then an empty message);
  *                  2: the handshake (tcp_handshake.h): a listener's checks of a hello, or a
@@ -272,7 +272,7 @@ static void check_reply(const tcp_group *g, int peer_end, mt_status st, const ch
             "message '%s'", scenario, f.payload_bytes, n - TCP_FRAME_BYTES, g->abort_message);
 }
 
-/* ---- collectives: comm_tcp_plan_run and its check_header ------------------------------------- */
+/* ---- collectives: comm_tcp_run_flows and its check_header ------------------------------------ */
 
 static mt_comm_op expected_op(unsigned which)
 {
@@ -301,7 +301,8 @@ static size_t unit_offset(size_t unit)
     return at;
 }
 
-static void span_units(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **buf, size_t *bytes)
+static void span_units(comm_flow_plan *p, const comm_flow *f, size_t unit, uint8_t **buf,
+                       size_t *bytes)
 {
     (void)f;
     *buf = (uint8_t *)p->ctx + unit_offset(unit);
@@ -310,9 +311,10 @@ static void span_units(tcp_plan *p, const tcp_flow *f, size_t unit, uint8_t **bu
 
 /* The header a correct peer sends for frame `unit`: this rank's expectation with the frame's
  * size (as advance_send writes it), from sender 1. */
-static void peer_header(const tcp_plan *p, size_t unit, uint8_t out[TCP_FRAME_BYTES])
+static void peer_header(const tcp_group *g, const comm_flow_plan *p, size_t unit,
+                        uint8_t out[TCP_FRAME_BYTES])
 {
-    tcp_frame h = p->expect;
+    tcp_frame h = comm_tcp_flow_header(g, p);
     h.sender = 1;
     h.payload_bytes = (uint32_t)UNIT_BYTES[unit];
     comm_tcp_frame_encode(&h, out);
@@ -320,7 +322,8 @@ static void peer_header(const tcp_plan *p, size_t unit, uint8_t out[TCP_FRAME_BY
 
 /* The collective receiver takes a frame exactly when its header equals its own expectation in
  * every field but the sender (the connection already names the peer). */
-static void model_collective(const tcp_plan *p, const uint8_t *s, size_t n, verdict *v)
+static void model_collective(const tcp_group *g, const comm_flow_plan *p, const uint8_t *s,
+                             size_t n, verdict *v)
 {
     size_t at = 0;
     for (int u = 0; u < 3; u++) {
@@ -339,7 +342,7 @@ static void model_collective(const tcp_plan *p, const uint8_t *s, size_t n, verd
             return;
         }
         uint8_t want[TCP_FRAME_BYTES];
-        peer_header(p, (size_t)u, want);
+        peer_header(g, p, (size_t)u, want);
         memcpy(want + 16, h + 16, 4); /* the sender is not checked */
         if (memcmp(want, h, 20) != 0 || memcmp(want + 24, h + 24, TCP_FRAME_BYTES - 24) != 0) {
             fail_with(v, MT_EPEER, "mismatched collective", u, 1);
@@ -366,14 +369,14 @@ static void run_collective(unsigned which, const uint8_t *s, size_t n)
     mt_comm_op op = expected_op(which);
     uint8_t buf[32];
     memset(buf, CANARY, sizeof buf);
-    tcp_plan p;
-    REQUIRE(comm_tcp_plan_init(&p, g, &op, SEQ) == MT_OK, "comm_tcp_plan_init");
+    comm_flow_plan p;
+    REQUIRE(comm_plan_init(&p, &g->transport, &op, SEQ) == MT_OK, "comm_plan_init");
     p.span = span_units;
     p.ctx = buf;
-    comm_tcp_plan_flow(&p, 1, 0, 0, 3);
+    comm_plan_flow(&p, 1, 0, 0, 3);
     verdict v = {.st = MT_OK};
-    model_collective(&p, s, n, &v);
-    mt_status st = comm_tcp_plan_run(&p);
+    model_collective(g, &p, s, n, &v);
+    mt_status st = comm_plan_run(&p);
     check_status(&v, st, "collective");
     /* Payload lands only behind a header that passed: earlier frames in full, the failing
      * frame only if its header was good, later frames never. */
@@ -389,7 +392,7 @@ static void run_collective(unsigned which, const uint8_t *s, size_t n)
         at += UNIT_BYTES[u];
     }
     check_reply(g, peer_end, st, "collective");
-    comm_tcp_plan_free(&p);
+    comm_plan_free(&p);
     comm_tcp_group_free(g);
     close(peer_end);
 }
@@ -736,16 +739,16 @@ static stream collective_frames(unsigned which, size_t frames)
     static const char *const PAYLOAD = "0123456789abcdefghijklmnopqrstuvwxyz";
     tcp_group *g = fresh_group();
     mt_comm_op op = expected_op(which);
-    tcp_plan p;
-    REQUIRE(comm_tcp_plan_init(&p, g, &op, SEQ) == MT_OK, "comm_tcp_plan_init");
+    comm_flow_plan p;
+    REQUIRE(comm_plan_init(&p, &g->transport, &op, SEQ) == MT_OK, "comm_plan_init");
     stream s = {.n = 0};
     for (size_t u = 0; u < frames; u++) {
         uint8_t raw[TCP_FRAME_BYTES];
-        peer_header(&p, u, raw);
+        peer_header(g, &p, u, raw);
         put(&s, raw, TCP_FRAME_BYTES);
         put(&s, PAYLOAD + u, UNIT_BYTES[u]);
     }
-    comm_tcp_plan_free(&p);
+    comm_plan_free(&p);
     comm_tcp_group_free(g);
     return s;
 }

@@ -15,9 +15,9 @@ static mt_status gather_lower_addresses(tcp_group *g, mt_store *store, const cha
                                         char *addresses)
 {
     char key[32];
-    snprintf(key, sizeof key, "tcp/%d", g->rank);
+    snprintf(key, sizeof key, "tcp/%d", g->transport.rank);
     mt_status st = mt_store_set(store, key, mine, TCP_ADDRESS_CAPACITY);
-    for (int p = 0; p < g->rank && st == MT_OK; p++) {
+    for (int p = 0; p < g->transport.rank && st == MT_OK; p++) {
         size_t got;
         snprintf(key, sizeof key, "tcp/%d", p);
         char *at = addresses + (size_t)p * TCP_ADDRESS_CAPACITY;
@@ -78,7 +78,7 @@ static mt_status build_child(mt_comm *parent, const int *members, int n_members,
         memcpy(addresses + (size_t)i * TCP_ADDRESS_CAPACITY,
                all + (size_t)members[i] * TCP_ADDRESS_CAPACITY, TCP_ADDRESS_CAPACITY);
     mt_status st = MT_OK;
-    for (int i = 0; i < g->rank && st == MT_OK; i++)
+    for (int i = 0; i < g->transport.rank && st == MT_OK; i++)
         if (!addresses[(size_t)i * TCP_ADDRESS_CAPACITY])
             st = mt_fail(MT_EPEER, "rank %d of the parent could not listen for its subgroup",
                          members[i]);
@@ -139,7 +139,7 @@ static void tcp_destroy(void *impl) { comm_tcp_group_free(impl); }
 
 const mt_comm_backend comm_tcp_backend = {
     .name = "tcp",
-    .collectives = &comm_tcp_collectives,
+    .collectives = &comm_transport_collectives,
     .p2p_progress = comm_tcp_p2p_progress,
     .split = tcp_split,
     .alloc_shared = comm_alloc_ordinary, /* nothing is shared between processes over TCP */

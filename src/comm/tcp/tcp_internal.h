@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "algorithms/transport.h"
 #include "comm_internal.h"
 #include "tcp_frame.h"
 #include "tcp_handshake.h"
@@ -33,30 +34,22 @@ typedef struct tcp_link {
     uint64_t in_messages;
 } tcp_link;
 
+/* A group is a transport (its first member, as comm_transport_collectives expects) that
+ * moves flows over its collective links. */
 typedef struct tcp_group {
+    comm_transport transport; /* rank, size, timeout and scratch */
     mt_comm *comm;
-    int rank, size;
     uint64_t comm_id;
     uint8_t key[TCP_KEY_BYTES];  /* the attempt's data plane key; subgroups inherit it */
     int strangers_refused;       /* connections dropped during mesh builds (no proof of the key) */
     uint64_t splits;             /* subgroups split off so far (names their ids) */
     char listen_host[48];        /* the IPv4 address this rank listens on; subgroups inherit it */
-    double timeout_seconds;
     double spin_seconds;         /* how long an idle collective polls before sleeping in poll */
     tcp_link *collective, *transfer; /* by peer rank */
     /* The first failure, seen here or reported by a peer; every later call fails with it. */
     _Atomic int aborted;         /* 0 running, 1 message being written, 2 message ready */
     char abort_message[TCP_ABORT_MAX];
-    /* Reused between collectives (collective thread only). */
-    uint8_t *scratch;
-    size_t scratch_bytes;
 } tcp_group;
-
-/* base + offset, where a NULL base (allowed with a count of 0) stays NULL. */
-static inline uint8_t *tcp_at(const void *base, size_t offset)
-{
-    return base ? (uint8_t *)base + offset : NULL;
-}
 
 /* tcp_link.c: sockets, aborts, the failure messages. */
 mt_status comm_tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
@@ -105,8 +98,11 @@ mt_status comm_tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CA
  * no failure. addresses[r] is member r's. */
 mt_status comm_tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses);
 
-/* tcp_collectives.c */
-extern const comm_algorithms comm_tcp_collectives;
+/* tcp_flows.c: the transport's run (comm_transport.run), one poll loop over every flow. */
+mt_status comm_tcp_run_flows(comm_transport *t, comm_flow_plan *plan);
+/* The header every data frame of the plan's call carries (payload_bytes aside): a receiver
+ * accepts a frame only when the peer's header equals it in every field but the sender. */
+tcp_frame comm_tcp_flow_header(const tcp_group *g, const comm_flow_plan *p);
 /* tcp_p2p.c */
 mt_status comm_tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done);
 

@@ -23,6 +23,12 @@ static void link_init(tcp_link *l)
     pthread_mutex_init(&l->send_lock, NULL);
 }
 
+/* The transport's check: a group already broken fails every call at once. */
+static mt_status check_transport(comm_transport *t)
+{
+    return comm_tcp_check_aborted((tcp_group *)t);
+}
+
 mt_status comm_tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[TCP_KEY_BYTES],
                              tcp_group **out)
 {
@@ -36,16 +42,18 @@ mt_status comm_tcp_group_new(mt_comm *comm, uint64_t comm_id, const uint8_t key[
         return mt_fail(MT_ENOMEM, "allocating a tcp group of %d ranks", comm->size);
     }
     g->comm = comm;
-    g->rank = comm->rank;
-    g->size = comm->size;
+    g->transport = (comm_transport){.rank = comm->rank,
+                                    .size = comm->size,
+                                    .timeout_seconds = comm->timeout_seconds,
+                                    .check = check_transport,
+                                    .run = comm_tcp_run_flows};
     g->comm_id = comm_id;
     memcpy(g->key, key, TCP_KEY_BYTES);
-    g->timeout_seconds = comm->timeout_seconds;
     /* Waking from a blocking poll costs tens of microseconds, more than a small message takes:
      * wait actively a little first, unless ranks outnumber cores (then spinning steals the
      * core a peer needs to answer). */
-    g->spin_seconds = g->size <= sysconf(_SC_NPROCESSORS_ONLN) ? 50e-6 : 0;
-    for (int r = 0; r < g->size; r++) {
+    g->spin_seconds = g->transport.size <= sysconf(_SC_NPROCESSORS_ONLN) ? 50e-6 : 0;
+    for (int r = 0; r < g->transport.size; r++) {
         link_init(&g->collective[r]);
         link_init(&g->transfer[r]);
     }
@@ -74,13 +82,13 @@ void comm_tcp_group_free(tcp_group *g)
     if (!g)
         return;
     int drain = atomic_load(&g->aborted) != 0;
-    for (int r = 0; r < g->size; r++) {
+    for (int r = 0; r < g->transport.size; r++) {
         link_close(&g->collective[r], drain);
         link_close(&g->transfer[r], drain);
     }
     free(g->collective);
     free(g->transfer);
-    free(g->scratch);
+    free(g->transport.scratch);
     explicit_bzero(g->key, sizeof g->key);
     free(g);
 }
@@ -165,13 +173,15 @@ static void tell_everyone(tcp_group *g, const char *message)
 {
     size_t len = strlen(message);
     uint8_t frame[TCP_FRAME_BYTES + TCP_ABORT_MAX];
-    tcp_frame f = {.kind = TCP_FRAME_ABORT, .sender = g->rank, .comm_id = g->comm_id,
+    tcp_frame f = {.kind = TCP_FRAME_ABORT,
+                   .sender = g->transport.rank,
+                   .comm_id = g->comm_id,
                    .payload_bytes = (uint32_t)len};
     comm_tcp_frame_encode(&f, frame);
     memcpy(frame + TCP_FRAME_BYTES, message, len);
     double deadline = mt_clock_seconds() + ABORT_SEND_SECONDS;
-    for (int r = 0; r < g->size; r++) {
-        if (r == g->rank)
+    for (int r = 0; r < g->transport.size; r++) {
+        if (r == g->transport.rank)
             continue;
         send_abort_on(&g->collective[r], frame, TCP_FRAME_BYTES + len, deadline);
         send_abort_on(&g->transfer[r], frame, TCP_FRAME_BYTES + len, deadline);
@@ -195,7 +205,7 @@ static mt_status peer_closed(tcp_group *g, int peer, const char *during)
     char who[64];
     comm_tcp_describe_rank(g, peer, who, sizeof who);
     return comm_tcp_abort(g, "%s closed its connection during %s (noticed by rank %d)", who, during,
-                          g->rank);
+                          g->transport.rank);
 }
 
 int comm_tcp_read_until(int fd, uint8_t *buf, size_t n, double deadline)
@@ -254,7 +264,8 @@ mt_status comm_tcp_peek_link(tcp_group *g, int peer, tcp_link *l, int *data_wait
     if (st) {
         char who[64];
         comm_tcp_describe_rank(g, peer, who, sizeof who);
-        return comm_tcp_abort(g, "%s from %s (noticed by rank %d)", mt_last_error(), who, g->rank);
+        return comm_tcp_abort(g, "%s from %s (noticed by rank %d)", mt_last_error(), who,
+                              g->transport.rank);
     }
     if (f.kind != TCP_FRAME_ABORT) {
         *data_waiting = 1;

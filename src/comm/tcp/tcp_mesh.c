@@ -109,20 +109,20 @@ static mt_status connect_lower(tcp_group *g, const tcp_hello_expect *e, const ch
                                double deadline)
 {
     mt_status st = MT_OK;
-    for (int p = 0; p < g->rank && st == MT_OK; p++)
+    for (int p = 0; p < g->transport.rank && st == MT_OK; p++)
         for (int channel = 0; channel < 2 && st == MT_OK; channel++) {
             const char *address = addresses + (size_t)p * TCP_ADDRESS_CAPACITY;
             int fd = -1;
-            st = connect_to(address, deadline, g->timeout_seconds, &fd);
+            st = connect_to(address, deadline, g->transport.timeout_seconds, &fd);
             if (st == MT_OK) {
                 tune_socket(fd);
                 tcp_link *l = &(channel == 0 ? g->collective : g->transfer)[p];
                 l->fd = l->recv_fd = fd;
-                st = comm_tcp_handshake_connect(fd, e, g->rank, p, channel, deadline);
+                st = comm_tcp_handshake_connect(fd, e, g->transport.rank, p, channel, deadline);
             }
             if (st)
-                st = mt_fail_context(st, "rank %d connecting to rank %d at %s", g->rank, p,
-                                     address);
+                st = mt_fail_context(st, "rank %d connecting to rank %d at %s", g->transport.rank,
+                                     p, address);
         }
     return st;
 }
@@ -155,8 +155,10 @@ static void name_peer(const struct sockaddr_storage *a, socklen_t len, char *out
  * on without it. */
 static void refuse(tcp_group *g, pending *c, const char *why)
 {
-    fprintf(stderr, "meshtrain: rank %d of communicator %llx refused a connection from %s: "
-                    "%s\n", g->rank, (unsigned long long)g->comm_id, c->from, why);
+    fprintf(stderr,
+            "meshtrain: rank %d of communicator %llx refused a connection from %s: "
+            "%s\n",
+            g->transport.rank, (unsigned long long)g->comm_id, c->from, why);
     close(c->fd);
     c->fd = -1;
     g->strangers_refused++;
@@ -184,7 +186,7 @@ static mt_status accept_new(tcp_group *g, const tcp_hello_expect *e, int listen_
         if (fd < 0 && accept_retryable(errno))
             continue;
         if (fd < 0)
-            return mt_fail(MT_EIO, "rank %d accepting a connection: %s", g->rank,
+            return mt_fail(MT_EIO, "rank %d accepting a connection: %s", g->transport.rank,
                            strerror(errno));
         pending *c = &list[(*n)++];
         *c = (pending){.fd = fd};
@@ -272,13 +274,15 @@ static mt_status accept_higher(tcp_group *g, const tcp_hello_expect *e, int list
     int flags = fcntl(listen_fd, F_GETFL);
     if (flags < 0 || fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) != 0)
         return mt_fail(MT_EIO, "rank %d: the listener cannot be made non-blocking: %s",
-                       g->rank, strerror(errno));
-    for (int left = 2 * (g->size - 1 - g->rank); left > 0 && st == MT_OK;) {
+                       g->transport.rank, strerror(errno));
+    for (int left = 2 * (g->transport.size - 1 - g->transport.rank); left > 0 && st == MT_OK;) {
         double now = mt_clock_seconds();
         if (now >= deadline) {
-            st = mt_fail(MT_EPEER, "rank %d: %d connections from higher ranks did not arrive "
-                                   "within %.1f s (%d strangers refused)", g->rank, left,
-                         g->timeout_seconds, g->strangers_refused);
+            st = mt_fail(MT_EPEER,
+                         "rank %d: %d connections from higher ranks did not arrive "
+                         "within %.1f s (%d strangers refused)",
+                         g->transport.rank, left, g->transport.timeout_seconds,
+                         g->strangers_refused);
             break;
         }
         struct pollfd p[PENDING_MAX + 1];
@@ -291,7 +295,7 @@ static mt_status accept_higher(tcp_group *g, const tcp_hello_expect *e, int list
         if (n < PENDING_MAX)
             p[polled++] = (struct pollfd){listen_fd, POLLIN, 0};
         if (poll(p, (nfds_t)polled, (int)((wake - now) * 1000) + 1) < 0 && errno != EINTR) {
-            st = mt_fail(MT_EIO, "rank %d: poll: %s", g->rank, strerror(errno));
+            st = mt_fail(MT_EIO, "rank %d: poll: %s", g->transport.rank, strerror(errno));
             break;
         }
         now = mt_clock_seconds();
@@ -323,16 +327,16 @@ static mt_status connect_self(tcp_group *g)
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
         return mt_fail(MT_EIO, "socketpair for transfers to oneself: %s", strerror(errno));
-    g->transfer[g->rank].fd = pair[0];
-    g->transfer[g->rank].recv_fd = pair[1];
+    g->transfer[g->transport.rank].fd = pair[0];
+    g->transfer[g->transport.rank].recv_fd = pair[1];
     return MT_OK;
 }
 
 mt_status comm_tcp_build_mesh(tcp_group *g, int listen_fd, const char *addresses)
 {
-    double deadline = mt_clock_seconds() + g->timeout_seconds;
-    tcp_hello_expect e = {.key = g->key, .comm_id = g->comm_id, .rank = g->rank,
-                          .size = g->size};
+    double deadline = mt_clock_seconds() + g->transport.timeout_seconds;
+    tcp_hello_expect e = {
+        .key = g->key, .comm_id = g->comm_id, .rank = g->transport.rank, .size = g->transport.size};
     /* A rank connects to lower ranks before accepting: each connection waits for its
      * listener to challenge it, and rank 0 only accepts, so the waits end in order. */
     mt_status st = connect_self(g);

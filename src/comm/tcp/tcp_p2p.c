@@ -38,14 +38,19 @@ static mt_status advance_send(tcp_group *g, mt_p2p *p2p, size_t total, const cha
     while (!finished(p2p, total)) {
         size_t start, end, k;
         current_frame(p2p, total, &start, &end);
-        tcp_frame f = {.kind = TCP_FRAME_TRANSFER, .op_kind = MT_OP_SEND,
-                       .dtype = (uint32_t)p2p->op.dtype, .root_or_tag = p2p->op.tag,
-                       .sender = g->rank, .comm_id = g->comm_id, .seq = l->out_messages,
-                       .count = p2p->op.count, .payload_bytes = (uint32_t)(end - start)};
+        tcp_frame f = {.kind = TCP_FRAME_TRANSFER,
+                       .op_kind = MT_OP_SEND,
+                       .dtype = (uint32_t)p2p->op.dtype,
+                       .root_or_tag = p2p->op.tag,
+                       .sender = g->transport.rank,
+                       .comm_id = g->comm_id,
+                       .seq = l->out_messages,
+                       .count = p2p->op.count,
+                       .payload_bytes = (uint32_t)(end - start)};
         uint8_t header[TCP_FRAME_BYTES];
         comm_tcp_frame_encode(&f, header);
         mt_status st =
-            comm_tcp_link_send(g, l, header, (size_t)p2p->header_done, tcp_at(p2p->op.send, start),
+            comm_tcp_link_send(g, l, header, (size_t)p2p->header_done, comm_at(p2p->op.send, start),
                                p2p->bytes_done - start, end - start, &k);
         if (st)
             return st;
@@ -73,7 +78,7 @@ static mt_status check_transfer_header(tcp_group *g, mt_p2p *p2p, tcp_link *l, s
     tcp_frame f;
     if (comm_tcp_frame_decode(l->in_header, &f))
         return comm_tcp_abort(g, "%s from %s during %s (noticed by rank %d)", mt_last_error(), who,
-                              during, g->rank);
+                              during, g->transport.rank);
     if (f.kind == TCP_FRAME_ABORT)
         return comm_tcp_take_abort(g, peer, l, &f);
     if (f.kind != TCP_FRAME_TRANSFER || f.root_or_tag != p2p->op.tag ||
@@ -82,15 +87,16 @@ static mt_status check_transfer_header(tcp_group *g, mt_p2p *p2p, tcp_link *l, s
                               "mismatched transfer: %s sent tag %d (%llu x %s) but rank %d "
                               "expected tag %d (%llu x %s)",
                               who, f.root_or_tag, (unsigned long long)f.count,
-                              mt_dtype_name((mt_dtype)f.dtype), g->rank, p2p->op.tag,
+                              mt_dtype_name((mt_dtype)f.dtype), g->transport.rank, p2p->op.tag,
                               (unsigned long long)p2p->op.count, mt_dtype_name(p2p->op.dtype));
     if (f.comm_id != g->comm_id || f.seq != l->in_messages || f.payload_bytes != bytes)
-        return comm_tcp_abort(
-            g,
-            "%s sent frame %llu of %u bytes (communicator %llx) where rank %d "
-            "expected message %llu, %zu bytes (communicator %llx)",
-            who, (unsigned long long)f.seq, f.payload_bytes, (unsigned long long)f.comm_id, g->rank,
-            (unsigned long long)l->in_messages, bytes, (unsigned long long)g->comm_id);
+        return comm_tcp_abort(g,
+                              "%s sent frame %llu of %u bytes (communicator %llx) where rank %d "
+                              "expected message %llu, %zu bytes (communicator %llx)",
+                              who, (unsigned long long)f.seq, f.payload_bytes,
+                              (unsigned long long)f.comm_id, g->transport.rank,
+                              (unsigned long long)l->in_messages, bytes,
+                              (unsigned long long)g->comm_id);
     return MT_OK;
 }
 
@@ -114,7 +120,7 @@ static mt_status advance_recv(tcp_group *g, mt_p2p *p2p, size_t total, const cha
                 (st = check_transfer_header(g, p2p, l, end - start, during)))
                 return st;
         } else {
-            st = comm_tcp_link_recv(g, p2p->op.peer, l, tcp_at(p2p->op.recv, p2p->bytes_done),
+            st = comm_tcp_link_recv(g, p2p->op.peer, l, comm_at(p2p->op.recv, p2p->bytes_done),
                                     end - p2p->bytes_done, &k, during);
             if (st || k == 0)
                 return st;
@@ -140,13 +146,13 @@ static mt_status check_stalled(tcp_group *g, mt_p2p *p2p, const char *during)
     mt_status st = MT_OK;
     if (p2p->op.kind == MT_OP_SEND && !l->in_busy)
         st = comm_tcp_peek_link(g, p2p->op.peer, l, &data, NULL, during);
-    if (st || now - p2p->started <= g->timeout_seconds)
+    if (st || now - p2p->started <= g->transport.timeout_seconds)
         return st;
     char who[64];
     comm_tcp_describe_rank(g, p2p->op.peer, who, sizeof who);
     return comm_tcp_abort(g, "%s %s for %.1f s during %s (rank %d waited)", who,
                           p2p->op.kind == MT_OP_SEND ? "took no data" : "sent nothing",
-                          g->timeout_seconds, during, g->rank);
+                          g->transport.timeout_seconds, during, g->transport.rank);
 }
 
 mt_status comm_tcp_p2p_progress(void *impl, mt_p2p *p2p, int *done)

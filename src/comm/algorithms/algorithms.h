@@ -1,0 +1,29 @@
+/* The algorithms behind comm_transport_collectives, one family per file: direct exchange
+ * (exchange.c), pipelined rings (ring.c) and the broadcast chain (chain.c). */
+#ifndef MESHTRAIN_COMM_ALGORITHMS_H
+#define MESHTRAIN_COMM_ALGORITHMS_H
+
+#include "transport.h"
+
+/* a mod m in [0, m), for positions around a ring of m ranks. */
+static inline int comm_mod(int a, int m) { return ((a % m) + m) % m; }
+
+/* exchange.c: every rank sends to and receives from every other at once. Reductions reduce all
+ * sources in rank order, bitwise as shm's one-shot does; memory: size x count. */
+/* All-reduce (root < 0) or reduce to root. */
+mt_status comm_exchange_reduce(comm_transport *t, const mt_comm_op *op, uint64_t seq, int root);
+mt_status comm_exchange_allgather(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+mt_status comm_exchange_reduce_scatter(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+mt_status comm_exchange_alltoall(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+mt_status comm_exchange_barrier(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+
+/* ring.c: blocks passed around the ring, cut into chunks that pipeline. */
+/* All-reduce (root < 0) or reduce to root: reduce-scatter then all-gather. */
+mt_status comm_ring_reduce(comm_transport *t, const mt_comm_op *op, uint64_t seq, int root);
+mt_status comm_ring_allgather(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+mt_status comm_ring_reduce_scatter(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+
+/* chain.c */
+mt_status comm_chain_broadcast(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+
+#endif
