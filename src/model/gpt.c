@@ -11,11 +11,11 @@
 mt_status mt_gpt_shape_check(const mt_gpt_shape *s)
 {
     if (s->vocab < 1 || s->context < 1 || s->layers < 1 || s->heads < 1 || s->width < 1)
-        return mt_fail(MT_EINVAL, "model shape keys 'vocab', 'context', 'layers', 'heads', "
-                                  "'width' must all be positive");
+        return mt_fail(MT_EINVAL, "a model's vocabulary, context, layers, heads and width must "
+                                  "all be positive");
     if (s->width % s->heads)
-        return mt_fail(MT_EINVAL, "config keys 'heads' and 'width': heads %d does not divide "
-                                  "width %d", s->heads, s->width);
+        return mt_fail(MT_EINVAL, "a model of width %d does not split into %d attention heads",
+                       s->width, s->heads);
     return MT_OK;
 }
 
@@ -101,7 +101,7 @@ mt_status mt_gpt_recompute_parse(const char *text, mt_gpt_recompute *out)
             *out = r;
             return MT_OK;
         }
-    return mt_fail(MT_EINVAL, "config key 'recompute': '%s' is not none, selective or full", text);
+    return mt_fail(MT_EINVAL, "'%s' is not none, selective or full", text);
 }
 
 const char *mt_gpt_recompute_name(mt_gpt_recompute recompute)

@@ -39,43 +39,75 @@ mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind)
 
 /* ---- sizes ---------------------------------------------------------------------------------- */
 
-mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int micros,
-                                     int chunks, int layers)
+mt_pp_size_fault mt_pp_schedule_size_fault(mt_pp_schedule_kind kind, int stages, int micros,
+                                           int chunks, int layers)
 {
     if ((int)kind < 0 || (int)kind > MT_PP_INTERLEAVED)
-        return mt_fail(MT_EINVAL, "pipeline schedule kind %d is not one of gpipe, 1f1b, "
-                       "interleaved", (int)kind);
+        return MT_PP_FAULT_KIND;
     if (stages < 1)
-        return mt_fail(MT_EINVAL, "config key 'pp': %d pipeline stages; there must be at least 1",
-                       stages);
+        return MT_PP_FAULT_STAGES;
     /* Fewer micro-batches than stages leaves a stage with nothing to do at any moment: every
      * schedule here assumes the pipeline can be filled. */
     if (micros < stages)
-        return mt_fail(MT_EINVAL, "config keys 'microbatches' and 'pp': %d micro-batches cannot "
-                       "fill %d pipeline stages (the schedule needs at least pp)", micros, stages);
+        return MT_PP_FAULT_FILL;
     if (kind == MT_PP_INTERLEAVED) {
         /* Megatron's interleaving runs micro-batches in groups of pp through each chunk. */
         if (micros % stages != 0)
-            return mt_fail(MT_EINVAL, "config keys 'microbatches' and 'pp': interleaved needs "
-                           "micro-batches a multiple of pp, got %d micro-batches for pp %d",
-                           micros, stages);
+            return MT_PP_FAULT_GROUPS;
         if (chunks < 1)
-            return mt_fail(MT_EINVAL, "config key 'chunks': interleaved needs at least 1 model "
-                           "chunk per stage, got %d", chunks);
+            return MT_PP_FAULT_CHUNKS;
     } else if (chunks != 1) {
-        return mt_fail(MT_EINVAL, "config key 'chunks': the %s schedule runs 1 model chunk per "
-                       "stage, got %d (only interleaved takes more)", mt_pp_schedule_name(kind),
-                       chunks);
+        return MT_PP_FAULT_CHUNKS;
     }
     /* Six actions per (micro, chunk) at most on one stage, counted in an int. */
     if ((long long)micros * chunks > INT_MAX / 6)
-        return mt_fail(MT_EINVAL, "config keys 'microbatches' and 'chunks': %d micro-batches x %d "
-                       "chunks is too many passes for one step", micros, chunks);
-    long long pieces = (long long)stages * chunks;
-    if (layers != 0 && layers < pieces)
-        return mt_fail(MT_EINVAL, "config key 'layers': %d layers cannot be cut into pp %d x "
-                       "chunks %d = %lld model chunks", layers, stages, chunks, pieces);
-    return MT_OK;
+        return MT_PP_FAULT_PASSES;
+    if (layers != 0 && layers < (long long)stages * chunks)
+        return MT_PP_FAULT_LAYERS;
+    return MT_PP_SIZES_OK;
+}
+
+mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int micros, int chunks,
+                                     int layers)
+{
+    switch (mt_pp_schedule_size_fault(kind, stages, micros, chunks, layers)) {
+    case MT_PP_SIZES_OK:
+        return MT_OK;
+    case MT_PP_FAULT_KIND:
+        return mt_fail(MT_EINVAL,
+                       "pipeline schedule kind %d is not one of gpipe, 1f1b, "
+                       "interleaved",
+                       (int)kind);
+    case MT_PP_FAULT_STAGES:
+        return mt_fail(MT_EINVAL, "%d pipeline stages; there must be at least 1", stages);
+    case MT_PP_FAULT_FILL:
+        return mt_fail(MT_EINVAL,
+                       "%d micro-batches cannot fill %d pipeline stages (the schedule "
+                       "needs at least pp)",
+                       micros, stages);
+    case MT_PP_FAULT_GROUPS:
+        return mt_fail(MT_EINVAL,
+                       "interleaved needs micro-batches a multiple of pp, got %d "
+                       "micro-batches for pp %d",
+                       micros, stages);
+    case MT_PP_FAULT_CHUNKS:
+        if (kind == MT_PP_INTERLEAVED)
+            return mt_fail(MT_EINVAL, "interleaved needs at least 1 model chunk per stage, got %d",
+                           chunks);
+        return mt_fail(MT_EINVAL,
+                       "the %s schedule runs 1 model chunk per stage, got %d (only "
+                       "interleaved takes more)",
+                       mt_pp_schedule_name(kind), chunks);
+    case MT_PP_FAULT_PASSES:
+        return mt_fail(MT_EINVAL, "%d micro-batches x %d chunks is too many passes for one step",
+                       micros, chunks);
+    case MT_PP_FAULT_LAYERS:
+        return mt_fail(MT_EINVAL,
+                       "%d layers cannot be cut into pp %d x chunks %d = %lld model "
+                       "chunks",
+                       layers, stages, chunks, (long long)stages * chunks);
+    }
+    return mt_fail(MT_EINVAL, "pipeline sizes refused for no known reason");
 }
 
 /* ---- generators ----------------------------------------------------------------------------- */

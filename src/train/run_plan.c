@@ -35,8 +35,26 @@ static mt_status check_batch_and_schedule(const mt_config *c, mt_run_plan *p)
     if (p->shape.pp == 1) /* one stage runs the whole model: chunks change nothing */
         return MT_OK;
     p->chunks = c->chunks;
-    return mt_pp_schedule_check_sizes(p->schedule_kind, p->shape.pp, c->microbatches, c->chunks,
-                                      c->layers);
+    mt_status status = mt_pp_schedule_check_sizes(p->schedule_kind, p->shape.pp, c->microbatches,
+                                                  c->chunks, c->layers);
+    if (status == MT_OK)
+        return MT_OK;
+    switch (mt_pp_schedule_size_fault(p->schedule_kind, p->shape.pp, c->microbatches, c->chunks,
+                                      c->layers)) {
+    case MT_PP_FAULT_STAGES:
+        return mt_fail_context(status, "config key 'pp'");
+    case MT_PP_FAULT_FILL:
+    case MT_PP_FAULT_GROUPS:
+        return mt_fail_context(status, "config keys 'microbatches' and 'pp'");
+    case MT_PP_FAULT_CHUNKS:
+        return mt_fail_context(status, "config key 'chunks'");
+    case MT_PP_FAULT_PASSES:
+        return mt_fail_context(status, "config keys 'microbatches' and 'chunks'");
+    case MT_PP_FAULT_LAYERS:
+        return mt_fail_context(status, "config key 'layers'");
+    default:
+        return mt_fail_context(status, "config key 'schedule'");
+    }
 }
 
 /* ZeRO 2 and 3 free a unit's gradient or parameters as its pass ends, but a pipeline stage
@@ -60,7 +78,8 @@ static mt_status check_names(const mt_config *c, mt_run_plan *p)
     mt_gpt_recompute recompute;
     if (mt_pp_schedule_parse(c->schedule, &p->schedule_kind))
         return mt_fail_context(MT_EINVAL, "config key 'schedule'");
-    return mt_gpt_recompute_parse(c->recompute, &recompute); /* its message names the key */
+    mt_status status = mt_gpt_recompute_parse(c->recompute, &recompute);
+    return status ? mt_fail_context(status, "config key 'recompute'") : MT_OK;
 }
 
 mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan *out)

@@ -107,15 +107,18 @@ static mt_status memory_run(comm_transport *t, comm_flow_plan *p)
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
         deadline.tv_sec += 5;
+        /* Sleep only when no unfinished receive has a frame waiting: one may have come since
+         * the pass above looked. */
         pthread_mutex_lock(&box->lock);
-        int waited = 0;
-        for (int i = 0; i < p->n_flows && !waited; i++) {
+        int waiting = 0, timed_out = 0;
+        for (int i = 0; i < p->n_flows; i++) {
             const comm_flow *f = &p->flows[i];
-            if (!f->sending && f->next < f->units && !box->head[f->peer][t->rank])
-                waited = pthread_cond_timedwait(&box->posted, &box->lock, &deadline) ? -1 : 1;
+            waiting |= !f->sending && f->next < f->units && box->head[f->peer][t->rank];
         }
+        if (!waiting)
+            timed_out = pthread_cond_timedwait(&box->posted, &box->lock, &deadline) != 0;
         pthread_mutex_unlock(&box->lock);
-        if (waited < 0)
+        if (timed_out)
             return mt_fail(MT_EPEER, "%s: rank %d waited 5 s for a frame", p->during, t->rank);
     }
 }

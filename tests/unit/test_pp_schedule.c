@@ -406,25 +406,38 @@ static void test_sizes(void)
     CHECK(mt_pp_schedule_check_sizes(MT_PP_1F1B, 4, 4, 1, 4) == MT_OK);
     CHECK(mt_pp_schedule_check_sizes(MT_PP_INTERLEAVED, 2, 4, 3, 6) == MT_OK);
     CHECK(mt_pp_schedule_check_sizes(MT_PP_INTERLEAVED, 3, 9, 1, 0) == MT_OK);
-    sizes_refused(MT_PP_1F1B, 4, 3, 1, 0, "config keys 'microbatches' and 'pp': 3 micro-batches "
+    sizes_refused(MT_PP_1F1B, 4, 3, 1, 0,
+                  "3 micro-batches "
                   "cannot fill 4 pipeline stages (the schedule needs at least pp)");
-    sizes_refused(MT_PP_GPIPE, 0, 3, 1, 0,
-                  "config key 'pp': 0 pipeline stages; there must be at least 1");
-    sizes_refused(MT_PP_INTERLEAVED, 4, 6, 2, 0, "config keys 'microbatches' and 'pp': "
+    sizes_refused(MT_PP_GPIPE, 0, 3, 1, 0, "0 pipeline stages; there must be at least 1");
+    sizes_refused(MT_PP_INTERLEAVED, 4, 6, 2, 0,
                   "interleaved needs micro-batches a multiple of pp, got 6 micro-batches for "
                   "pp 4");
-    sizes_refused(MT_PP_INTERLEAVED, 2, 4, 3, 5, "config key 'layers': 5 layers cannot be cut "
+    sizes_refused(MT_PP_INTERLEAVED, 2, 4, 3, 5,
+                  "5 layers cannot be cut "
                   "into pp 2 x chunks 3 = 6 model chunks");
-    sizes_refused(MT_PP_1F1B, 3, 4, 1, 2, "config key 'layers': 2 layers cannot be cut into "
+    sizes_refused(MT_PP_1F1B, 3, 4, 1, 2,
+                  "2 layers cannot be cut into "
                   "pp 3 x chunks 1 = 3 model chunks");
-    sizes_refused(MT_PP_GPIPE, 2, 4, 2, 0, "config key 'chunks': the gpipe schedule runs 1 "
+    sizes_refused(MT_PP_GPIPE, 2, 4, 2, 0,
+                  "the gpipe schedule runs 1 "
                   "model chunk per stage, got 2 (only interleaved takes more)");
-    sizes_refused(MT_PP_INTERLEAVED, 2, 4, 0, 0, "config key 'chunks': interleaved needs at "
+    sizes_refused(MT_PP_INTERLEAVED, 2, 4, 0, 0,
+                  "interleaved needs at "
                   "least 1 model chunk per stage, got 0");
-    sizes_refused(MT_PP_INTERLEAVED, 1, 1 << 28, 4, 0, "config keys 'microbatches' and "
-                  "'chunks': 268435456 micro-batches x 4 chunks is too many passes for one step");
+    sizes_refused(MT_PP_INTERLEAVED, 1, 1 << 28, 4, 0,
+                  "268435456 micro-batches x 4 chunks is too many passes for one step");
     sizes_refused((mt_pp_schedule_kind)7, 2, 2, 1, 0,
                   "pipeline schedule kind 7 is not one of gpipe, 1f1b, interleaved");
+    /* The fault tells a caller which of its settings to name. */
+    CHECK(mt_pp_schedule_size_fault(MT_PP_1F1B, 4, 4, 1, 4) == MT_PP_SIZES_OK);
+    CHECK(mt_pp_schedule_size_fault(MT_PP_1F1B, 4, 3, 1, 0) == MT_PP_FAULT_FILL);
+    CHECK(mt_pp_schedule_size_fault(MT_PP_GPIPE, 0, 3, 1, 0) == MT_PP_FAULT_STAGES);
+    CHECK(mt_pp_schedule_size_fault(MT_PP_INTERLEAVED, 4, 6, 2, 0) == MT_PP_FAULT_GROUPS);
+    CHECK(mt_pp_schedule_size_fault(MT_PP_INTERLEAVED, 2, 4, 3, 5) == MT_PP_FAULT_LAYERS);
+    CHECK(mt_pp_schedule_size_fault(MT_PP_GPIPE, 2, 4, 2, 0) == MT_PP_FAULT_CHUNKS);
+    CHECK(mt_pp_schedule_size_fault(MT_PP_INTERLEAVED, 1, 1 << 28, 4, 0) == MT_PP_FAULT_PASSES);
+    CHECK(mt_pp_schedule_size_fault((mt_pp_schedule_kind)7, 2, 2, 1, 0) == MT_PP_FAULT_KIND);
 }
 
 static void test_names(void)

@@ -76,7 +76,7 @@ typedef enum mt_gpt_recompute {
     MT_RECOMPUTE_FULL,
 } mt_gpt_recompute;
 
-/* "none", "selective" or "full"; anything else is an error naming the config key. */
+/* "none", "selective" or "full"; anything else is an error naming the text. */
 mt_status mt_gpt_recompute_parse(const char *text, mt_gpt_recompute *out);
 const char *mt_gpt_recompute_name(mt_gpt_recompute recompute);
 

@@ -52,10 +52,24 @@ const char *mt_pp_op_name(mt_pp_op op);
 /* Parses a schedule name; an unknown name is MT_EINVAL naming it and the choices. */
 mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind);
 
-/* The constraints a schedule's sizes must meet, as errors naming the config keys: stages >= 1,
- * micro-batches >= stages ('microbatches' against 'pp'; a multiple of pp for interleaved),
- * chunks 1 unless interleaved and then >= 1 ('chunks'), and layers >= stages * chunks
- * ('layers'). Pass layers 0 to skip the layer check. */
+/* The constraints a schedule's sizes must meet: stages >= 1, micro-batches >= stages (a
+ * multiple of stages for interleaved), chunks 1 unless interleaved and then >= 1, micro-batches
+ * x chunks within an int's passes, and layers >= stages x chunks (layers 0 skips that check).
+ * The fault says which broke, so that a caller can name its own settings. */
+typedef enum mt_pp_size_fault {
+    MT_PP_SIZES_OK,
+    MT_PP_FAULT_KIND,   /* no such schedule */
+    MT_PP_FAULT_STAGES, /* fewer than 1 stage */
+    MT_PP_FAULT_FILL,   /* fewer micro-batches than stages */
+    MT_PP_FAULT_GROUPS, /* interleaved: micro-batches not a multiple of the stages */
+    MT_PP_FAULT_CHUNKS, /* chunks other than 1, or interleaved with fewer than 1 */
+    MT_PP_FAULT_PASSES, /* micro-batches x chunks too many to count */
+    MT_PP_FAULT_LAYERS, /* fewer layers than stages x chunks */
+} mt_pp_size_fault;
+
+mt_pp_size_fault mt_pp_schedule_size_fault(mt_pp_schedule_kind kind, int stages, int micros,
+                                           int chunks, int layers);
+/* The same check as an error saying what is wrong in the schedule's own terms. */
 mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int micros,
                                      int chunks, int layers);
 

@@ -1,0 +1,51 @@
+/* The run plan's refusals: every rule between keys broken once, each refused with a message
+ * naming the keys a user set, where lower layers speak only of their own terms. */
+#include "check.h"
+#include "meshtrain/config.h"
+#include "meshtrain/run_plan.h"
+
+/* Resolves the defaults with `settings` (key, value pairs, NULL-terminated) on `world` ranks. */
+static void refused(int world, const char *message, const char *const *settings)
+{
+    mt_config c;
+    mt_config_defaults(&c);
+    for (int i = 0; settings[i]; i += 2)
+        CHECK_MSG(mt_config_set(&c, settings[i], settings[i + 1], "test") == MT_OK, "%s: %s",
+                  settings[i], mt_last_error());
+    mt_run_plan plan;
+    mt_status st = mt_run_plan_resolve(&c, world, &plan);
+    CHECK_MSG(st == MT_EINVAL && check_contains(mt_last_error(), message),
+              "status %d, message '%s', want '%s'", (int)st, mt_last_error(), message);
+}
+
+#define REFUSED(world, message, ...)                                                               \
+    refused(world, message, (const char *const[]){__VA_ARGS__, NULL})
+
+int main(void)
+{
+    mt_config c;
+    mt_config_defaults(&c);
+    mt_run_plan plan;
+    CHECK_MSG(mt_run_plan_resolve(&c, 1, &plan) == MT_OK, "defaults: %s", mt_last_error());
+
+    REFUSED(2,
+            "config keys 'microbatches' and 'pp': 1 micro-batches cannot fill 2 pipeline "
+            "stages (the schedule needs at least pp)",
+            "pp", "2", "microbatches", "1", "batch", "8", "layers", "2");
+    REFUSED(4,
+            "config keys 'microbatches' and 'pp': interleaved needs micro-batches a multiple "
+            "of pp, got 6 micro-batches for pp 4",
+            "pp", "4", "microbatches", "6", "batch", "12", "layers", "8", "schedule", "interleaved",
+            "chunks", "2");
+    REFUSED(2, "config key 'layers': 2 layers cannot be cut into pp 2 x chunks 2 = 4 model chunks",
+            "pp", "2", "microbatches", "2", "batch", "8", "layers", "2", "schedule", "interleaved",
+            "chunks", "2");
+    REFUSED(2,
+            "config keys 'chunks' and 'schedule': 2 model chunks per stage need the interleaved "
+            "schedule, not 1f1b",
+            "pp", "2", "microbatches", "2", "batch", "8", "layers", "2", "schedule", "1f1b",
+            "chunks", "2");
+    REFUSED(1, "config key 'recompute': 'most' is not none, selective or full", "recompute",
+            "most");
+    return check_summary("test_run_plan");
+}
