@@ -114,6 +114,17 @@ static mt_status resolve_config(const mt_comm_config *given, mt_comm_config *c,
                        c->timeout_seconds);
     if (!c->algorithm)
         c->algorithm = getenv("MT_COMM_ALGORITHM");
+    if (c->tree_ranks == 0) {
+        const char *n = env_or("MT_COMM_TREE_RANKS", "9");
+        char *end;
+        long v = strtol(n, &end, 10);
+        if (*end || v < 2 || v > 1 << 20)
+            return mt_fail(MT_EINVAL,
+                           "MT_COMM_TREE_RANKS='%s' is not a whole number of ranks "
+                           "from 2 up",
+                           n);
+        c->tree_ranks = (int)v;
+    }
     if (!c->tcp_host)
         c->tcp_host = env_or("MT_COMM_TCP_HOST", NULL);
     if (!c->host_identity)

@@ -8,7 +8,7 @@
 #include "check.h"
 #include "comm/algorithms/transport.h"
 
-enum { MAX_RANKS = 8, BIG = 300007 /* floats: above the direct limit, several chunks */ };
+enum { MAX_RANKS = 17, BIG = 300007 /* floats: above the direct limit, several chunks */ };
 
 /* A frame in flight from one rank to another. */
 typedef struct frame {
@@ -260,20 +260,22 @@ static void *rank_main(void *arg)
             exercise_movement(job, &seq, a, b);
     }
     free(a), free(b);
-    free(job->mt.transport.scratch);
     return NULL;
 }
 
-static void run_group(int size)
+static void run_group(int size, int tree_ranks)
 {
     mailbox box = {.lock = PTHREAD_MUTEX_INITIALIZER, .posted = PTHREAD_COND_INITIALIZER};
     rank_job jobs[MAX_RANKS];
     pthread_t threads[MAX_RANKS];
     for (int r = 0; r < size; r++) {
         jobs[r] = (rank_job){.size = size};
-        jobs[r].mt = (memory_transport){
-            .transport = {.rank = r, .size = size, .timeout_seconds = 5, .run = memory_run},
-            .box = &box};
+        jobs[r].mt = (memory_transport){.transport = {.rank = r,
+                                                      .size = size,
+                                                      .timeout_seconds = 5,
+                                                      .tree_ranks = tree_ranks,
+                                                      .run = memory_run},
+                                        .box = &box};
         CHECK(pthread_create(&threads[r], NULL, rank_main, &jobs[r]) == 0);
     }
     for (int r = 0; r < size; r++) {
@@ -284,12 +286,20 @@ static void run_group(int size)
         for (int to = 0; to < size; to++)
             CHECK_MSG(!box.head[from][to], "frames from rank %d to %d left over (group of %d)",
                       from, to, size);
+    for (int r = 0; r < size; r++)
+        free(jobs[r].mt.transport.scratch);
 }
 
 int main(void)
 {
-    int sizes[] = {1, 2, 3, 4, 7};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        run_group(sizes[i]);
+    /* Every group size up to 8 with the algorithms of small groups, then with those of large
+     * groups (tree_ranks 2), and large groups as they come (9 and more). */
+    for (int size = 1; size <= 8; size++) {
+        run_group(size, 0);
+        run_group(size, 2);
+    }
+    run_group(9, 9);
+    run_group(16, 9);
+    run_group(17, 9);
     return check_summary("test_comm_transport");
 }

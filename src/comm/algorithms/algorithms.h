@@ -26,4 +26,15 @@ mt_status comm_ring_reduce_scatter(comm_transport *t, const mt_comm_op *op, uint
 /* chain.c */
 mt_status comm_chain_broadcast(comm_transport *t, const mt_comm_op *op, uint64_t seq);
 
+/* doubling.c: log2(P) rounds of swapping partial results; small messages, large groups.
+ * All-reduce (root < 0), reduce to root, or barrier (op's kind). */
+mt_status comm_doubling_reduce(comm_transport *t, const mt_comm_op *op, uint64_t seq, int root);
+
+/* tree.c: broadcast down a pipelined binary tree. */
+mt_status comm_tree_broadcast(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+
+/* rooted.c: reduce as a ring reduce-scatter, then each block straight to the root (half the
+ * all-reduce ring's traffic). */
+mt_status comm_rooted_reduce(comm_transport *t, const mt_comm_op *op, uint64_t seq);
+
 #endif

@@ -51,6 +51,9 @@ struct comm_flow_plan {
 struct comm_transport {
     int rank, size;
     double timeout_seconds;
+    /* Groups of at least this many ranks take the O(log P) algorithms for small reductions,
+     * barriers and broadcasts (below it, one round to every peer costs less). */
+    int tree_ranks;
     /* A group already broken fails every call at once (NULL: no such state). */
     mt_status (*check)(comm_transport *t);
     /* Runs every flow of the plan to the end without letting any direction wait on another,

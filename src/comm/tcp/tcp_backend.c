@@ -37,6 +37,7 @@ static mt_status tcp_create_world(mt_comm *comm, const mt_comm_bootstrap_result 
     if (st)
         return st;
     snprintf(g->listen_host, sizeof g->listen_host, "%s", config->tcp_host);
+    g->transport.tree_ranks = config->tree_ranks;
     char mine[TCP_ADDRESS_CAPACITY] = "";
     char *addresses = calloc((size_t)comm->size, TCP_ADDRESS_CAPACITY);
     int listen_fd = -1;
@@ -100,6 +101,7 @@ static mt_status tcp_split(mt_comm *parent, const int *members, int n_members, m
     mt_status st = MT_OK;
     if (child && (st = comm_tcp_group_new(child, child_id(pg, members[0]), pg->key, &g)) == MT_OK) {
         snprintf(g->listen_host, sizeof g->listen_host, "%s", pg->listen_host);
+        g->transport.tree_ranks = pg->transport.tree_ranks;
         st = comm_tcp_listen(g->listen_host, &listen_fd, mine);
     }
     char *all = calloc((size_t)parent->size, TCP_ADDRESS_CAPACITY);

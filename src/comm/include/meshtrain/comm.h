@@ -21,6 +21,8 @@ typedef struct mt_comm_config {
     const char *backend;        /* "shm", "tcp", "hier" or "mpi" [MT_COMM_BACKEND, else shm] */
     double timeout_seconds;     /* a peer silent this long is an error [MT_COMM_TIMEOUT, 300] */
     const char *algorithm;      /* "auto", "oneshot" or "twoshot" [MT_COMM_ALGORITHM, auto] */
+    int tree_ranks;             /* tcp: groups of this many ranks or more reduce small messages
+                                 * and broadcast in O(log P) steps [MT_COMM_TREE_RANKS, 9] */
     bool debug;                 /* full call fingerprints across ranks [MT_COMM_DEBUG=1] */
     const char *tcp_host;       /* IPv4 address tcp listens on [MT_COMM_TCP_HOST, else this
                                  * host's address toward the store] */
