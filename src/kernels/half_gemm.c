@@ -128,7 +128,7 @@ int kernels_gemm_run(const kernels_gemm_job *job)
     return 0;
 }
 
-int kernels_half_gemm_path(mt_kernels_path path, mt_half_format format, bool trans_a,
+int mt_half_gemm_path(mt_kernels_path path, mt_half_format format, bool trans_a,
                            bool trans_b, int m, int n, int k, const mt_half *a, int lda,
                            const mt_half *b, int ldb, float beta, float *c, int ldc)
 {
@@ -142,7 +142,7 @@ int mt_half_gemm(mt_half_format format, bool trans_a, bool trans_b, int m, int n
                  const mt_half *a, int lda, const mt_half *b, int ldb, float beta, float *c,
                  int ldc)
 {
-    return kernels_half_gemm_path(mt_kernels_dispatch_get()->path, format, trans_a, trans_b, m,
+    return mt_half_gemm_path(mt_kernels_dispatch_get()->path, format, trans_a, trans_b, m,
                                   n, k, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -21,10 +21,4 @@ void kernels_bf16_to_f32_avx512(float *dst, const mt_half *src, size_t n);
 void kernels_f16_from_f32_avx512(mt_half *dst, const float *src, size_t n);
 void kernels_f16_to_f32_avx512(float *dst, const mt_half *src, size_t n);
 
-/* mt_half_gemm on one path: scalar, avx2 and avx512 convert panels to fp32 for sgemm;
- * avx512bf16 and amx run their own bf16 kernels (fp16 falls back to the avx512 path). */
-int kernels_half_gemm_path(mt_kernels_path path, mt_half_format format, bool trans_a,
-                           bool trans_b, int m, int n, int k, const mt_half *a, int lda,
-                           const mt_half *b, int ldb, float beta, float *c, int ldc);
-
 #endif

@@ -73,7 +73,7 @@ static void check_gemm(mt_kernels_path path, mt_half_format format, bool ta, boo
     memcpy(c, c0, sizeof(float) * (size_t)m * ldc);
     double *want = malloc(sizeof(double) * (size_t)m * n), *bound = malloc(sizeof(double) * (size_t)m * n);
     reference(format, ta, tb, m, n, k, a, lda, b, ldb, beta, c0, ldc, want, bound);
-    int status = kernels_half_gemm_path(path, format, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    int status = mt_half_gemm_path(path, format, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     CHECK(status == 0);
     double worst = 0;
     long bad = 0;

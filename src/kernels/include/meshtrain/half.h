@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "meshtrain/cpu.h"
 #include "meshtrain/kernels.h"
 
 /* The bits of one bf16 or fp16 number; which of the two is the caller's to track. */
@@ -37,6 +38,13 @@ void mt_half_to_f32(mt_half_format format, float *dst, const mt_half *src, size_
 int mt_half_gemm(mt_half_format format, bool trans_a, bool trans_b, int m, int n, int k,
                  const mt_half *a, int lda, const mt_half *b, int ldb, float beta, float *c,
                  int ldc);
+
+/* mt_half_gemm on a path of the caller's choice, which `path` must be available (tests and
+ * `meshtrain bench gemm` time each): scalar, avx2 and avx512 convert panels to fp32 for sgemm;
+ * avx512bf16 and amx run their own bf16 kernels (fp16 takes the avx512 path on them). */
+int mt_half_gemm_path(mt_kernels_path path, mt_half_format format, bool trans_a, bool trans_b,
+                      int m, int n, int k, const mt_half *a, int lda, const mt_half *b, int ldb,
+                      float beta, float *c, int ldc);
 
 /* y[n,out] = x[n,in] w^T + b, rounded once to half precision; with `accumulate`, y's old
  * values are added in fp32 before that one rounding. b (fp32) may be NULL. */
