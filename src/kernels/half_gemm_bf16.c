@@ -9,57 +9,65 @@
  * 32-bit word [kp][j] of a 32-column group holds op(b)[2kp][j] low and op(b)[2kp+1][j] high. */
 enum { GROUP_N = 32, MICRO_M = 8, AMX_M = 16, AMX_K = 32 };
 
-static inline uint16_t op_a(const kernels_gemm_job *job, int i, int kk)
+/* Packs `count` vectors of op(x) as depth pairs: out[kp * stride + v] holds vector v's depths
+ * 2kp and 2kp + 1 (zero past kc and from `count` to `width`), for kp < pairs. A vector is a
+ * row of op(a) or a column of op(b); `contiguous` says its depths are adjacent in memory
+ * (vector v at x + v ld), else each depth is a row (depth q of vector v at x + q ld + v). */
+static void pack_pairs(const mt_half *x, long ld, bool contiguous, int count, int width, int kc,
+                       int pairs, int stride, uint32_t *out)
 {
-    return job->trans_a ? job->a[(long)kk * job->lda + i] : job->a[(long)i * job->lda + kk];
+    int full = kc / 2;
+    if (contiguous) {
+        for (int v = 0; v < count; v++) {
+            const mt_half *src = x + v * ld;
+            for (int kp = 0; kp < full; kp++)
+                out[(long)kp * stride + v] = src[2 * kp] | (uint32_t)src[2 * kp + 1] << 16;
+        }
+    } else {
+        for (int kp = 0; kp < full; kp++) {
+            const mt_half *lo = x + 2L * kp * ld, *hi = lo + ld;
+            uint32_t *dst = out + (long)kp * stride;
+            for (int v = 0; v < count; v++)
+                dst[v] = lo[v] | (uint32_t)hi[v] << 16;
+        }
+    }
+    if (kc % 2) /* the last depth alone, paired with zero */
+        for (int v = 0; v < count; v++)
+            out[(long)full * stride + v] = contiguous ? x[v * ld + kc - 1] : x[(kc - 1L) * ld + v];
+    for (int kp = 0; kp < pairs; kp++)
+        for (int v = kp < (kc + 1) / 2 ? count : 0; v < width; v++)
+            out[(long)kp * stride + v] = 0;
 }
 
-static inline uint16_t op_b(const kernels_gemm_job *job, int kk, int j)
-{
-    return job->trans_b ? job->b[(long)j * job->ldb + kk] : job->b[(long)kk * job->ldb + j];
-}
-
-/* op(b)[k0 .. k0+kc, j0 .. j0+nt] into groups of GROUP_N columns, zero past nt and kc, with
- * `pairs` depth pairs per group (at least (kc + 1) / 2). */
+/* op(b)[k0 .. k0+kc, j0 .. j0+nt] into groups of GROUP_N columns: group g's word [kp][j]. */
 static void pack_b(const kernels_gemm_job *job, int k0, int kc, int j0, int nt, int pairs,
                    uint32_t *bp)
 {
     int groups = (nt + GROUP_N - 1) / GROUP_N;
     for (int g = 0; g < groups; g++) {
-        uint32_t *group = bp + (long)g * pairs * GROUP_N;
-        for (int col = 0; col < GROUP_N; col++) {
-            int j = g * GROUP_N + col;
-            if (j >= nt) {
-                for (int kp = 0; kp < pairs; kp++)
-                    group[kp * GROUP_N + col] = 0;
-                continue;
-            }
-            for (int kp = 0; kp < pairs; kp++) {
-                int kk = 2 * kp;
-                uint32_t lo = kk < kc ? op_b(job, k0 + kk, j0 + j) : 0;
-                uint32_t hi = kk + 1 < kc ? op_b(job, k0 + kk + 1, j0 + j) : 0;
-                group[kp * GROUP_N + col] = lo | hi << 16;
-            }
-        }
+        int j = j0 + g * GROUP_N, count = nt - g * GROUP_N < GROUP_N ? nt - g * GROUP_N : GROUP_N;
+        const mt_half *x = job->trans_b ? job->b + (long)j * job->ldb + k0
+                                        : job->b + (long)k0 * job->ldb + j;
+        pack_pairs(x, job->ldb, job->trans_b, count, GROUP_N, kc, pairs, GROUP_N,
+                   bp + (long)g * pairs * GROUP_N);
     }
 }
 
 /* ---- AVX512-BF16 ---- */
 #define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
-/* op(a)'s rows i0 + 8 rg .. as pairs: word [rg][kp][r] = op(a)[row][2kp] | op(a)[row][2kp+1] << 16. */
+/* op(a)'s rows i0 + 8 rg + r as pairs: block rg's word [kp][r]. */
 static void pack_a_pairs(const kernels_gemm_job *job, int i0, int mt, int k0, int kc, int pairs,
                          uint32_t *ap)
 {
     int blocks = (mt + MICRO_M - 1) / MICRO_M;
-    for (int rg = 0; rg < blocks; rg++)
-        for (int kp = 0; kp < pairs; kp++)
-            for (int r = 0; r < MICRO_M; r++) {
-                int i = rg * MICRO_M + r, kk = 2 * kp;
-                uint32_t lo = i < mt && kk < kc ? op_a(job, i0 + i, k0 + kk) : 0;
-                uint32_t hi = i < mt && kk + 1 < kc ? op_a(job, i0 + i, k0 + kk + 1) : 0;
-                ap[((long)rg * pairs + kp) * MICRO_M + r] = lo | hi << 16;
-            }
+    for (int rg = 0; rg < blocks; rg++) {
+        int i = i0 + rg * MICRO_M, count = mt - rg * MICRO_M < MICRO_M ? mt - rg * MICRO_M : MICRO_M;
+        const mt_half *x = job->trans_a ? job->a + (long)k0 * job->lda + i
+                                        : job->a + (long)i * job->lda + k0;
+        pack_pairs(x, job->lda, !job->trans_a, count, MICRO_M, kc, pairs, MICRO_M,
+                   ap + (long)rg * pairs * MICRO_M);
+    }
 }
 
 /* tile[8, 32] += the product of one packed row block and one packed column group. */
@@ -115,9 +123,15 @@ typedef struct amx_config {
 static void pack_a_rows(const kernels_gemm_job *job, int i0, int mt, int k0, int kc, int depth,
                         uint16_t *aa)
 {
-    for (int r = 0; r < TILE_M; r++)
-        for (int kk = 0; kk < depth; kk++)
-            aa[(long)r * depth + kk] = r < mt && kk < kc ? op_a(job, i0 + r, k0 + kk) : 0;
+    memset(aa, 0, sizeof(uint16_t) * TILE_M * depth);
+    for (int r = 0; r < mt; r++) {
+        uint16_t *row = aa + (long)r * depth;
+        if (job->trans_a)
+            for (int kk = 0; kk < kc; kk++)
+                row[kk] = job->a[(long)(k0 + kk) * job->lda + i0 + r];
+        else
+            memcpy(row, job->a + (long)(i0 + r) * job->lda + k0, sizeof(uint16_t) * kc);
+    }
 }
 
 TARGET_AMX void kernels_gemm_tile_amx(const kernels_gemm_job *job, int i0, int j0, int mt,
