@@ -101,11 +101,7 @@ static int bench_gemm(int argc, char **argv)
     if (mt_config_parse_args(&cfg, argc, argv) || mt_config_validate(&cfg) ||
         mt_thread_count_for_rank(cfg.threads, NULL, &threads))
         return cli_report_error("bench gemm");
-    const mt_kernels_dispatch *dispatch = mt_kernels_dispatch_get();
-    if (dispatch->error[0]) {
-        fprintf(stderr, "meshtrain bench gemm: error: %s\n", dispatch->error);
-        return 2;
-    }
+    const mt_kernels_dispatch *dispatch = mt_kernels_dispatch_get(); /* main checked its error */
     mt_kernels_set_threads(threads.threads);
     int n = cfg.batch / cfg.microbatches * cfg.context, c = cfg.width;
     gemm_shape shapes[] = {
