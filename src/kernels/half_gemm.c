@@ -59,8 +59,8 @@ static void tile_begin(const kernels_gemm_job *job, int i0, int j0, int mt, int 
     for (int r = 0; r < mt; r++) {
         float *row = tile + (long)r * TILE_N;
         if (job->h && job->accumulate)
-            kernels_half_to_f32_path(path, job->format, row, job->h + (long)(i0 + r) * job->ldh + j0,
-                                     (size_t)nt);
+            kernels_half_to_f32_path(path, job->format, row,
+                                     job->h + (long)(i0 + r) * job->ldh + j0, (size_t)nt);
         else if (job->c && job->beta != 0.0f) {
             const float *c = job->c + (long)(i0 + r) * job->ldc + j0;
             for (int j = 0; j < nt; j++)

@@ -62,7 +62,8 @@ static void pack_a_pairs(const kernels_gemm_job *job, int i0, int mt, int k0, in
 {
     int blocks = (mt + MICRO_M - 1) / MICRO_M;
     for (int rg = 0; rg < blocks; rg++) {
-        int i = i0 + rg * MICRO_M, count = mt - rg * MICRO_M < MICRO_M ? mt - rg * MICRO_M : MICRO_M;
+        int i = i0 + rg * MICRO_M, left = mt - rg * MICRO_M;
+        int count = left < MICRO_M ? left : MICRO_M;
         const mt_half *x = job->trans_a ? job->a + (long)k0 * job->lda + i
                                         : job->a + (long)i * job->lda + k0;
         pack_pairs(x, job->lda, !job->trans_a, count, MICRO_M, kc, pairs, MICRO_M,

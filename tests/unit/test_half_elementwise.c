@@ -138,7 +138,8 @@ static void test_adamw(mt_half_format format)
     long bad = 0;
     for (int i = 0; i < N; i++) {
         bad += p[i] != p2[i] || m[i] != m2[i] || v[i] != v2[i];
-        mt_half want = format == MT_HALF_BF16 ? mt_half_bf16_from_f32(p2[i]) : mt_half_f16_from_f32(p2[i]);
+        mt_half want = format == MT_HALF_BF16 ? mt_half_bf16_from_f32(p2[i])
+                                              : mt_half_f16_from_f32(p2[i]);
         bad += ph[i] != want;
     }
     CHECK_MSG(bad == 0, "%s adamw: %ld differ from mt_adamw_update", name(format), bad);

@@ -67,11 +67,13 @@ static void check_gemm(mt_kernels_path path, mt_half_format format, bool ta, boo
     int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2; /* padded strides */
     mt_half *a = random_half(format, (long)(ta ? k : m) * lda);
     mt_half *b = random_half(format, (long)(tb ? n : k) * ldb);
-    float *c = malloc(sizeof(float) * (size_t)m * ldc), *c0 = malloc(sizeof(float) * (size_t)m * ldc);
+    float *c = malloc(sizeof(float) * (size_t)m * ldc);
+    float *c0 = malloc(sizeof(float) * (size_t)m * ldc);
     for (long i = 0; i < (long)m * ldc; i++)
         c0[i] = beta != 0.0f ? uniform() : NAN; /* beta 0 must not read c */
     memcpy(c, c0, sizeof(float) * (size_t)m * ldc);
-    double *want = malloc(sizeof(double) * (size_t)m * n), *bound = malloc(sizeof(double) * (size_t)m * n);
+    double *want = malloc(sizeof(double) * (size_t)m * n);
+    double *bound = malloc(sizeof(double) * (size_t)m * n);
     reference(format, ta, tb, m, n, k, a, lda, b, ldb, beta, c0, ldc, want, bound);
     int status = mt_half_gemm_path(path, format, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     CHECK(status == 0);
@@ -141,7 +143,8 @@ static void check_linear(mt_half_format format, int n, int in, int out)
     for (int o = 0; o < out; o++) {
         double sum = 1.0, magnitude = 1.0;
         for (int r = 0; r < n; r++)
-            sum += widen(format, dy[(long)r * out + o]), magnitude += fabs(widen(format, dy[(long)r * out + o]));
+            double d = widen(format, dy[(long)r * out + o]);
+            sum += d, magnitude += fabs(d);
         bad += !(fabs(db[o] - sum) <= ACCUMULATION_TOLERANCE * magnitude);
     }
     CHECK_MSG(bad == 0, "linear bias gradient: %ld wrong", bad);
@@ -154,8 +157,11 @@ int main(void)
     const mt_kernels_dispatch *dispatch = mt_kernels_dispatch_get();
     printf("CPU: %s; process path: %s\n", dispatch->features.brand,
            mt_kernels_path_name(dispatch->path));
-    /* shapes: tile edges on every side, odd depth, and a depth past one packed panel (512) */
-    static const int shapes[][3] = {{1, 1, 1}, {37, 45, 33}, {130, 129, 600}, {9, 300, 17}};
+    /* shapes: tile edges on every side, odd depth, a depth past one packed panel (512), and
+     * several 256 x 256 tiles each way */
+    static const int shapes[][3] = {
+        {1, 1, 1}, {37, 45, 33}, {130, 129, 600}, {9, 300, 17}, {300, 520, 40},
+    };
     for (int p = MT_KERNELS_SCALAR; p < MT_KERNELS_PATH_COUNT; p++) {
         mt_kernels_path path = (mt_kernels_path)p;
         if (!mt_kernels_path_available(&dispatch->features, path)) {
