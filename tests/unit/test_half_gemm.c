@@ -142,9 +142,10 @@ static void check_linear(mt_half_format format, int n, int in, int out)
     bad = 0;
     for (int o = 0; o < out; o++) {
         double sum = 1.0, magnitude = 1.0;
-        for (int r = 0; r < n; r++)
+        for (int r = 0; r < n; r++) {
             double d = widen(format, dy[(long)r * out + o]);
             sum += d, magnitude += fabs(d);
+        }
         bad += !(fabs(db[o] - sum) <= ACCUMULATION_TOLERANCE * magnitude);
     }
     CHECK_MSG(bad == 0, "linear bias gradient: %ld wrong", bad);
