@@ -304,53 +304,11 @@ void mt_half_softmax_forward(mt_half_format format, mt_half *y, const mt_half *x
     (io.path >= MT_KERNELS_AVX2 ? softmax_avx2 : softmax_portable)(&io, y, x, n, c);
 }
 
-/* ---- AdamW: mt_adamw_update's arithmetic on fp32 state, then the compute copy ---- */
-BODY void adamw_body(const half_io *io, float *param, mt_half *param_half, const float *grad,
-                     float *m, float *v, long n, const mt_adamw_hyper *h)
-{
-    float decay = 1.0f - h->lr * h->weight_decay;
-    float bias1 = 1.0f - powf(h->beta1, (float)h->step);
-    float bias2_sqrt = sqrtf(1.0f - powf(h->beta2, (float)h->step));
-    float step_size = h->lr / bias1;
-    float beta1 = h->beta1, beta2 = h->beta2, eps = h->eps, scale = h->grad_scale;
-    long chunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
-    for (long chunk = 0; chunk < chunks; chunk++) {
-        long start = chunk * CHUNK;
-        int len = n - start < CHUNK ? (int)(n - start) : CHUNK;
-        float *p = param + start, *mc = m + start, *vc = v + start;
-        const float *g = grad + start;
-#pragma omp simd
-        for (int i = 0; i < len; i++) {
-            float gi = g[i] * scale;
-            float mi = beta1 * mc[i] + (1.0f - beta1) * gi;
-            float vi = beta2 * vc[i] + (1.0f - beta2) * gi * gi;
-            mc[i] = mi;
-            vc[i] = vi;
-            float denom = sqrtf(vi) / bias2_sqrt + eps;
-            p[i] = p[i] * decay - step_size * mi / denom;
-        }
-        narrow(io, param_half + start, p, len);
-    }
-}
-
-static void adamw_portable(const half_io *io, float *param, mt_half *param_half,
-                           const float *grad, float *m, float *v, long n, const mt_adamw_hyper *h)
-{
-    adamw_body(io, param, param_half, grad, m, v, n, h);
-}
-
-TARGET_AVX2 static void adamw_avx2(const half_io *io, float *param, mt_half *param_half,
-                                   const float *grad, float *m, float *v, long n,
-                                   const mt_adamw_hyper *h)
-{
-    adamw_body(io, param, param_half, grad, m, v, n, h);
-}
-
+/* ---- AdamW: mt_adamw_update itself, so the masters follow bitwise the fp32 run's
+ * arithmetic whatever the compiler contracts, then the compute copy in one more pass ---- */
 void mt_half_adamw_update(mt_half_format format, float *param, mt_half *param_half,
                           const float *grad, float *m, float *v, long n, const mt_adamw_hyper *h)
 {
-    half_io io = process_io(format);
-    (io.path >= MT_KERNELS_AVX2 ? adamw_avx2 : adamw_portable)(&io, param, param_half, grad, m,
-                                                               v, n, h);
+    mt_adamw_update(param, grad, m, v, n, h);
+    mt_half_from_f32(format, param_half, param, (size_t)n);
 }
