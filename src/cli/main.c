@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "meshtrain/cpu.h"
 #include "meshtrain/status.h"
 
 static const char USAGE[] =
@@ -28,6 +29,12 @@ int main(int argc, char **argv)
     if (argc < 2 || cli_is_help(argv[1])) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    /* A bad MT_KERNELS (unknown, or a path this CPU lacks) stops every command before it runs. */
+    const mt_kernels_dispatch *kernels = mt_kernels_dispatch_get();
+    if (kernels->error[0]) {
+        fprintf(stderr, "meshtrain: error: %s\n", kernels->error);
+        return 2;
     }
     const char *command = argv[1];
     if (strcmp(command, "train") == 0)

@@ -141,6 +141,8 @@ run_case "unknown benchmark" 2 "bogus" -- "$MT" bench bogus
 run_case "train --help" 0 "usage" "--eval_every" -- "$MT" train --help
 run_case "data --help" 0 "usage" -- "$MT" data --help
 run_case "bench --help" 0 "usage" -- "$MT" bench --help
+# MT_KERNELS names a kernel path: an unknown one stops any command, naming the choices.
+run_case "unknown kernel path" 2 "MT_KERNELS=sse9" "avx512bf16" -- env MT_KERNELS=sse9 "$MT" bench gemm
 run_case "--help" 0 "usage" -- "$MT" --help
 
 # meshtrain bench comm: bad options are usage errors; tiny runs of every operation check out.

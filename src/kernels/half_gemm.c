@@ -1,0 +1,198 @@
+/* Half-precision matrix products with fp32 accumulation: the tile driver, the portable path
+ * (half panels converted to fp32, multiplied by sgemm) and the linear layers built on them. */
+#include "half_gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "column_blocks.h"
+
+/* The conversion path a product's panels use: the vector converters of the same CPU. */
+static mt_kernels_path convert_path(mt_kernels_path path)
+{
+    return path > MT_KERNELS_AVX512 ? MT_KERNELS_AVX512 : path;
+}
+
+/* Converts the rows x cols block at src (row stride ld) into dst packed [rows, cols]. */
+static void convert_block(mt_kernels_path path, mt_half_format format, float *dst,
+                          const mt_half *src, long ld, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++)
+        kernels_half_to_f32_path(path, format, dst + (long)r * cols, src + r * ld, (size_t)cols);
+}
+
+/* Portable path: per depth panel, op(a)'s rows and op(b)'s columns in fp32, then sgemm (in
+ * its own storage order, so no transposition is needed here). */
+static void tile_sgemm(const kernels_gemm_job *job, int i0, int j0, int mt, int nt, float *tile,
+                       void *scratch)
+{
+    mt_kernels_path path = convert_path(job->path);
+    float *ap = scratch, *bp = ap + (long)TILE_M * TILE_KC;
+    for (int k0 = 0; k0 < job->k; k0 += TILE_KC) {
+        int kc = job->k - k0 < TILE_KC ? job->k - k0 : TILE_KC;
+        if (job->trans_a) /* a is [k, m] */
+            convert_block(path, job->format, ap, job->a + (long)k0 * job->lda + i0, job->lda, kc,
+                          mt);
+        else
+            convert_block(path, job->format, ap, job->a + (long)i0 * job->lda + k0, job->lda, mt,
+                          kc);
+        if (job->trans_b) /* b is [n, k] */
+            convert_block(path, job->format, bp, job->b + (long)j0 * job->ldb + k0, job->ldb, nt,
+                          kc);
+        else
+            convert_block(path, job->format, bp, job->b + (long)k0 * job->ldb + j0, job->ldb, kc,
+                          nt);
+        cblas_sgemm(CblasRowMajor, job->trans_a ? CblasTrans : CblasNoTrans,
+                    job->trans_b ? CblasTrans : CblasNoTrans, mt, nt, kc, 1.0f, ap,
+                    job->trans_a ? mt : kc, bp, job->trans_b ? kc : nt, 1.0f, tile, TILE_N);
+    }
+}
+
+/* The tile's starting values: the old output (scaled, or added when accumulating) and the
+ * bias; beta 0 never reads c, so NaN there does not leak through. */
+static void tile_begin(const kernels_gemm_job *job, int i0, int j0, int mt, int nt, float *tile)
+{
+    mt_kernels_path path = convert_path(job->path);
+    memset(tile, 0, sizeof(float) * TILE_M * TILE_N);
+    for (int r = 0; r < mt; r++) {
+        float *row = tile + (long)r * TILE_N;
+        if (job->h && job->accumulate)
+            kernels_half_to_f32_path(path, job->format, row,
+                                     job->h + (long)(i0 + r) * job->ldh + j0, (size_t)nt);
+        else if (job->c && job->beta != 0.0f) {
+            const float *c = job->c + (long)(i0 + r) * job->ldc + j0;
+            for (int j = 0; j < nt; j++)
+                row[j] = job->beta * c[j];
+        }
+        if (job->bias)
+            for (int j = 0; j < nt; j++)
+                row[j] += job->bias[j0 + j];
+    }
+}
+
+static void tile_end(const kernels_gemm_job *job, int i0, int j0, int mt, int nt,
+                     const float *tile)
+{
+    mt_kernels_path path = convert_path(job->path);
+    for (int r = 0; r < mt; r++) {
+        const float *row = tile + (long)r * TILE_N;
+        if (job->h)
+            kernels_half_from_f32_path(path, job->format, job->h + (long)(i0 + r) * job->ldh + j0,
+                                       row, (size_t)nt);
+        else
+            memcpy(job->c + (long)(i0 + r) * job->ldc + j0, row, sizeof(float) * nt);
+    }
+}
+
+/* The tile function of a job: the bf16 instructions for bf16 where the CPU has them. */
+static kernels_gemm_tile_fn *tile_function(const kernels_gemm_job *job)
+{
+    if (job->format == MT_HALF_BF16 && job->path == MT_KERNELS_AMX)
+        return kernels_gemm_tile_amx;
+    if (job->format == MT_HALF_BF16 && job->path == MT_KERNELS_AVX512BF16)
+        return kernels_gemm_tile_avx512bf16;
+    return tile_sgemm;
+}
+
+/* Each tile is computed whole by one thread in a fixed order, so results do not depend on
+ * the thread count; inside another parallel region this runs on the calling thread alone. */
+int kernels_gemm_run(const kernels_gemm_job *job)
+{
+    if (job->m <= 0 || job->n <= 0)
+        return 0;
+    kernels_gemm_tile_fn *fn = tile_function(job);
+    int tiles_m = (job->m + TILE_M - 1) / TILE_M, tiles_n = (job->n + TILE_N - 1) / TILE_N;
+    int tiles = tiles_m * tiles_n;
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    threads = threads < tiles ? threads : tiles;
+    size_t per_thread = KERNELS_GEMM_SCRATCH + sizeof(float) * TILE_M * TILE_N;
+    unsigned char *scratch = aligned_alloc(64, per_thread * (size_t)threads);
+    if (!scratch)
+        return -1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int t = 0; t < tiles; t++) {
+        /* column-major over tiles: a thread's consecutive tiles share op(b)'s panel */
+        int i0 = (t % tiles_m) * TILE_M, j0 = (t / tiles_m) * TILE_N;
+        int mt = job->m - i0 < TILE_M ? job->m - i0 : TILE_M;
+        int nt = job->n - j0 < TILE_N ? job->n - j0 : TILE_N;
+        unsigned char *mine = scratch + per_thread * (size_t)omp_get_thread_num();
+        float *tile = (float *)(void *)mine;
+        tile_begin(job, i0, j0, mt, nt, tile);
+        if (job->k > 0)
+            fn(job, i0, j0, mt, nt, tile, mine + sizeof(float) * TILE_M * TILE_N);
+        tile_end(job, i0, j0, mt, nt, tile);
+    }
+    free(scratch);
+    return 0;
+}
+
+int mt_half_gemm_path(mt_kernels_path path, mt_half_format format, bool trans_a,
+                           bool trans_b, int m, int n, int k, const mt_half *a, int lda,
+                           const mt_half *b, int ldb, float beta, float *c, int ldc)
+{
+    kernels_gemm_job job = {.path = path, .format = format, .trans_a = trans_a,
+                            .trans_b = trans_b, .m = m, .n = n, .k = k, .a = a, .b = b,
+                            .lda = lda, .ldb = ldb, .c = c, .ldc = ldc, .beta = beta};
+    return kernels_gemm_run(&job);
+}
+
+int mt_half_gemm(mt_half_format format, bool trans_a, bool trans_b, int m, int n, int k,
+                 const mt_half *a, int lda, const mt_half *b, int ldb, float beta, float *c,
+                 int ldc)
+{
+    return mt_half_gemm_path(mt_kernels_dispatch_get()->path, format, trans_a, trans_b, m,
+                                  n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+int mt_half_linear_forward(mt_half_format format, mt_half *y, const mt_half *x, const mt_half *w,
+                           const float *b, int n, int in, int out, int accumulate)
+{
+    kernels_gemm_job job = {.path = mt_kernels_dispatch_get()->path, .format = format,
+                            .trans_b = true, .m = n, .n = out, .k = in, .a = x, .b = w,
+                            .lda = in, .ldb = in, .h = y, .ldh = out, .accumulate = accumulate,
+                            .bias = b};
+    return kernels_gemm_run(&job);
+}
+
+/* db += column sums of dy, by column blocks so no two threads share a sum. */
+static void half_bias_backward(mt_half_format format, float *db, const mt_half *dy, int n,
+                               int out)
+{
+    mt_kernels_path path = convert_path(mt_kernels_dispatch_get()->path);
+    int blocks = column_block_count(out);
+#pragma omp parallel for schedule(static)
+    for (int block = 0; block < blocks; block++) {
+        int start, end;
+        column_block_range(block, out, &start, &end);
+        float row[COLUMN_BLOCK];
+        for (int r = 0; r < n; r++) {
+            kernels_half_to_f32_path(path, format, row, dy + (long)r * out + start,
+                                     (size_t)(end - start));
+            for (int o = start; o < end; o++)
+                db[o] += row[o - start];
+        }
+    }
+}
+
+int mt_half_linear_backward(mt_half_format format, mt_half *dx, float *dw, float *db,
+                            const mt_half *dy, const mt_half *x, const mt_half *w, int n, int in,
+                            int out)
+{
+    mt_kernels_path path = mt_kernels_dispatch_get()->path;
+    if (dx) {
+        kernels_gemm_job input = {.path = path, .format = format, .m = n, .n = in, .k = out,
+                                  .a = dy, .b = w, .lda = out, .ldb = in, .h = dx, .ldh = in};
+        if (kernels_gemm_run(&input))
+            return -1;
+    }
+    kernels_gemm_job weight = {.path = path, .format = format, .trans_a = true, .m = out,
+                               .n = in, .k = n, .a = dy, .b = x, .lda = out, .ldb = in,
+                               .c = dw, .ldc = in, .beta = 1.0f};
+    if (kernels_gemm_run(&weight))
+        return -1;
+    if (db)
+        half_bias_backward(format, db, dy, n, out);
+    return 0;
+}
