@@ -37,6 +37,13 @@ void mt_gelu_backward(float *dx, const float *dy, const float *x, long n);
  * recomputation remakes them for the backward). */
 void mt_attention_forward(float *y, float *probs, const float *qkv, int b, int t, int c,
                           int heads);
+/* Attention of n new queries at positions first..first+n-1 (q: row i at q + i ldq, heads of
+ * c / heads columns) against a cache of keys and values [heads, capacity, c / heads] that holds
+ * positions 0..first+n-1; y is [n, c]. scores is scratch of mt_attention_cached_scratch floats. */
+void mt_attention_cached(float *y, const float *q, int ldq, const float *keys,
+                         const float *values, int capacity, int n, int first, int c, int heads,
+                         float *scores);
+size_t mt_attention_cached_scratch(int capacity, int heads);
 /* dqkv is overwritten; dprobs is scratch of the same size as probs. */
 void mt_attention_backward(float *dqkv, float *dprobs, const float *dy, const float *probs,
                            const float *qkv, int b, int t, int c, int heads);
