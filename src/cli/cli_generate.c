@@ -13,6 +13,7 @@
 #include "meshtrain/files.h"
 #include "meshtrain/job_env.h"
 #include "meshtrain/launch.h"
+#include "meshtrain/run_plan.h"
 #include "meshtrain/train.h"
 
 static void print_help(void)
@@ -179,19 +180,40 @@ static int read_prompt(const generate_args *a, unsigned char **bytes, size_t *le
     return status == MT_OK || !cli_report_error("generate");
 }
 
+/* What every process checks before any generation (and before --nproc's workers start): the
+ * model's shape from its file, the layout on `ranks` ranks, the prompt's ids within the
+ * context. Errors are the layout's (usage: *usage 1) or the input's. */
+static mt_status preflight(generate_args *a, const generate_text *text,
+                           const unsigned char *prompt, size_t prompt_bytes, int ranks,
+                           int32_t **ids, int *count, int *usage)
+{
+    mt_config shaped = a->cfg;
+    mt_run_plan plan = {0};
+    *usage = 0;
+    mt_status status = mt_train_peek_shape(&shaped);
+    if (status == MT_OK && (status = mt_run_plan_resolve(&shaped, ranks, &plan)))
+        *usage = 1;
+    mt_run_plan_free(&plan);
+    if (status == MT_OK)
+        status = generate_text_prompt(text, prompt, prompt_bytes, shaped.vocab, ids, count);
+    if (status == MT_OK && *count > shaped.context)
+        status = mt_fail(MT_EINVAL, "the prompt is %d tokens, longer than the model's context of "
+                                    "%d: shorten it", *count, shaped.context);
+    return status;
+}
+
 /* This process's part: every rank generates; world rank 0 prints. */
 static int run(generate_args *a, generate_text *text, const unsigned char *prompt,
                size_t prompt_bytes, const mt_job_env *job)
 {
-    mt_config shaped = a->cfg;
     int32_t *ids = NULL;
-    int count = 0;
-    mt_status status = mt_train_peek_shape(&shaped);
-    if (status == MT_OK)
-        status = generate_text_prompt(text, prompt, prompt_bytes, shaped.vocab, &ids, &count);
-    if (status == MT_OK && count > shaped.context)
-        status = mt_fail(MT_EINVAL, "the prompt is %d tokens, longer than the model's context of "
-                                    "%d: shorten it", count, shaped.context);
+    int count = 0, usage;
+    int ranks = job->launcher == MT_JOB_NONE ? a->cfg.nproc : job->world_size;
+    mt_status status = preflight(a, text, prompt, prompt_bytes, ranks, &ids, &count, &usage);
+    if (status == MT_OK && job->launcher == MT_JOB_NONE && a->cfg.nproc > 1) {
+        free(ids);
+        return -1; /* the workers generate */
+    }
     mt_comm *world = NULL;
     if (status == MT_OK && job->world_size > 1)
         status = mt_comm_create(NULL, &world);
@@ -211,8 +233,10 @@ static int run(generate_args *a, generate_text *text, const unsigned char *promp
         status = mt_fail(MT_EIO, "--dump '%s': cannot write it", a->dump);
     mt_comm_destroy(world);
     free(ids);
-    if (status)
-        return cli_report_error("generate");
+    if (status) {
+        cli_report_error("generate");
+        return usage ? 2 : 1;
+    }
     if (printing) {
         double span = text->last_at - text->first_at;
         fprintf(stdout, "\n");
@@ -237,11 +261,6 @@ int cli_generate(int argc, char **argv)
     mt_job_env job;
     if (mt_job_env_detect(NULL, NULL, &job))
         return cli_report_error("generate");
-    if (job.launcher == MT_JOB_NONE && a.cfg.nproc > 1) {
-        mt_launch_options local = {.nproc = a.cfg.nproc, .grace_seconds = 3.0};
-        const char *words[] = {"generate"};
-        return cli_relaunch_locally(&local, "generate", words, 1, argc, argv);
-    }
     generate_text text = {0};
     if (a.tokenizer && mt_tokenizer_open(a.tokenizer, &text.tokenizer))
         return cli_report_error("generate");
@@ -252,5 +271,10 @@ int cli_generate(int argc, char **argv)
                    : 1;
     free(prompt);
     mt_tokenizer_free(text.tokenizer);
+    if (code == -1) { /* checked here: --nproc's workers generate */
+        mt_launch_options local = {.nproc = a.cfg.nproc, .grace_seconds = 3.0};
+        const char *words[] = {"generate"};
+        return cli_relaunch_locally(&local, "generate", words, 1, argc, argv);
+    }
     return code;
 }
