@@ -144,10 +144,10 @@ static mt_status row_parallel(mt_gpt *gpt, mt_gpt_kv_cache *kv, const float *in,
 {
     int n = kv->pending, c = kv->width;
     if (gpt->tp.size == 1) {
-        mt_linear_forward(kv->hidden, in, w, b, n, in_width, c, 1);
+        mt_linear_forward_few(kv->hidden, in, w, b, n, in_width, c, 1);
         return MT_OK;
     }
-    mt_linear_forward(kv->ln, in, w, NULL, n, in_width, c, 0);
+    mt_linear_forward_few(kv->ln, in, w, NULL, n, in_width, c, 0);
     mt_status status = gpt_tp_all_reduce(gpt, kv->ln, (size_t)n * c,
                                          "all-reduce of a decode step's row-parallel output");
     for (int row = 0; status == MT_OK && row < n; row++) {
@@ -182,7 +182,7 @@ static mt_status block_step(mt_gpt *gpt, mt_gpt_kv_cache *kv, int layer)
         return status;
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
     mt_layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->hidden, w.ln1_w, w.ln1_b, n, c);
-    mt_linear_forward(kv->qkv, kv->ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
+    mt_linear_forward_few(kv->qkv, kv->ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
     append_keys(kv, slot);
     size_t per_layer = (size_t)kv->capacity * c_tp;
     mt_attention_cached(kv->atty, kv->qkv, 3 * c_tp, kv->keys + per_layer * slot,
@@ -191,7 +191,7 @@ static mt_status block_step(mt_gpt *gpt, mt_gpt_kv_cache *kv, int layer)
     if ((status = row_parallel(gpt, kv, kv->atty, c_tp, w.proj_w, w.proj_b)))
         return status;
     mt_layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->hidden, w.ln2_w, w.ln2_b, n, c);
-    mt_linear_forward(kv->fch, kv->ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0);
+    mt_linear_forward_few(kv->fch, kv->ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0);
     mt_gelu_forward(kv->fch, kv->fch, (long)n * 4 * c_tp);
     if ((status = row_parallel(gpt, kv, kv->fch, 4 * c_tp, w.fcproj_w, w.fcproj_b)))
         return status;
@@ -233,7 +233,7 @@ mt_status mt_gpt_kv_logits(mt_gpt *gpt, mt_gpt_kv_cache *kv, float *logits)
     mt_layernorm_forward(kv->ln, kv->mean, kv->rstd, last, w, b, 1, c);
     const float *wte = mt_gpt_param_data(gpt, gpt->units[mt_gpt_embed_unit()].first_param);
     if (gpt->tp.size == 1)
-        mt_linear_forward(logits, kv->ln, wte, NULL, 1, c, gpt->shape.vocab, 0);
+        mt_linear_forward_few(logits, kv->ln, wte, NULL, 1, c, gpt->shape.vocab, 0);
     else
         status = gpt_tp_gather_logits(gpt, kv->ln, wte, 1, logits);
     return status ? status : gpt_hook_after(gpt, unit, MT_GPT_FORWARD);

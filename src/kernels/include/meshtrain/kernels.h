@@ -13,6 +13,10 @@ void mt_kernels_set_threads(int threads);
  * (how residual branches are summed without a separate buffer). b may be NULL. */
 void mt_linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in,
                        int out, int accumulate);
+/* The same for a few rows (generation's steps): a matrix-vector product per row when n is
+ * small, else mt_linear_forward. */
+void mt_linear_forward_few(float *y, const float *x, const float *w, const float *b, int n,
+                           int in, int out, int accumulate);
 /* dx[n,in] = dy W (overwritten, skipped if dx is NULL); dw += dy^T x; db += column sums of dy. */
 void mt_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                         const float *w, int n, int in, int out);
