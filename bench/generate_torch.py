@@ -95,7 +95,7 @@ def main():
             position += 1
     span = times[-1] - times[0]
     print(f"tokens_per_s {(len(drawn) - 1) / span if span > 0 else 0:.1f}")
-    print("tokens " + " ".join(map(str, drawn)))
+    print("tokens " + " ".join(map(str, drawn)), flush=True)
 
 
 main()

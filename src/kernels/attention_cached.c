@@ -46,15 +46,24 @@ void mt_attention_cached(float *y, const float *q, int ldq, const float *keys,
         for (int r0 = 0; r0 < n; r0 += CACHED_BLOCK) {
             int m = r0 + CACHED_BLOCK < n ? CACHED_BLOCK : n - r0;
             int seen = first + r0 + m; /* keys the block's last row sees */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, seen, hs, scale,
-                        q + (long)r0 * ldq + head * hs, ldq, k, hs, 0.0f, s, capacity);
+            const float *qr = q + (long)r0 * ldq + head * hs;
+            float *yr = y + (long)r0 * c + head * hs;
+            if (m == 1) { /* one token's step: matrix-vector products, no packing */
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, seen, hs, scale, k, hs, qr, 1, 0.0f, s,
+                            1);
+                softmax_visible(s, 1, capacity, seen);
+                cblas_sgemv(CblasRowMajor, CblasTrans, seen, hs, 1.0f, v, hs, s, 1, 0.0f, yr, 1);
+                continue;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, seen, hs, scale, qr, ldq, k,
+                        hs, 0.0f, s, capacity);
             softmax_visible(s, m, capacity, first + r0 + 1);
             /* a row's columns past what it sees are zero, so one product serves the block */
             for (int i = 0; i < m; i++)
                 for (int j = first + r0 + i + 1; j < seen; j++)
                     s[(long)i * capacity + j] = 0.0f;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, seen, 1.0f, s, capacity,
-                        v, hs, 0.0f, y + (long)r0 * c + head * hs, c);
+                        v, hs, 0.0f, yr, c);
         }
     }
 }
