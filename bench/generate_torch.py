@@ -65,6 +65,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("model")
     p.add_argument("--prompt", default="And God said")
+    p.add_argument("--prompt_ids", help="the prompt as token ids (a tokenizer's), instead of "
+                                         "--prompt's bytes")
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args()
@@ -77,7 +79,7 @@ def main():
     model = GPT(vocab, context, layers, heads, width)
     model.load_state_dict(tensors)
     model.eval()
-    prompt = list(a.prompt.encode())
+    prompt = [int(i) for i in a.prompt_ids.split()] if a.prompt_ids else list(a.prompt.encode())
     hs = width // heads
     caches = [(torch.zeros(heads, context, hs), torch.zeros(heads, context, hs))
               for _ in range(layers)]
