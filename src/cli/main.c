@@ -22,7 +22,8 @@ static const char USAGE[] =
     "          (meshtrain verify --help)\n"
     "  ckpt    inspect a checkpoint and verify its checksums (meshtrain ckpt --help)\n"
     "  export  write a checkpoint's model as a GPT-2 safetensors file (meshtrain export --help)\n"
-    "  tokenizer  train a BPE tokenizer, encode or decode text (meshtrain tokenizer --help)\n";
+    "  tokenizer  train a BPE tokenizer, encode or decode text (meshtrain tokenizer --help)\n"
+    "  generate   continue a prompt with a trained model (meshtrain generate --help)\n";
 
 int main(int argc, char **argv)
 {
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
         return cli_export(argc - 2, argv + 2);
     if (strcmp(command, "tokenizer") == 0)
         return cli_tokenizer(argc - 2, argv + 2);
+    if (strcmp(command, "generate") == 0)
+        return cli_generate(argc - 2, argv + 2);
     fprintf(stderr, "meshtrain: unknown command '%s'\n\n%s", command, USAGE);
     return 2;
 }

@@ -71,6 +71,16 @@ struct mt_gpt_activations {
                                        * rank's slice, then every rank's, for mt_gpt_logits */
 };
 
+/* The owner's hooks around a per-unit pass. */
+static inline mt_status gpt_hook_before(mt_gpt *gpt, int unit, mt_gpt_pass pass)
+{
+    return gpt->hooks.before ? gpt->hooks.before(gpt->hooks.context, gpt, unit, pass) : MT_OK;
+}
+static inline mt_status gpt_hook_after(mt_gpt *gpt, int unit, mt_gpt_pass pass)
+{
+    return gpt->hooks.after ? gpt->hooks.after(gpt->hooks.context, gpt, unit, pass) : MT_OK;
+}
+
 /* Fills gpt->params and gpt->units; returns the number of parameters. */
 size_t gpt_build_table(mt_gpt *gpt);
 
@@ -118,6 +128,9 @@ mt_status gpt_tp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe);
 /* The vocabulary-parallel softmax cross-entropy of logits [n, vocab_local]: never gathers the
  * logits; leaves probabilities in them and each row's loss in losses. */
 mt_status gpt_tp_crossentropy_forward(mt_gpt *gpt, int n);
+/* Sums `count` floats across the group, in place, timed, with `what` in an error's message
+ * (for generation's steps, which run every row on every rank). */
+mt_status gpt_tp_all_reduce(mt_gpt *gpt, float *data, size_t count, const char *what);
 /* Logits [rows, vocab] of rows of the final norm `lnf`, every rank's vocabulary slice gathered
  * (a row at a time: the one place the model gathers the vocabulary). */
 mt_status gpt_tp_gather_logits(mt_gpt *gpt, const float *lnf, const float *wte, int rows,

@@ -52,6 +52,11 @@ static mt_status all_reduce(mt_gpt *gpt, float *data, size_t count, const char *
     return timed(gpt, gpt->tp.all_reduce(gpt->tp.context, data, count), start, what);
 }
 
+mt_status gpt_tp_all_reduce(mt_gpt *gpt, float *data, size_t count, const char *what)
+{
+    return all_reduce(gpt, data, count, what);
+}
+
 static mt_status all_gather(mt_gpt *gpt, const float *in, float *out, const size_t *counts,
                             const char *what)
 {

@@ -1,5 +1,5 @@
-/* The whole model's forward for validation and sampling, on one rank's whole model or through
- * the stages of a pipeline, so that both work on every layout. */
+/* The whole model's forward for validation and sampling, and generation's cached step, on one
+ * rank's whole model or through the stages of a pipeline, so that both work on every layout. */
 #include "meshtrain/pipeline_stage.h"
 #include "meshtrain/train.h"
 
@@ -21,4 +21,13 @@ mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int
     float unused; /* a forward without targets computes no loss */
     mt_status status = mt_gpt_forward(f->gpt, tokens, NULL, 1, t, &unused);
     return status ? status : mt_gpt_logits(f->gpt, t - 1, 1, logits);
+}
+
+mt_status mt_forward_decode(const mt_forward *f, mt_gpt_kv_cache *kv, const int32_t *tokens,
+                            int n, float *logits)
+{
+    if (f->schedule)
+        return mt_pp_decode(f->schedule, f->stage, f->gpt, kv, f->activations, tokens, n,
+                            logits);
+    return mt_gpt_decode(f->gpt, kv, tokens, n, logits);
 }

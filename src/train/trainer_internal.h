@@ -120,6 +120,9 @@ static inline int trainer_sequence_parallel(const trainer *tr)
  * over tr->state.world. */
 mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
                              trainer_init *init);
+/* The same without the corpus: the model on its layout, for generation. */
+mt_status trainer_state_open_model(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
+                                   trainer_init *init);
 void trainer_state_close(trainer *tr);
 /* Whether step's times count in the run's figures: the first two steps of a run (or of its
  * resumption) warm up, unless there are no others. */

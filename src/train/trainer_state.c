@@ -180,8 +180,9 @@ static mt_status build_model(trainer *tr)
     return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
 }
 
-mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
-                             trainer_init *init)
+/* The state of a run (with_corpus) or of a generation (the model alone). */
+static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
+                            trainer_init *init, int with_corpus)
 {
     const mt_config *cfg = &plan->config;
     trainer_state *st = &tr->state;
@@ -196,7 +197,8 @@ mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta 
     tr->plan = plan; /* final: the rest of the run only reads it */
     /* before the mesh: a slow_comm rank's groups inherit its world's delay */
     if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
-        (status = place_rank(tr)) || (status = open_corpus(tr)) || (status = build_model(tr)))
+        (status = place_rank(tr)) || (with_corpus && (status = open_corpus(tr))) ||
+        (status = build_model(tr)))
         return status;
     if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
         return status;
@@ -212,6 +214,18 @@ mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta 
     if (!st->inputs || !st->targets)
         return mt_fail(MT_ENOMEM, "cannot allocate the batch buffers");
     return MT_OK;
+}
+
+mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
+                             trainer_init *init)
+{
+    return open_state(tr, plan, resume, init, 1);
+}
+
+mt_status trainer_state_open_model(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
+                                   trainer_init *init)
+{
+    return open_state(tr, plan, resume, init, 0);
 }
 
 void trainer_state_close(trainer *tr)

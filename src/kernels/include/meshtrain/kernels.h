@@ -13,6 +13,10 @@ void mt_kernels_set_threads(int threads);
  * (how residual branches are summed without a separate buffer). b may be NULL. */
 void mt_linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in,
                        int out, int accumulate);
+/* The same for a few rows (generation's steps): a matrix-vector product per row when n is
+ * small, else mt_linear_forward. */
+void mt_linear_forward_few(float *y, const float *x, const float *w, const float *b, int n,
+                           int in, int out, int accumulate);
 /* dx[n,in] = dy W (overwritten, skipped if dx is NULL); dw += dy^T x; db += column sums of dy. */
 void mt_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                         const float *w, int n, int in, int out);
@@ -37,6 +41,13 @@ void mt_gelu_backward(float *dx, const float *dy, const float *x, long n);
  * recomputation remakes them for the backward). */
 void mt_attention_forward(float *y, float *probs, const float *qkv, int b, int t, int c,
                           int heads);
+/* Attention of n new queries at positions first..first+n-1 (q: row i at q + i ldq, heads of
+ * c / heads columns) against a cache of keys and values [heads, capacity, c / heads] that holds
+ * positions 0..first+n-1; y is [n, c]. scores is scratch of mt_attention_cached_scratch floats. */
+void mt_attention_cached(float *y, const float *q, int ldq, const float *keys,
+                         const float *values, int capacity, int n, int first, int c, int heads,
+                         float *scores);
+size_t mt_attention_cached_scratch(int capacity, int heads);
 /* dqkv is overwritten; dprobs is scratch of the same size as probs. */
 void mt_attention_backward(float *dqkv, float *dprobs, const float *dy, const float *probs,
                            const float *qkv, int b, int t, int c, int heads);

@@ -7,6 +7,7 @@
 
 #include "meshtrain/comm.h"
 #include "meshtrain/data_parallel.h"
+#include "meshtrain/kv_cache.h"
 #include "meshtrain/model.h"
 #include "meshtrain/pipeline.h"
 #include "meshtrain/trace.h"
@@ -67,6 +68,14 @@ mt_status mt_pp_runner_step(mt_pp_runner *runner, const mt_pp_batch *batch, int 
 mt_status mt_pp_forward(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
                         mt_comm *activations, const int32_t *tokens, const int32_t *targets,
                         int b, int t, float *loss, float *logits);
+
+/* A generation step of n new tokens through every stage's key/value cache (kv_cache.h), on
+ * every rank of the pipeline group at once: tokens where the model embeds (NULL elsewhere);
+ * the step's hidden rows travel stage to stage; every stage gets the logits of the step's
+ * last token (vocab floats), so every rank draws the same next token. Between steps only. */
+mt_status mt_pp_decode(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
+                       mt_gpt_kv_cache *kv, mt_comm *activations, const int32_t *tokens, int n,
+                       float *logits);
 
 /* Waits for transfers still in flight (after a failed step) and frees the runner. */
 void mt_pp_runner_destroy(mt_pp_runner *runner);

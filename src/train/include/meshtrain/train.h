@@ -10,6 +10,7 @@
 #include "meshtrain/data.h"
 #include "meshtrain/data_parallel.h"
 #include "meshtrain/kernels.h"
+#include "meshtrain/kv_cache.h"
 #include "meshtrain/mesh.h"
 #include "meshtrain/model.h"
 #include "meshtrain/pipeline.h"
@@ -61,6 +62,40 @@ mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int
  * the same number of forwards (ZeRO-3 gathers are collective), and the sum is all-reduced. */
 mt_status mt_evaluate(const mt_forward *f, const mt_sampler *val, const mt_config *cfg,
                       mt_comm *group, int32_t *inputs, int32_t *targets, double *loss);
+
+/* A generation step of n new tokens after the kv cache's positions, wherever the layers are
+ * (as mt_forward): the logits (vocab floats) of the step's last token, on every rank. */
+mt_status mt_forward_decode(const mt_forward *f, mt_gpt_kv_cache *kv, const int32_t *tokens,
+                            int n, float *logits);
+
+/* How mt_generate continues a prompt. Draws are keyed by (seed, the draw's index), so every
+ * rank draws the same token from the same logits. */
+typedef struct mt_generate_options {
+    int tokens;          /* tokens to draw */
+    double temperature;  /* 0: always the likeliest token */
+    int top_k;           /* keep the k likeliest (0: all) */
+    double top_p;        /* then the likeliest whose probability reaches top_p (1: all) */
+    uint64_t seed;
+    int recompute;       /* 1: rerun the last context tokens for every draw, without the cache
+                          * (the reference the cache is checked against) */
+    /* Called on every rank with each drawn token and the logits it came from (before
+     * temperature); an error ends generation with it. */
+    mt_status (*emit)(void *context, int32_t token, const float *logits, int vocab);
+    void *context;
+} mt_generate_options;
+
+/* Continues the prompt (1 to context tokens) by o->tokens tokens, on every rank of the model
+ * alike. With the key/value cache each draw costs one token's step; when the cache is full it
+ * slides: it keeps the last half context of tokens, refilled in one step, so the model always
+ * sees between half and all of its context. */
+mt_status mt_generate(const mt_forward *f, const int32_t *prompt, int prompt_length,
+                      const mt_generate_options *o);
+
+/* `meshtrain generate`'s run: the model of cfg->resume (a checkpoint folder) or cfg->init (a
+ * safetensors file) placed on cfg's tp x pp mesh over `world` (NULL: one process), without a
+ * corpus, then mt_generate on every rank. */
+mt_status mt_generate_run(const mt_config *cfg, mt_comm *world, const int32_t *prompt,
+                          int prompt_length, const mt_generate_options *o);
 
 /* Continues cfg->prompt by cfg->sample_tokens byte tokens (temperature, top-k) into out
  * (NULL: the same forwards, nothing printed, for ranks that must take part). */
