@@ -194,7 +194,7 @@ static void test_round_trip(void)
             same &= mt_tokens_at(&t, i) == text[i];
         CHECK(same);
         mt_tokens_close(&t);
-        CHECK(t.map == NULL);
+        CHECK(t.shards == NULL);
         mt_tokens_close(&t); /* closing twice is harmless */
     }
 
@@ -254,7 +254,7 @@ static void expect_open_fails(const char *path, mt_status want, const char *phra
     if (phrase)
         CHECK_MSG(contains(mt_last_error(), phrase), "%s: message '%s' lacks '%s'", what,
                   mt_last_error(), phrase);
-    CHECK_MSG(t.map == NULL, "%s: the failed open left the file mapped", what);
+    CHECK_MSG(t.shards == NULL, "%s: the failed open left the file mapped", what);
     if (status == MT_OK)
         mt_tokens_close(&t);
 }
@@ -309,7 +309,7 @@ static void test_bad_files(void)
     set_token(path, 2, 49, 299);
     mt_tokens t;
     CHECK_MSG(mt_tokens_open(&t, path) == MT_OK, "tokens below 300: %s", mt_last_error());
-    CHECK(t.map && mt_tokens_at(&t, 49) == 299 && mt_tokens_at(&t, 17) == 5);
+    CHECK(t.shards && mt_tokens_at(&t, 49) == 299 && mt_tokens_at(&t, 17) == 5);
     mt_tokens_close(&t);
 
     /* A vocabulary bound a token width cannot hold, or zero. */
@@ -347,10 +347,10 @@ static void test_corpus(void)
     mt_tokens tr, va;
     CHECK(mt_tokens_open(&tr, train) == MT_OK);
     CHECK(mt_tokens_open(&va, val) == MT_OK);
-    if (tr.map && va.map) {
+    if (tr.shards && va.shards) {
         CHECK(tr.count + va.count == N && va.count == 100);
-        CHECK(memcmp(tr.data, text, tr.count) == 0);
-        CHECK(memcmp(va.data, text + tr.count, va.count) == 0); /* val is the tail */
+        CHECK(memcmp(tr.shards[0].data, text, tr.count) == 0);
+        CHECK(memcmp(va.shards[0].data, text + tr.count, va.count) == 0); /* val is the tail */
     }
     mt_tokens_close(&tr);
     mt_tokens_close(&va);
@@ -386,7 +386,7 @@ static void test_corpus_ids(void)
         snprintf(path, sizeof path, "%s/val.bin", dir);
         mt_tokens t;
         CHECK(mt_tokens_open(&t, path) == MT_OK);
-        if (t.map) {
+        if (t.shards) {
             CHECK(t.token_bytes == (v ? 4 : 2) && t.vocab == vocabs[v] && t.count == 3);
             CHECK(mt_tokens_at(&t, 0) == 298 && mt_tokens_at(&t, 2) == 9);
         }
