@@ -190,6 +190,10 @@ uint32_t mt_tokens_at(const mt_tokens *t, uint64_t i)
 
 mt_status mt_tokens_read(const mt_tokens *t, uint64_t start, size_t n, int32_t *out)
 {
+    if (start > t->count || n > t->count - start)
+        return mt_fail(MT_EINVAL, "token file '%s': tokens [%llu, %llu) are past its %llu tokens",
+                       t->path, (unsigned long long)start, (unsigned long long)(start + n),
+                       (unsigned long long)t->count);
     while (n > 0) {
         const mt_token_shard *s = shard_of(t, start);
         uint64_t at = start - s->first, take = s->count - at < n ? s->count - at : n;
