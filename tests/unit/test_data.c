@@ -515,6 +515,71 @@ static void test_sampler(void)
     mt_tokens_close(&tokens);
 }
 
+/* Shards of every size, cut anywhere (windows straddle them), give the single file's tokens and
+ * the same sequences for a seed; a token beyond the vocabulary is found as it is read. */
+static void test_shards(void)
+{
+    enum { N = 5003, VAL = 301, T = 17 };
+    int32_t *ids = malloc(N * sizeof *ids);
+    CHECK(ids != NULL);
+    if (!ids)
+        return;
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919u) % 1000u);
+    char single[128], sharded[128];
+    in_tmp(single, sizeof single, "single");
+    in_tmp(sharded, sizeof sharded, "sharded");
+    CHECK(mt_corpus_write_ids(single, ids, N, VAL, 1000) == MT_OK);
+    mt_tokens one, many;
+    CHECK(mt_tokens_open_split(&one, single, "train") == MT_OK && one.n_shards == 1);
+    const uint64_t sizes[] = {1, 16, 17, 18, 999, N - VAL - 1, N};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        CHECK_MSG(mt_corpus_write_shards(sharded, ids, N, VAL, 1000, sizes[k], -1) == MT_OK, "%s",
+                  mt_last_error());
+        CHECK_MSG(mt_tokens_open_split(&many, sharded, "train") == MT_OK, "shards of %llu: %s",
+                  (unsigned long long)sizes[k], mt_last_error());
+        CHECK(many.count == one.count && !many.checked);
+        CHECK(many.n_shards == (int)((N - VAL + sizes[k] - 1) / sizes[k]));
+        mt_sampler a, b;
+        int same = mt_sampler_init(&a, &one, T, 42) == MT_OK &&
+                   mt_sampler_init(&b, &many, T, 42) == MT_OK && a.windows == b.windows;
+        for (uint64_t g = 0; same && g < 3 * a.windows; g++) {
+            int32_t in_a[T], tg_a[T], in_b[T], tg_b[T];
+            same = mt_sampler_sequence(&a, g, in_a, tg_a) == MT_OK &&
+                   mt_sampler_sequence(&b, g, in_b, tg_b) == MT_OK &&
+                   memcmp(in_a, in_b, sizeof in_a) == 0 && memcmp(tg_a, tg_b, sizeof tg_a) == 0;
+        }
+        CHECK_MSG(same, "shards of %llu tokens draw other sequences than the single file",
+                  (unsigned long long)sizes[k]);
+        int32_t past[2];
+        CHECK(mt_tokens_read(&many, many.count - 1, 2, past) == MT_EINVAL);
+        mt_tokens_close(&many);
+    }
+    mt_tokens_close(&one);
+    /* a token of 2000 under the bound 1000: found by the read that meets it, naming the shard */
+    ids[N - VAL - 3] = 999;
+    CHECK(mt_corpus_write_shards(sharded, ids, N, VAL, 1000, 1000, -1) == MT_OK);
+    char shard[160];
+    snprintf(shard, sizeof shard, "%s/train/000004.bin", sharded);
+    FILE *f = fopen(shard, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        uint8_t big[2] = {0xd0, 0x07}; /* 2000 */
+        fseek(f, 32 + 2 * (N - VAL - 3 - 4000), SEEK_SET);
+        fwrite(big, 1, 2, f);
+        fclose(f);
+    }
+    CHECK(mt_tokens_open_split(&many, sharded, "train") == MT_OK);
+    int32_t out[8];
+    CHECK(mt_tokens_read(&many, 0, 8, out) == MT_OK);
+    CHECK(mt_tokens_read(&many, N - VAL - 8, 8, out) == MT_EFORMAT);
+    CHECK_MSG(contains(mt_last_error(), "000004.bin': token 2000 at index 699 is not below the "
+                                        "vocabulary bound 1000"), "%s", mt_last_error());
+    CHECK(mt_tokens_check_all(&many) == MT_EFORMAT);
+    mt_tokens_close(&many);
+    free(ids);
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mt_test_data_XXXXXX");
@@ -527,6 +592,7 @@ int main(void)
     test_corpus();
     test_corpus_ids();
     test_sampler();
+    test_shards();
     remove_tree(tmp_dir);
     CHECK_MSG(access(tmp_dir, F_OK) != 0, "%s was not removed", tmp_dir);
     return check_summary("test_data");
