@@ -36,7 +36,9 @@ mt_status trainer_draw_microbatch(trainer *tr, int step, int micro)
     mt_status status = st->prefetch
                            ? trainer_prefetch_take(st->prefetch, key, st->inputs, st->targets)
                            : draw_key(tr, key, st->inputs, st->targets);
-    tr->out.data_seconds += mt_clock_seconds() - start;
+    double end = mt_clock_seconds();
+    tr->out.data_seconds += end - start;
+    mt_trace_span(tr->out.trace, MT_TRACE_DATA, start, end, micro, -1);
     return status == MT_OK ? MT_OK : mt_fail_context(status, "step %d: reading the training data", step);
 }
 
