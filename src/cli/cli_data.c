@@ -171,7 +171,12 @@ static int write_tokenized(const char *spec, char **paths, int n_paths, const ch
                                .train_bytes = total_bytes - val_bytes, .val_bytes = val_bytes,
                                .vocab = (uint32_t)vocab, .eot = eot,
                                .documents = (uint64_t)(n_paths ? n_paths : 1)};
-        snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", spec);
+        /* an absolute path, so that `data inspect` finds it from any folder */
+        int gpt2 = strncmp(spec, "gpt2:", 5) == 0;
+        char *absolute = realpath(spec + (gpt2 ? 5 : 0), NULL);
+        snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s%s", gpt2 ? "gpt2:" : "",
+                 absolute ? absolute : spec + (gpt2 ? 5 : 0));
+        free(absolute);
         status = mt_corpus_meta_write(out, &meta);
     }
     mt_token_ids_free(&ids);

@@ -43,30 +43,34 @@ static void print_split(const char *name, const mt_tokens *t, int64_t eot, uint6
     printf("; %s\n", t->path);
 }
 
+/* The tokenizer of the excerpt: `spec` (given, or meta.json's when `explicit` is 0), none for
+ * bytes. meta.json's may name a path relative to another folder: then *note says so and the
+ * excerpt shows ids. */
+static mt_status open_tokenizer(const char *spec, int explicit, mt_tokenizer **tokenizer,
+                                char *note, size_t capacity)
+{
+    *tokenizer = NULL;
+    note[0] = '\0';
+    if (!spec || strcmp(spec, "bytes") == 0)
+        return MT_OK;
+    mt_status status = mt_tokenizer_open(spec, tokenizer);
+    if (status == MT_OK || explicit)
+        return status;
+    *tokenizer = NULL;
+    snprintf(note, capacity, "(meta.json's tokenizer '%s' does not open here: %s)\n", spec,
+             mt_last_error());
+    return MT_OK;
+}
+
 /* The first `n` training tokens as text: the tokenizer's, or bytes for a byte corpus; ids when
  * neither fits. */
-static mt_status print_excerpt(const mt_tokens *train, const char *spec, int explicit, size_t n)
+static mt_status print_excerpt(const mt_tokens *train, mt_tokenizer *tokenizer, size_t n)
 {
     n = train->count < n ? (size_t)train->count : n;
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids)
         return mt_fail(MT_ENOMEM, "out of memory");
     mt_status status = mt_tokens_read(train, 0, n, ids);
-    mt_tokenizer *tokenizer = NULL;
-    mt_status opened = status == MT_OK && spec && strcmp(spec, "bytes") != 0
-                           ? mt_tokenizer_open(spec, &tokenizer)
-                           : MT_OK;
-    if (opened != MT_OK) {
-        if (explicit)
-            status = opened;
-        else /* meta.json's, which may name a path relative to another folder */
-            printf("(meta.json's tokenizer '%s' does not open here: %s)\n", spec, mt_last_error());
-        tokenizer = NULL;
-    }
-    if (status == MT_OK && tokenizer && (uint32_t)mt_tokenizer_vocab_size(tokenizer) < train->vocab)
-        status = mt_fail(MT_EINVAL, "tokenizer '%s' has %d ids, fewer than the corpus's vocabulary "
-                                    "bound %u: not the corpus's tokenizer", spec,
-                         mt_tokenizer_vocab_size(tokenizer), train->vocab);
     if (status == MT_OK) {
         printf("excerpt (the first %zu training tokens):\n", n);
         if (tokenizer) {
@@ -86,7 +90,6 @@ static mt_status print_excerpt(const mt_tokens *train, const char *spec, int exp
         }
         printf("\n");
     }
-    mt_tokenizer_free(tokenizer);
     free(ids);
     return status;
 }
@@ -145,6 +148,17 @@ int cli_data_inspect(int argc, char **argv)
         status = scan_split(&train, meta.eot, &train_eots);
     if (status == MT_OK)
         status = scan_split(&val, meta.eot, &val_eots);
+    int explicit = spec != NULL;
+    if (!spec && meta.tokenizer[0])
+        spec = meta.tokenizer;
+    mt_tokenizer *tokenizer = NULL;
+    char note[1200];
+    if (status == MT_OK)
+        status = open_tokenizer(spec, explicit, &tokenizer, note, sizeof note);
+    if (status == MT_OK && tokenizer && (uint32_t)mt_tokenizer_vocab_size(tokenizer) < train.vocab)
+        status = mt_fail(MT_EINVAL, "tokenizer '%s' has %d ids, fewer than the corpus's vocabulary "
+                                    "bound %u: not the corpus's tokenizer", spec,
+                         mt_tokenizer_vocab_size(tokenizer), train.vocab);
     if (status == MT_OK) {
         printf("corpus %s\n", dir);
         print_split("train", &train, meta.eot, train_eots);
@@ -166,11 +180,10 @@ int cli_data_inspect(int argc, char **argv)
             printf("tokenizer: not recorded\n");
         printf("checked: every token below the vocabulary bound%s\n",
                train.n_shards > 1 || val.n_shards > 1 ? ", every shard as its index lists it" : "");
-        int explicit = spec != NULL;
-        if (!spec && meta.tokenizer[0])
-            spec = meta.tokenizer;
-        status = print_excerpt(&train, spec, explicit, (size_t)excerpt);
+        fputs(note, stdout);
+        status = print_excerpt(&train, tokenizer, (size_t)excerpt);
     }
+    mt_tokenizer_free(tokenizer);
     mt_tokens_close(&train);
     mt_tokens_close(&val);
     return status ? cli_report_error("data inspect") : 0;
