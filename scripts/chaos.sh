@@ -185,7 +185,7 @@ if [ $rc = 0 ]; then
     cmp -s "$shard" "$work/chaos/ckpt/step_$steps/${shard##*/}" ||
       problems+=("ckpt/step_$steps/${shard##*/} differs from the uninterrupted run's")
   done
-  figures() { sed 's/, "tokens_per_s": [^,}]*//' "$1/metrics.jsonl"; }
+  figures() { sed 's/, "tokens_per_s": [^,}]*//; s/, "data_ms": [^,}]*//' "$1/metrics.jsonl"; }
   cmp -s <(figures "$work/ref") <(figures "$work/chaos") ||
     problems+=("metrics.jsonl (losses, gradient norms) differs from the uninterrupted run's")
 fi

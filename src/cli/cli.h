@@ -7,6 +7,8 @@
 
 int cli_train(int argc, char **argv);
 int cli_data(int argc, char **argv);
+/* `meshtrain data inspect DIR` (cli_data_inspect.c). */
+int cli_data_inspect(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_bench_comm(int argc, char **argv);
 int cli_bench_schedule(int argc, char **argv);

@@ -83,6 +83,8 @@ static const config_key KEYS[] = {
      "with --nproc: restart the whole job after a failure, up to N times (resuming auto)"},
     {"data", KEY_PATH, FIELD(data), "data/kjv", 0, 0, "corpus folder written by `meshtrain data`"},
     {"out", KEY_PATH, FIELD(out), "runs/default", 0, 0, "run folder (metrics.jsonl, summary.json)"},
+    {"prefetch", KEY_INT, FIELD(prefetch), "4", 0, 64,
+     "micro-batches a background thread per rank prepares ahead (0: the step draws its own)"},
     {"eval_every", KEY_INT, FIELD(eval_every), "100", 0, 1e9,
      "validation loss every N steps and at the end (0: never)"},
     {"eval_seqs", KEY_INT, FIELD(eval_seqs), "64", 1, 1 << 20, "validation sequences per evaluation"},

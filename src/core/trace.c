@@ -18,11 +18,11 @@
 enum { WORK_TID = 0, STEP_TID = 1 };
 
 static const char *const KIND_NAMES[MT_TRACE_KINDS] = {
-    "forward", "backward", "send", "recv", "collective", "idle", "step"};
+    "forward", "backward", "send", "recv", "collective", "idle", "data", "step"};
 /* The start of a span's name; forward and backward are one letter, followed by the micro-batch
  * with no space ("F3"), as in the pipeline literature's schedule diagrams. */
 static const char *const NAME_STEMS[MT_TRACE_KINDS] = {
-    "F", "B", "send", "recv", "collective", "idle", "step"};
+    "F", "B", "send", "recv", "collective", "idle", "data", "step"};
 
 typedef struct span {
     double start, end; /* seconds of mt_clock_seconds() */
@@ -202,7 +202,7 @@ static void put_metadata(FILE *f, const mt_trace *t, int has_steps, int *first)
     }
 }
 
-/* "F3", "F3.1", "B3", "send 3", "recv 3.1", "collective", "idle", "step 12". */
+/* "F3", "F3.1", "B3", "send 3", "recv 3.1", "collective", "idle", "data 2", "step 12". */
 static void span_name(const span *s, char *out, size_t capacity)
 {
     int letter = s->kind == MT_TRACE_FORWARD || s->kind == MT_TRACE_BACKWARD;

@@ -18,11 +18,13 @@ mt_status mt_evaluate(const mt_forward *f, const mt_sampler *val, const mt_confi
     for (uint64_t at = first; at < first + share; at += batch) {
         uint64_t real = at < end ? (end - at < batch ? end - at : batch) : 0;
         int b = real ? (int)real : 1;
-        for (int i = 0; i < b; i++)
-            mt_sampler_window(val, real ? (at + i) * val->windows / count : 0,
-                              inputs + (size_t)i * t, targets + (size_t)i * t);
+        mt_status status = MT_OK;
+        for (int i = 0; status == MT_OK && i < b; i++)
+            status = mt_sampler_window(val, real ? (at + i) * val->windows / count : 0,
+                                       inputs + (size_t)i * t, targets + (size_t)i * t);
         float batch_loss;
-        mt_status status = mt_forward_loss(f, inputs, targets, b, t, &batch_loss);
+        if (status == MT_OK)
+            status = mt_forward_loss(f, inputs, targets, b, t, &batch_loss);
         if (status)
             return mt_fail_context(status, "validation");
         total += (double)batch_loss * (double)real;

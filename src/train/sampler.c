@@ -38,18 +38,22 @@ mt_status mt_sampler_init(mt_sampler *s, const mt_tokens *tokens, int t, uint64_
     return MT_OK;
 }
 
-void mt_sampler_window(const mt_sampler *s, uint64_t window, int32_t *inputs, int32_t *targets)
+mt_status mt_sampler_window(const mt_sampler *s, uint64_t window, int32_t *inputs, int32_t *targets)
 {
     uint64_t start = window * (uint64_t)s->t;
-    for (int i = 0; i < s->t; i++) {
-        inputs[i] = (int32_t)mt_tokens_at(s->tokens, start + i);
-        targets[i] = (int32_t)mt_tokens_at(s->tokens, start + i + 1);
-    }
+    /* the window's t + 1 tokens: t inputs, then the last target after them */
+    mt_status status = mt_tokens_read(s->tokens, start, (size_t)s->t, inputs);
+    if (status == MT_OK)
+        status = mt_tokens_read(s->tokens, start + (uint64_t)s->t, 1, targets + s->t - 1);
+    for (int i = 0; status == MT_OK && i + 1 < s->t; i++)
+        targets[i] = inputs[i + 1];
+    return status;
 }
 
-void mt_sampler_sequence(const mt_sampler *s, uint64_t g, int32_t *inputs, int32_t *targets)
+mt_status mt_sampler_sequence(const mt_sampler *s, uint64_t g, int32_t *inputs, int32_t *targets)
 {
     uint64_t epoch = g / s->windows;
     uint64_t stream = mt_name_hash("data.order") + epoch;
-    mt_sampler_window(s, mt_permute(g % s->windows, s->windows, s->seed, stream), inputs, targets);
+    return mt_sampler_window(s, mt_permute(g % s->windows, s->windows, s->seed, stream), inputs,
+                             targets);
 }

@@ -10,10 +10,9 @@ static mt_status load_micro(void *context, int micro, const int32_t **tokens,
                             const int32_t **targets)
 {
     trainer *tr = context;
-    trainer_draw_microbatch(tr, tr->state.pp_step, micro);
     *tokens = tr->state.inputs;
     *targets = tr->state.targets;
-    return MT_OK;
+    return trainer_draw_microbatch(tr, tr->state.pp_step, micro);
 }
 
 static void before_forward(void *context, int micro)

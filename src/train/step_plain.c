@@ -11,11 +11,13 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
     *loss_sum = 0;
     for (int micro = 0; micro < cfg->microbatches; micro++) {
         mt_dp_model_begin_micro(st->model, micro, cfg->microbatches);
-        trainer_draw_microbatch(tr, step, micro);
+        mt_status status = trainer_draw_microbatch(tr, step, micro);
+        if (status)
+            return status;
         float loss;
         double start = mt_clock_seconds();
         trainer_fault_hook(&st->fault, FAULT_AT_FORWARD, step, NULL);
-        mt_status status = mt_gpt_forward(&st->gpt, st->inputs, st->targets, sequences, t, &loss);
+        status = mt_gpt_forward(&st->gpt, st->inputs, st->targets, sequences, t, &loss);
         double middle = mt_clock_seconds();
         mt_trace_span(tr->out.trace, MT_TRACE_FORWARD, start, middle, micro, -1);
         if (status == MT_OK)

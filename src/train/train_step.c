@@ -9,19 +9,52 @@
 #include "meshtrain/clock.h"
 #include "trainer_internal.h"
 
-/* This rank's micro-batch: its dp_rank-th slice of the global batch's micro-th part, so the
- * group together draws exactly the sequences one process would. */
-void trainer_draw_microbatch(trainer *tr, int step, int micro)
+/* This rank's micro-batch number `key` = (step - 1) x microbatches + micro: its dp_rank-th
+ * slice of the global batch's micro-th part, so the group together draws exactly the sequences
+ * one process would. Reads only what the run never changes, so the prefetch thread calls it. */
+static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, int32_t *targets)
+{
+    const trainer *tr = context;
+    const mt_config *cfg = tr->cfg;
+    const trainer_state *st = &tr->state;
+    uint64_t step = key / (uint64_t)cfg->microbatches, micro = key % (uint64_t)cfg->microbatches;
+    int t = cfg->context, sequences = tr->plan->micro_sequences;
+    uint64_t first = step * (uint64_t)cfg->batch + micro * (uint64_t)(cfg->batch / cfg->microbatches) +
+                     (uint64_t)st->at.dp * (uint64_t)sequences;
+    mt_status status = MT_OK;
+    for (int i = 0; status == MT_OK && i < sequences; i++)
+        status = mt_sampler_sequence(&st->train, first + (uint64_t)i, inputs + (size_t)i * t,
+                                     targets + (size_t)i * t);
+    return status;
+}
+
+mt_status trainer_draw_microbatch(trainer *tr, int step, int micro)
+{
+    trainer_state *st = &tr->state;
+    uint64_t key = (uint64_t)(step - 1) * (uint64_t)tr->cfg->microbatches + (uint64_t)micro;
+    double start = mt_clock_seconds();
+    mt_status status = st->prefetch
+                           ? trainer_prefetch_take(st->prefetch, key, st->inputs, st->targets)
+                           : draw_key(tr, key, st->inputs, st->targets);
+    double end = mt_clock_seconds();
+    tr->out.data_seconds += end - start;
+    mt_trace_span(tr->out.trace, MT_TRACE_DATA, start, end, micro, -1);
+    return status == MT_OK ? MT_OK : mt_fail_context(status, "step %d: reading the training data", step);
+}
+
+mt_status trainer_prefetch_begin(trainer *tr)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
-    int t = cfg->context, sequences = tr->plan->micro_sequences;
-    uint64_t first = (uint64_t)(step - 1) * cfg->batch +
-                     (uint64_t)micro * (cfg->batch / cfg->microbatches) +
-                     (uint64_t)st->at.dp * sequences;
-    for (int i = 0; i < sequences; i++)
-        mt_sampler_sequence(&st->train, first + i, st->inputs + (size_t)i * t,
-                            st->targets + (size_t)i * t);
+    int p = tr->plan->shape.pp;
+    /* on a pipeline, only the first stage (tokens) and the last (targets) read batches */
+    if (cfg->prefetch <= 0 || (p > 1 && st->at.pp != 0 && st->at.pp != p - 1))
+        return MT_OK;
+    uint64_t m = (uint64_t)cfg->microbatches;
+    return trainer_prefetch_start(&st->prefetch, cfg->prefetch,
+                                  (size_t)tr->plan->micro_sequences * (size_t)cfg->context,
+                                  (uint64_t)st->start_step * m, (uint64_t)cfg->steps * m, draw_key,
+                                  tr);
 }
 
 /* Each rank's entry in the vector check_finite reduces: its loss, then its gradient's local

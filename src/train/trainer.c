@@ -17,7 +17,7 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     trainer_outputs *out = &tr->out;
     double step_start = mt_clock_seconds();
     double waited = out->wait_seconds + mt_dp_model_wait_seconds(st->model);
-    double in_tp = st->gpt.tp_seconds;
+    double in_tp = st->gpt.tp_seconds, data = out->data_seconds;
     mt_status status = trainer_step(tr, step, record);
     if (status)
         return status;
@@ -28,7 +28,10 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
         out->timed_wait += out->wait_seconds + mt_dp_model_wait_seconds(st->model) - waited;
         out->timed_tp += st->gpt.tp_seconds - in_tp;
         out->timed_seconds += seconds;
+        out->timed_data += out->data_seconds - data;
+        out->timed_steps++;
     }
+    record->data_ms = 1e3 * (out->data_seconds - data);
     record->tokens_per_s = (double)tr->cfg->batch * tr->cfg->context / seconds;
     return MT_OK;
 }

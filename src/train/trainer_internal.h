@@ -14,6 +14,7 @@
 #include "meshtrain/thread_count.h"
 #include "meshtrain/trace.h"
 #include "meshtrain/train.h"
+#include "prefetch.h"
 #include "progress.h"
 #include "trainer_fault.h"
 
@@ -54,6 +55,7 @@ typedef struct trainer_state {
      * NAN when the corpus folder does not record its bytes */
     double val_bpb_per_loss;
     int32_t *inputs, *targets; /* one micro-batch of this rank */
+    trainer_prefetch *prefetch; /* NULL: the step draws its micro-batches itself */
     const trainer_passes *passes;
     /* pp > 1: the stage's executor, the communicator its gradients travel on (activations
      * take the mesh's pp group), and the step being run, for its micro-batch loader. */
@@ -77,6 +79,10 @@ typedef struct trainer_outputs {
      * loss check), and over the timed steps with the model's, against their step time; and
      * over the timed steps, in the model's tensor-parallel collectives. */
     double wait_seconds, timed_wait, timed_seconds, timed_tp;
+    /* Seconds the step waited for its micro-batches (drawing them, without prefetch), and
+     * over the timed steps. */
+    double data_seconds, timed_data;
+    int timed_steps;
     /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank. */
     long long *memory;
     int memory_ranks;
@@ -137,8 +143,10 @@ mt_status trainer_report_pipeline(trainer *tr, FILE *out);
 
 /* train_step.c */
 /* This rank's sequences of micro-batch `micro` of step `step`, into the state's inputs and
- * targets. */
-void trainer_draw_microbatch(trainer *tr, int step, int micro);
+ * targets: from the prefetch thread when there is one; the wait counts as data time. */
+mt_status trainer_draw_microbatch(trainer *tr, int step, int micro);
+/* Starts this rank's prefetch thread (cfg->prefetch > 0, on a rank that reads batches). */
+mt_status trainer_prefetch_begin(trainer *tr);
 /* One optimizer step over the global batch: this rank's passes, the gradient sync, the NaN and
  * replica checks, clipping and the update. */
 mt_status trainer_step(trainer *tr, int step, step_record *record);

@@ -206,10 +206,13 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     json_real(f, s->gflops);
     fprintf(f, ", \"seconds\": %.9g, \"threads\": %d, \"threads_source\": \"%s\", "
                "\"parameters\": %zu, \"dp\": %d, \"zero\": %d, \"tp\": %d, \"sp\": %d, "
-               "\"comm_wait_share\": %.6f, \"tp_comm_share\": %.6f",
+               "\"comm_wait_share\": %.6f, \"tp_comm_share\": %.6f, \"data_ms\": %.6g, "
+               "\"data_wait_share\": %.6f",
             s->seconds, tr->state.threads.threads, tr->state.threads.source,
             mt_gpt_global_numel(&tr->state.gpt), tr->plan->shape.dp, cfg->zero, tr->plan->shape.tp,
-            trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share);
+            trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share,
+            tr->out.timed_steps ? 1e3 * tr->out.timed_data / tr->out.timed_steps : 0.0,
+            tr->out.timed_seconds > 0 ? tr->out.timed_data / tr->out.timed_seconds : 0.0);
     fputs(", \"rank_threads\": [", f);
     for (int r = 0; r < tr->plan->world_size; r++)
         fprintf(f, "%s%d", r ? ", " : "", (int)tr->out.rank_threads[r]);

@@ -94,13 +94,10 @@ static mt_status open_corpus(trainer *tr)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
-    char path[MT_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/train.bin", cfg->data);
-    mt_status status = mt_tokens_open(&st->train_tokens, path);
+    mt_status status = mt_tokens_open_split(&st->train_tokens, cfg->data, "train");
     if (status)
         return status;
-    snprintf(path, sizeof path, "%s/val.bin", cfg->data);
-    if ((status = mt_tokens_open(&st->val_tokens, path)))
+    if ((status = mt_tokens_open_split(&st->val_tokens, cfg->data, "val")))
         return status;
     uint32_t corpus_vocab = st->train_tokens.vocab > st->val_tokens.vocab ? st->train_tokens.vocab
                                                                           : st->val_tokens.vocab;
@@ -114,8 +111,8 @@ static mt_status open_corpus(trainer *tr)
     st->val_bpb_per_loss = NAN;
     /* a meta.json left from an earlier corpus in the folder would report a wrong bpb */
     if (found && meta.val_tokens != st->val_tokens.count)
-        return mt_fail(MT_EFORMAT, "corpus '%s': meta.json says %llu validation tokens, val.bin "
-                                   "holds %llu (write the folder again with `meshtrain data`)",
+        return mt_fail(MT_EFORMAT, "corpus '%s': meta.json says %llu validation tokens, the "
+                                   "validation split holds %llu (write the folder again with `meshtrain data`)",
                        cfg->data, (unsigned long long)meta.val_tokens,
                        (unsigned long long)st->val_tokens.count);
     /* no bytes: a split of end-of-text tokens alone, which has no bits per byte */
@@ -213,7 +210,7 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     st->targets = malloc(tokens * sizeof *st->targets);
     if (!st->inputs || !st->targets)
         return mt_fail(MT_ENOMEM, "cannot allocate the batch buffers");
-    return MT_OK;
+    return trainer_prefetch_begin(tr);
 }
 
 mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
@@ -231,6 +228,8 @@ mt_status trainer_state_open_model(trainer *tr, mt_run_plan *plan, const mt_ckpt
 void trainer_state_close(trainer *tr)
 {
     trainer_state *st = &tr->state;
+    trainer_prefetch_stop(st->prefetch); /* first: its thread reads the corpus and the plan */
+    st->prefetch = NULL;
     trainer_pipeline_stop(tr);
     mt_dp_model_destroy(st->model);
     mt_gpt_destroy(&st->gpt);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `meshtrain tokenizer` end to end on a trained tokenizer: train on the KJV (twice: the same
-# tok.json), encode and decode back byte for byte, and bad input failing with one clear message.
+# `meshtrain tokenizer` end to end on a trained tokenizer: train on the KJV (three times, on one
+# CPU and on all, one and two OpenMP threads: the same tok.json), encode and decode back byte
+# for byte, and bad input failing with one clear message.
 # Usage: bash tests/cli/tokenizer.sh path/to/meshtrain
 set -u
 
@@ -25,8 +26,15 @@ bible -f gen1:1-rev22:21 >"$WORK/kjv.txt" 2>/dev/null
 "$MT" tokenizer train "$WORK/kjv.txt" --vocab 2048 --out "$WORK/a.json" 2>"$WORK/train.log" ||
     fail "train: $(cat "$WORK/train.log")"
 cat "$WORK/train.log"
-"$MT" tokenizer train "$WORK/kjv.txt" --vocab 2048 --out "$WORK/b.json" 2>/dev/null
+# training is one thread whatever the settings (the KJV takes a fraction of a second); the same
+# merges on one CPU and one thread as on every CPU with two
+OMP_NUM_THREADS=2 "$MT" tokenizer train "$WORK/kjv.txt" --vocab 2048 --out "$WORK/b.json" 2>/dev/null
 cmp -s "$WORK/a.json" "$WORK/b.json" || fail "two trainings on the KJV wrote different files"
+if command -v taskset >/dev/null; then
+    OMP_NUM_THREADS=1 taskset -c 0 "$MT" tokenizer train "$WORK/kjv.txt" --vocab 2048 \
+        --out "$WORK/c.json" 2>/dev/null
+    cmp -s "$WORK/a.json" "$WORK/c.json" || fail "training on one CPU wrote a different file"
+fi
 "$MT" tokenizer encode --tokenizer "$WORK/a.json" <"$WORK/kjv.txt" >"$WORK/kjv.ids" ||
     fail "encode from standard input"
 "$MT" tokenizer decode --tokenizer "$WORK/a.json" "$WORK/kjv.ids" | cmp -s - "$WORK/kjv.txt" ||

@@ -194,7 +194,7 @@ static void test_round_trip(void)
             same &= mt_tokens_at(&t, i) == text[i];
         CHECK(same);
         mt_tokens_close(&t);
-        CHECK(t.map == NULL);
+        CHECK(t.shards == NULL);
         mt_tokens_close(&t); /* closing twice is harmless */
     }
 
@@ -254,7 +254,7 @@ static void expect_open_fails(const char *path, mt_status want, const char *phra
     if (phrase)
         CHECK_MSG(contains(mt_last_error(), phrase), "%s: message '%s' lacks '%s'", what,
                   mt_last_error(), phrase);
-    CHECK_MSG(t.map == NULL, "%s: the failed open left the file mapped", what);
+    CHECK_MSG(t.shards == NULL, "%s: the failed open left the file mapped", what);
     if (status == MT_OK)
         mt_tokens_close(&t);
 }
@@ -309,7 +309,7 @@ static void test_bad_files(void)
     set_token(path, 2, 49, 299);
     mt_tokens t;
     CHECK_MSG(mt_tokens_open(&t, path) == MT_OK, "tokens below 300: %s", mt_last_error());
-    CHECK(t.map && mt_tokens_at(&t, 49) == 299 && mt_tokens_at(&t, 17) == 5);
+    CHECK(t.shards && mt_tokens_at(&t, 49) == 299 && mt_tokens_at(&t, 17) == 5);
     mt_tokens_close(&t);
 
     /* A vocabulary bound a token width cannot hold, or zero. */
@@ -347,10 +347,10 @@ static void test_corpus(void)
     mt_tokens tr, va;
     CHECK(mt_tokens_open(&tr, train) == MT_OK);
     CHECK(mt_tokens_open(&va, val) == MT_OK);
-    if (tr.map && va.map) {
+    if (tr.shards && va.shards) {
         CHECK(tr.count + va.count == N && va.count == 100);
-        CHECK(memcmp(tr.data, text, tr.count) == 0);
-        CHECK(memcmp(va.data, text + tr.count, va.count) == 0); /* val is the tail */
+        CHECK(memcmp(tr.shards[0].data, text, tr.count) == 0);
+        CHECK(memcmp(va.shards[0].data, text + tr.count, va.count) == 0); /* val is the tail */
     }
     mt_tokens_close(&tr);
     mt_tokens_close(&va);
@@ -386,7 +386,7 @@ static void test_corpus_ids(void)
         snprintf(path, sizeof path, "%s/val.bin", dir);
         mt_tokens t;
         CHECK(mt_tokens_open(&t, path) == MT_OK);
-        if (t.map) {
+        if (t.shards) {
             CHECK(t.token_bytes == (v ? 4 : 2) && t.vocab == vocabs[v] && t.count == 3);
             CHECK(mt_tokens_at(&t, 0) == 298 && mt_tokens_at(&t, 2) == 9);
         }
@@ -515,6 +515,71 @@ static void test_sampler(void)
     mt_tokens_close(&tokens);
 }
 
+/* Shards of every size, cut anywhere (windows straddle them), give the single file's tokens and
+ * the same sequences for a seed; a token beyond the vocabulary is found as it is read. */
+static void test_shards(void)
+{
+    enum { N = 1003, VAL = 101, T = 17 }; /* few shards: each file is written durably */
+    int32_t *ids = malloc(N * sizeof *ids);
+    CHECK(ids != NULL);
+    if (!ids)
+        return;
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919u) % 1000u);
+    char single[128], sharded[128];
+    in_tmp(single, sizeof single, "single");
+    in_tmp(sharded, sizeof sharded, "sharded");
+    CHECK(mt_corpus_write_ids(single, ids, N, VAL, 1000) == MT_OK);
+    mt_tokens one, many;
+    CHECK(mt_tokens_open_split(&one, single, "train") == MT_OK && one.n_shards == 1);
+    const uint64_t sizes[] = {16, 17, 18, 333, N - VAL - 1, N};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        CHECK_MSG(mt_corpus_write_shards(sharded, ids, N, VAL, 1000, sizes[k], -1) == MT_OK, "%s",
+                  mt_last_error());
+        CHECK_MSG(mt_tokens_open_split(&many, sharded, "train") == MT_OK, "shards of %llu: %s",
+                  (unsigned long long)sizes[k], mt_last_error());
+        CHECK(many.count == one.count && !many.checked);
+        CHECK(many.n_shards == (int)((N - VAL + sizes[k] - 1) / sizes[k]));
+        mt_sampler a, b;
+        int same = mt_sampler_init(&a, &one, T, 42) == MT_OK &&
+                   mt_sampler_init(&b, &many, T, 42) == MT_OK && a.windows == b.windows;
+        for (uint64_t g = 0; same && g < 3 * a.windows; g++) {
+            int32_t in_a[T], tg_a[T], in_b[T], tg_b[T];
+            same = mt_sampler_sequence(&a, g, in_a, tg_a) == MT_OK &&
+                   mt_sampler_sequence(&b, g, in_b, tg_b) == MT_OK &&
+                   memcmp(in_a, in_b, sizeof in_a) == 0 && memcmp(tg_a, tg_b, sizeof tg_a) == 0;
+        }
+        CHECK_MSG(same, "shards of %llu tokens draw other sequences than the single file",
+                  (unsigned long long)sizes[k]);
+        int32_t past[2];
+        CHECK(mt_tokens_read(&many, many.count - 1, 2, past) == MT_EINVAL);
+        mt_tokens_close(&many);
+    }
+    mt_tokens_close(&one);
+    /* a token of 2000 under the bound 1000: found by the read that meets it, naming the shard */
+    ids[N - VAL - 3] = 999;
+    CHECK(mt_corpus_write_shards(sharded, ids, N, VAL, 1000, 200, -1) == MT_OK);
+    char shard[160];
+    snprintf(shard, sizeof shard, "%s/train/000004.bin", sharded);
+    FILE *f = fopen(shard, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        uint8_t big[2] = {0xd0, 0x07}; /* 2000 */
+        fseek(f, 32 + 2 * (N - VAL - 3 - 800), SEEK_SET);
+        fwrite(big, 1, 2, f);
+        fclose(f);
+    }
+    CHECK(mt_tokens_open_split(&many, sharded, "train") == MT_OK);
+    int32_t out[8];
+    CHECK(mt_tokens_read(&many, 0, 8, out) == MT_OK);
+    CHECK(mt_tokens_read(&many, N - VAL - 8, 8, out) == MT_EFORMAT);
+    CHECK_MSG(contains(mt_last_error(), "000004.bin': token 2000 at index 99 is not below the "
+                                        "vocabulary bound 1000"), "%s", mt_last_error());
+    CHECK(mt_tokens_check_all(&many) == MT_EFORMAT);
+    mt_tokens_close(&many);
+    free(ids);
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mt_test_data_XXXXXX");
@@ -527,6 +592,7 @@ int main(void)
     test_corpus();
     test_corpus_ids();
     test_sampler();
+    test_shards();
     remove_tree(tmp_dir);
     CHECK_MSG(access(tmp_dir, F_OK) != 0, "%s was not removed", tmp_dir);
     return check_summary("test_data");

@@ -41,6 +41,7 @@ typedef struct mt_config {
     char resume[MT_PATH_MAX];
     char init[MT_PATH_MAX]; /* a safetensors file to start from (empty: initialised) */
     char data[MT_PATH_MAX], out[MT_PATH_MAX];
+    int prefetch; /* micro-batches prepared ahead by a thread per rank (0: none) */
     /* reporting */
     int eval_every, eval_seqs, log_every;
     int sample_tokens, top_k;

@@ -10,7 +10,7 @@
 typedef struct mt_trace mt_trace;
 
 /* What a span was spent on; mt_trace_kind_name gives its category in the file ("forward",
- * "backward", "send", "recv", "collective", "idle", "step"). */
+ * "backward", "send", "recv", "collective", "idle", "data", "step"). */
 typedef enum mt_trace_kind {
     MT_TRACE_FORWARD,
     MT_TRACE_BACKWARD,
@@ -18,6 +18,7 @@ typedef enum mt_trace_kind {
     MT_TRACE_RECV,       /* waiting for a message that is due */
     MT_TRACE_COLLECTIVE, /* gradient sync, norm, embedding all-reduce, ... */
     MT_TRACE_IDLE,       /* nothing to do: the pipeline bubble */
+    MT_TRACE_DATA,       /* waiting for a micro-batch's tokens (drawing them, without prefetch) */
     MT_TRACE_STEP,       /* an optimizer step, around the others */
     MT_TRACE_KINDS
 } mt_trace_kind;

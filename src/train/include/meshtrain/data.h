@@ -12,30 +12,50 @@
  * u64 token count, u32 vocabulary bound (every token < it), u32 reserved (0). */
 enum { MT_TOKENS_HEADER_BYTES = 32, MT_TOKENS_VERSION = 1 };
 
-typedef struct mt_tokens {
+/* One token file of a split, mapped read-only: its tokens are the split's [first, first + count). */
+typedef struct mt_token_shard {
     char path[512];
-    void *map;          /* the whole file, mapped read-only */
+    void *map;
     size_t map_bytes;
     const uint8_t *data;
+    uint64_t first, count;
+} mt_token_shard;
+
+/* A split: one token file (DIR/train.bin) or the shards an index lists (DIR/train/index.json),
+ * read as the concatenation of its shards, so that windows and batches do not depend on where
+ * the shards were cut. */
+typedef struct mt_tokens {
+    char path[512];      /* the file, or the index */
+    mt_token_shard *shards;
+    int n_shards;
     int token_bytes;
     uint64_t count;
     uint32_t vocab;
+    /* 1: every token was checked below vocab on open (a single file); 0: shards, whose tokens
+     * mt_tokens_read checks as it reads them, so that opening a corpus larger than memory reads
+     * none of its tokens */
+    int checked;
 } mt_tokens;
 
 /* Maps and validates a token file: magic, version, width, size against the count, and every
  * token below the header's vocabulary bound. Errors name the file. */
 mt_status mt_tokens_open(mt_tokens *tokens, const char *path);
+/* Opens split `name` ("train" or "val") of a corpus folder: DIR/NAME.bin, or the shards of
+ * DIR/NAME/index.json, each checked against the index (present, its header's count, width and
+ * vocabulary as listed, its size the header's) without reading its tokens. */
+mt_status mt_tokens_open_split(mt_tokens *tokens, const char *dir, const char *name);
 void mt_tokens_close(mt_tokens *tokens);
 
-static inline uint32_t mt_tokens_at(const mt_tokens *tokens, uint64_t i)
-{
-    const uint8_t *p = tokens->data + i * (uint64_t)tokens->token_bytes;
-    switch (tokens->token_bytes) {
-    case 1: return p[0];
-    case 2: return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-    default: return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    }
-}
+/* Token i of the split (i < count), unchecked. */
+uint32_t mt_tokens_at(const mt_tokens *tokens, uint64_t i);
+
+/* Copies tokens [start, start + n) of the split (across shards) into out; a token not below the
+ * vocabulary bound is an error naming its shard and position. */
+mt_status mt_tokens_read(const mt_tokens *tokens, uint64_t start, size_t n, int32_t *out);
+
+/* Checks every token of the split below its vocabulary bound, skipping the holes of sparse
+ * shards (which read as token 0). */
+mt_status mt_tokens_check_all(const mt_tokens *tokens);
 
 /* Writes byte tokens (vocabulary 256) to a token file, atomically (temporary name, rename). */
 mt_status mt_tokens_write_bytes(const char *path, const uint8_t *bytes, uint64_t count);
@@ -60,10 +80,22 @@ mt_status mt_corpus_write(const char *dir, const uint8_t *text, size_t length, d
 mt_status mt_corpus_write_ids(const char *dir, const int32_t *ids, size_t count, size_t val,
                               uint32_t vocab);
 
+/* Writes ids as the shards of DIR/train/ and DIR/val/ (the last `val` ids), `shard_tokens` ids
+ * per shard (the last one of a split shorter), each split with its index.json; `eot` (or -1)
+ * is the end-of-text id the index counts as document boundaries. Removes DIR/train.bin and
+ * DIR/val.bin, so the folder holds one layout. */
+mt_status mt_corpus_write_shards(const char *dir, const int32_t *ids, size_t count, size_t val,
+                                 uint32_t vocab, uint64_t shard_tokens, int32_t eot);
+
 /* DIR/meta.json: each split's tokens and the bytes of text they came from, so that a loss per
- * token converts to bits per byte whatever the tokenizer. */
+ * token converts to bits per byte whatever the tokenizer; and, when known, the tokenizer, its
+ * vocabulary and end-of-text id, and the documents (files) of the text. */
 typedef struct mt_corpus_meta {
     uint64_t train_tokens, val_tokens, train_bytes, val_bytes;
+    char tokenizer[512]; /* "bytes", a tok.json path, gpt2:DIR; empty: not recorded */
+    uint32_t vocab;      /* 0: not recorded */
+    int64_t eot;         /* -1: none */
+    uint64_t documents;  /* 0: not recorded */
 } mt_corpus_meta;
 
 mt_status mt_corpus_meta_write(const char *dir, const mt_corpus_meta *meta);
@@ -83,12 +115,14 @@ typedef struct mt_sampler {
 
 mt_status mt_sampler_init(mt_sampler *sampler, const mt_tokens *tokens, int t, uint64_t seed);
 
-/* Writes sequence g's t inputs and t targets (the inputs shifted by one). */
-void mt_sampler_sequence(const mt_sampler *sampler, uint64_t g, int32_t *inputs, int32_t *targets);
+/* Writes sequence g's t inputs and t targets (the inputs shifted by one); fails only on a
+ * token beyond the vocabulary in a shard. */
+mt_status mt_sampler_sequence(const mt_sampler *sampler, uint64_t g, int32_t *inputs,
+                              int32_t *targets);
 
 /* Writes the window at position `window` (no shuffling), for validation. */
-void mt_sampler_window(const mt_sampler *sampler, uint64_t window, int32_t *inputs,
-                       int32_t *targets);
+mt_status mt_sampler_window(const mt_sampler *sampler, uint64_t window, int32_t *inputs,
+                            int32_t *targets);
 
 /* A bijection of [0, n) keyed by (seed, stream): a 4-round Feistel network on the next
  * even power of two, walked until it lands inside [0, n). */
