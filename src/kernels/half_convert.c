@@ -121,7 +121,8 @@ void kernels_half_to_f32_path(mt_kernels_path path, mt_half_format format, float
  * ones (rows inside other kernels' parallel loops) convert in the calling thread. */
 enum { CONVERT_CHUNK = 1 << 15 };
 
-void mt_half_from_f32(mt_half_format format, mt_half *dst, const float *src, size_t n)
+/* Either direction, chunk by chunk: `to_f32` picks it. */
+static void convert_chunks(int to_f32, mt_half_format format, void *dst, const void *src, size_t n)
 {
     mt_kernels_path path = mt_kernels_dispatch_get()->path;
     long chunks = (long)((n + CONVERT_CHUNK - 1) / CONVERT_CHUNK);
@@ -129,18 +130,21 @@ void mt_half_from_f32(mt_half_format format, mt_half *dst, const float *src, siz
     for (long chunk = 0; chunk < chunks; chunk++) {
         size_t start = (size_t)chunk * CONVERT_CHUNK;
         size_t count = n - start < CONVERT_CHUNK ? n - start : CONVERT_CHUNK;
-        kernels_half_from_f32_path(path, format, dst + start, src + start, count);
+        if (to_f32)
+            kernels_half_to_f32_path(path, format, (float *)dst + start,
+                                     (const mt_half *)src + start, count);
+        else
+            kernels_half_from_f32_path(path, format, (mt_half *)dst + start,
+                                       (const float *)src + start, count);
     }
+}
+
+void mt_half_from_f32(mt_half_format format, mt_half *dst, const float *src, size_t n)
+{
+    convert_chunks(0, format, dst, src, n);
 }
 
 void mt_half_to_f32(mt_half_format format, float *dst, const mt_half *src, size_t n)
 {
-    mt_kernels_path path = mt_kernels_dispatch_get()->path;
-    long chunks = (long)((n + CONVERT_CHUNK - 1) / CONVERT_CHUNK);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-    for (long chunk = 0; chunk < chunks; chunk++) {
-        size_t start = (size_t)chunk * CONVERT_CHUNK;
-        size_t count = n - start < CONVERT_CHUNK ? n - start : CONVERT_CHUNK;
-        kernels_half_to_f32_path(path, format, dst + start, src + start, count);
-    }
+    convert_chunks(1, format, dst, src, n);
 }

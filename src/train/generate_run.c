@@ -5,27 +5,22 @@
 mt_status mt_generate_run(const mt_config *cfg, mt_comm *world, const int32_t *prompt,
                           int prompt_length, const mt_generate_options *o)
 {
-    mt_config run = *cfg;
+    mt_config run;
     mt_ckpt_meta resume;
-    trainer_init init = {0};
-    mt_status status = trainer_resolve_resume(&run, world, &resume);
+    trainer_init init;
+    mt_run_plan plan;
+    mt_status status = trainer_resolve_run(cfg, world, &run, &resume, &init, &plan);
     if (status)
         return status;
-    mt_run_plan plan = {0};
-    if ((status = trainer_resolve_init(&run, &resume, world, &init)) == MT_OK)
-        status = mt_run_plan_resolve(&run, world ? mt_comm_size(world) : 1, &plan);
     trainer tr = {.plan = &plan, .cfg = &plan.config, .state = {.world = world}};
-    int opened = status == MT_OK;
-    if (opened)
-        status = trainer_state_open_model(&tr, &plan, &resume, &init);
+    status = trainer_state_open_model(&tr, &plan, &resume, &init);
     mt_ckpt_meta_free(&resume);
     mt_safetensors_close(init.file);
     if (status == MT_OK) {
         mt_forward forward = tr.state.passes->forward(&tr);
         status = mt_generate(&forward, prompt, prompt_length, o);
     }
-    if (opened)
-        trainer_state_close(&tr);
+    trainer_state_close(&tr);
     mt_run_plan_free(&plan);
     return status;
 }

@@ -165,19 +165,13 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     *summary = (mt_train_summary){.final_loss = NAN, .final_val_loss = NAN,
                                     .final_val_bpb = NAN};
     /* a checkpoint fixes the model's shape and the optimizer's settings: validated after */
-    mt_config run = *cfg;
+    mt_config run;
     mt_ckpt_meta resume;
-    trainer_init init = {0};
-    mt_status status = trainer_resolve_resume(&run, world, &resume);
+    trainer_init init;
+    mt_run_plan plan;
+    mt_status status = trainer_resolve_run(cfg, world, &run, &resume, &init, &plan);
     if (status)
         return status;
-    mt_run_plan plan = {0};
-    if ((status = trainer_resolve_init(&run, &resume, world, &init)) ||
-        (status = mt_run_plan_resolve(&run, world ? mt_comm_size(world) : 1, &plan))) {
-        mt_ckpt_meta_free(&resume);
-        mt_safetensors_close(init.file);
-        return status;
-    }
     trainer tr = {.plan = &plan, .cfg = &plan.config, .state = {.world = world}};
     char resumed_from[MT_PATH_MAX];
     snprintf(resumed_from, sizeof resumed_from, "%s", resume.dir);

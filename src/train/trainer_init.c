@@ -245,3 +245,21 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init)
     mt_dp_model_state_changed(tr->state.model);
     return mt_comm_agree_outcome(tr->state.world, status, "loading --init");
 }
+
+mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, mt_config *run,
+                              mt_ckpt_meta *resume, trainer_init *init, mt_run_plan *plan)
+{
+    *run = *cfg;
+    *init = (trainer_init){0};
+    *plan = (mt_run_plan){0};
+    mt_status status = trainer_resolve_resume(run, world, resume);
+    if (status)
+        return status;
+    if ((status = trainer_resolve_init(run, resume, world, init)) ||
+        (status = mt_run_plan_resolve(run, world ? mt_comm_size(world) : 1, plan))) {
+        mt_ckpt_meta_free(resume);
+        mt_safetensors_close(init->file);
+        init->file = NULL;
+    }
+    return status;
+}

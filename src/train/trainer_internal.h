@@ -190,6 +190,10 @@ mt_status trainer_resolve_init(mt_config *cfg, const mt_ckpt_meta *resume, mt_co
 /* After the model exists: this rank's parameters from the file (Adam moments stay zero); every
  * tensor of the file must be accounted for (collective: an error anywhere fails all). */
 mt_status trainer_load_init(trainer *tr, trainer_init *init);
+/* Both of the above, then the plan of the configuration they fixed (`run`, which *plan's
+ * config copies): what training and generation start from. On failure nothing is left open. */
+mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, mt_config *run,
+                              mt_ckpt_meta *resume, trainer_init *init, mt_run_plan *plan);
 
 /* run_outputs.c */
 /* After the state: OUT/config.ini, OUT/metrics.jsonl (continued when `resumed_dir`, the
