@@ -210,7 +210,7 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     st->targets = malloc(tokens * sizeof *st->targets);
     if (!st->inputs || !st->targets)
         return mt_fail(MT_ENOMEM, "cannot allocate the batch buffers");
-    return trainer_prefetch_begin(tr);
+    return with_corpus ? trainer_prefetch_begin(tr) : MT_OK; /* no corpus, nothing to read */
 }
 
 mt_status trainer_state_open(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *resume,
