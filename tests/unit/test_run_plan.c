@@ -27,6 +27,7 @@ int main(void)
     mt_config_defaults(&c);
     mt_run_plan plan;
     CHECK_MSG(mt_run_plan_resolve(&c, 1, &plan) == MT_OK, "defaults: %s", mt_last_error());
+    mt_run_plan_free(&plan);
 
     REFUSED(2,
             "config keys 'microbatches' and 'pp': 1 micro-batches cannot fill 2 pipeline "
