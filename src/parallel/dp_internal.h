@@ -38,6 +38,7 @@ struct mt_dp_model {
     mt_comm *tensor_group; /* the tensor-parallel group the norm sums over, or NULL */
     mt_comm *pipeline_group, *embedding_group; /* see mt_dp_options */
     int rank, size, zero;
+    int parameters_only; /* see mt_dp_options: no gradients, no moments */
     mt_memory_ledger *ledger;
 
     size_t *counts;   /* [unit * size + r]: rank r's slice of each unit (for v collectives) */

@@ -196,6 +196,9 @@ static mt_status allocate_state(mt_dp_model *m)
 {
     size_t numel = m->gpt->numel, slices = m->slice_numel;
     size_t param = m->zero == 3 ? slices : numel, grad = m->zero >= 2 ? slices : numel;
+    size_t moments = m->parameters_only ? 0 : slices;
+    if (m->parameters_only)
+        grad = 0;
     mt_arena *arenas[] = {&m->param_arena, &m->grad_arena, &m->moment_arena, &m->gathered_arena,
                           &m->grad_buffer_arena};
     m->param_arena = state_arena("parameters", m->ledger, MT_MEMORY_PARAMETERS);
@@ -205,8 +208,8 @@ static mt_status allocate_state(mt_dp_model *m)
     m->grad_buffer_arena = state_arena("gradient buffers", m->ledger, MT_MEMORY_GRADIENTS);
     mt_arena_plan(&m->param_arena, param * sizeof(float));
     mt_arena_plan(&m->grad_arena, grad * sizeof(float));
-    mt_arena_plan(&m->moment_arena, slices * sizeof(float)); /* first moments, at 0 */
-    size_t v_offset = mt_arena_plan(&m->moment_arena, slices * sizeof(float));
+    mt_arena_plan(&m->moment_arena, moments * sizeof(float)); /* first moments, at 0 */
+    size_t v_offset = mt_arena_plan(&m->moment_arena, moments * sizeof(float));
     buffer_plan plan;
     plan_buffers(m, &plan);
     mt_status status = MT_OK;
@@ -217,9 +220,11 @@ static mt_status allocate_state(mt_dp_model *m)
         return mt_fail_context(status, "data parallel (zero %d)", m->zero);
     float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
     *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
-    *(m->zero >= 2 ? &m->slice_grad : &m->full_grad) = g;
-    m->moment_m = mt_arena_at(&m->moment_arena, 0);
-    m->moment_v = mt_arena_at(&m->moment_arena, v_offset);
+    if (!m->parameters_only) {
+        *(m->zero >= 2 ? &m->slice_grad : &m->full_grad) = g;
+        m->moment_m = mt_arena_at(&m->moment_arena, 0);
+        m->moment_v = mt_arena_at(&m->moment_arena, v_offset);
+    }
     bind_buffers(m, &plan);
     return MT_OK;
 }
@@ -278,6 +283,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->rank = group ? mt_comm_rank(group) : 0;
     m->size = group ? mt_comm_size(group) : 1;
     m->zero = options->zero;
+    m->parameters_only = options->parameters_only;
     m->tensor_group = options->tensor_group;
     m->pipeline_group = options->pipeline_group;
     m->embedding_group = options->embedding_group;
@@ -356,7 +362,7 @@ void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *sta
         state->param_first = lo - start;
         state->param_count = hi - lo;
     }
-    if (dp_owned_range(m, index, &lo, &hi)) {
+    if (m->moment_m && dp_owned_range(m, index, &lo, &hi)) {
         size_t at = dp_slice_index(m, p->unit, lo);
         state->exp_avg = m->moment_m + at;
         state->exp_avg_sq = m->moment_v + at;

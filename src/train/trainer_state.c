@@ -152,8 +152,9 @@ static mt_status place_rank(trainer *tr)
 }
 
 /* The model's table and activations for this rank's stage and tensor-parallel slice, and the
- * data-parallel state that owns its parameters, gradients and moments. */
-static mt_status build_model(trainer *tr)
+ * data-parallel state that owns its parameters, gradients and moments (the parameters alone
+ * for generation). */
+static mt_status build_model(trainer *tr, int parameters_only)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
@@ -170,10 +171,14 @@ static mt_status build_model(trainer *tr)
                                      recompute, tr->plan->micro_sequences, &st->ledger);
     if (status)
         return status;
-    mt_dp_options options = {.zero = cfg->zero, .bucket_bytes = (size_t)(cfg->bucket_mb * (1 << 20)),
-                             .seed = cfg->seed, .ledger = &st->ledger, .tensor_group = st->tp,
+    mt_dp_options options = {.zero = cfg->zero,
+                             .bucket_bytes = (size_t)(cfg->bucket_mb * (1 << 20)),
+                             .seed = cfg->seed,
+                             .ledger = &st->ledger,
+                             .tensor_group = st->tp,
                              .pipeline_group = pipelined ? st->mesh->pp_group : NULL,
-                             .embedding_group = pipelined ? st->mesh->embedding_group : NULL};
+                             .embedding_group = pipelined ? st->mesh->embedding_group : NULL,
+                             .parameters_only = parameters_only};
     return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
 }
 
@@ -195,7 +200,7 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     /* before the mesh: a slow_comm rank's groups inherit its world's delay */
     if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
         (status = place_rank(tr)) || (with_corpus && (status = open_corpus(tr))) ||
-        (status = build_model(tr)))
+        (status = build_model(tr, !with_corpus)))
         return status;
     if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
         return status;

@@ -38,6 +38,8 @@ typedef struct mt_dp_options {
     mt_comm *embedding_group; /* first and last stage, which share the tied embeddings (else
                                * NULL): their gradients are summed across it, and the copies
                                * compared by the replica check */
+    int parameters_only;      /* generation: the parameters alone, no gradients or optimizer
+                               * state (a quarter of the memory); nothing may run backward */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
