@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Usage: scripts/fuzz.sh [seconds] [tcp_frame|store_frame|ckpt_meta|ckpt_shard|safetensors|all].
+# Usage: scripts/fuzz.sh [seconds] [tcp_frame|store_frame|ckpt_meta|ckpt_shard|safetensors|tokenizer|all].
 # Fuzzes tests/fuzz/fuzz_<target>.c with libFuzzer, one job at nice 10, default 300 s per target,
 # every target one after another by default; fails on a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() {
   echo "usage: scripts/fuzz.sh [seconds]" \
-    "[tcp_frame|store_frame|ckpt_meta|ckpt_shard|safetensors|all]" >&2
+    "[tcp_frame|store_frame|ckpt_meta|ckpt_shard|safetensors|tokenizer|all]" >&2
   echo "  seconds: a whole number per target (default 300); the target defaults to all" >&2
   exit 2
 }
@@ -16,8 +16,8 @@ if ! [[ $seconds =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
   usage
 fi
 case $which in
-  tcp_frame | store_frame | ckpt_meta | ckpt_shard | safetensors) targets=$which ;;
-  all) targets="tcp_frame store_frame ckpt_meta ckpt_shard safetensors" ;;
+  tcp_frame | store_frame | ckpt_meta | ckpt_shard | safetensors | tokenizer) targets=$which ;;
+  all) targets="tcp_frame store_frame ckpt_meta ckpt_shard safetensors tokenizer" ;;
   *) usage ;;
 esac
 for p in clang libclang-rt-14-dev; do

@@ -36,6 +36,8 @@ static void print_help(void)
            "                      tokens)\n"
            "  --nproc N --tp T --pp P   N = T x P local workers, the model split as in train\n"
            "  --threads N         threads per rank (0: as train chooses)\n"
+           "  --ignore_eot        go on past the tokenizer's end-of-text token, printed as\n"
+           "                      <|endoftext|> (default: it ends the text, unprinted)\n"
            "  --no_cache          rerun the whole window for every token (the reference path)\n"
            "  --dump F            write each token's int32 id and float32 logits to F\n");
 }
@@ -43,7 +45,7 @@ static void print_help(void)
 typedef struct generate_args {
     const char *model, *prompt, *prompt_file, *tokenizer, *dump;
     mt_generate_options options;
-    int no_cache;
+    int no_cache, ignore_eot;
     mt_config cfg;
 } generate_args;
 
@@ -106,6 +108,10 @@ static int parse(generate_args *a, int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--no_cache") == 0 || strcmp(argv[i], "--no-cache") == 0) {
             a->no_cache = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--ignore_eot") == 0 || strcmp(argv[i], "--ignore-eot") == 0) {
+            a->ignore_eot = 1;
             continue;
         }
         if (strncmp(argv[i], "--", 2) != 0) {
@@ -227,6 +233,10 @@ static int run(generate_args *a, generate_text *text, const unsigned char *promp
     }
     a->options.emit = generate_text_emit;
     a->options.context = text;
+    /* a tokenizer's end-of-text token ends the text: every rank draws it alike and stops */
+    int32_t eot = text->tokenizer ? mt_tokenizer_eot(text->tokenizer) : -1;
+    text->stops = a->options.stops = eot >= 0 && !a->ignore_eot;
+    text->eot = a->options.stop = eot;
     if (status == MT_OK)
         status = mt_generate_run(&a->cfg, world, ids, count, &a->options);
     if (text->dump && fclose(text->dump) != 0 && status == MT_OK)
@@ -240,8 +250,9 @@ static int run(generate_args *a, generate_text *text, const unsigned char *promp
     if (printing) {
         double span = text->last_at - text->first_at;
         fprintf(stdout, "\n");
-        fprintf(stderr, "generated %d tokens after a prompt of %d; %.1f tokens/s after the "
+        fprintf(stderr, "generated %d tokens after a prompt of %d%s; %.1f tokens/s after the "
                         "first\n", text->emitted, count,
+                text->ended ? ", the last the end-of-text token (--ignore_eot goes on)" : "",
                 span > 0 ? (text->emitted - 1) / span : 0.0);
     }
     return 0;

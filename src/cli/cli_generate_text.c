@@ -41,17 +41,16 @@ mt_status generate_text_prompt(const generate_text *text, const unsigned char *p
     return MT_OK;
 }
 
-/* The token's bytes; a token its tokenizer (or the bytes) cannot spell prints as '?'. */
-static void print_token(const generate_text *text, int32_t token)
+void generate_text_print(const mt_tokenizer *tokenizer, int32_t token, FILE *out)
 {
-    if (!text->tokenizer || token >= mt_tokenizer_vocab_size(text->tokenizer)) {
-        fputc(token < 256 && !text->tokenizer ? token : '?', text->out);
+    if (!tokenizer || token >= mt_tokenizer_vocab_size(tokenizer)) {
+        fputc(token < 256 && !tokenizer ? token : '?', out);
         return;
     }
     unsigned char *bytes = NULL;
     size_t length = 0;
-    if (mt_tokenizer_decode(text->tokenizer, &token, 1, &bytes, &length) == MT_OK)
-        fwrite(bytes, 1, length, text->out);
+    if (mt_tokenizer_decode(tokenizer, &token, 1, &bytes, &length) == MT_OK)
+        fwrite(bytes, 1, length, out);
     free(bytes);
 }
 
@@ -62,8 +61,10 @@ mt_status generate_text_emit(void *context, int32_t token, const float *logits, 
     if (text->emitted++ == 0)
         text->first_at = now;
     text->last_at = now;
-    if (text->out) {
-        print_token(text, token);
+    if (text->stops && token == text->eot)
+        text->ended = 1; /* the text ends here: its marker is not part of it */
+    else if (text->out) {
+        generate_text_print(text->tokenizer, token, text->out);
         fflush(text->out);
     }
     if (text->dump && (fwrite(&token, sizeof token, 1, text->dump) != 1 ||

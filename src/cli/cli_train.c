@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_train_sample.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/comm.h"
 #include "meshtrain/job_env.h"
@@ -31,7 +32,8 @@ static void print_help(void)
            "defaults, then from --config files and flags in the order given (later wins);\n"
            "'-' and '_' are the same in key names. configs/default.ini is the main job.\n"
            "Writes OUT/metrics.jsonl (one JSON object per step), OUT/summary.json and\n"
-           "OUT/config.ini, and prints a text sample at the end.\n"
+           "OUT/config.ini, and prints a text sample at the end (on a BPE corpus, decoded by\n"
+           "the tokenizer its meta.json names, up to its end-of-text token).\n"
            "\n"
            "--nproc N launches N local workers (as `meshtrain launch`); under meshtrain launch,\n"
            "mpirun, srun or torchrun-style variables the ranks come from the launcher. The ranks\n"
@@ -131,12 +133,19 @@ static int report_before_training(const mt_job_env *job, mt_status st)
  * rank 0 prints the progress, the memory table and the sample. */
 static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
 {
-    mt_comm *world = NULL;
-    mt_status st = mt_comm_create(NULL, &world);
+    train_sample sample;
+    mt_status st = train_sample_open(cfg, stdout, &sample);
     if (st)
         return report_before_training(job, st);
+    mt_comm *world = NULL;
+    st = mt_comm_create(NULL, &world);
+    if (st) {
+        train_sample_close(&sample);
+        return report_before_training(job, st);
+    }
     mt_train_summary summary;
-    st = mt_train_run(cfg, world, stdout, stdout, &summary);
+    st = mt_train_run(cfg, world, stdout, &sample.text, &summary);
+    train_sample_close(&sample);
     int rank = world ? mt_comm_rank(world) : -1;
     mt_comm_destroy(world);
     if (st)
@@ -149,8 +158,13 @@ static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
 /* One process, no launcher. */
 static int train_alone(const mt_config *cfg)
 {
+    train_sample sample;
     mt_train_summary summary;
-    if (mt_train_run(cfg, NULL, stdout, stdout, &summary))
+    mt_status st = train_sample_open(cfg, stdout, &sample);
+    if (st == MT_OK)
+        st = mt_train_run(cfg, NULL, stdout, &sample.text, &summary);
+    train_sample_close(&sample);
+    if (st)
         return cli_report_error("train");
     print_done(&summary);
     return 0;
@@ -201,6 +215,13 @@ int cli_train(int argc, char **argv)
     if (dry)
         status = dry_run(&plan, &job);
     else if (alone && cfg.nproc > 1) {
+        /* the sample's tokenizer, checked before any worker starts */
+        train_sample sample;
+        if (train_sample_open(&cfg, NULL, &sample)) {
+            mt_run_plan_free(&plan);
+            return cli_report_error("train");
+        }
+        train_sample_close(&sample);
         mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1,
                                    .max_restarts = cfg.max_restarts};
         const char *words[] = {"train"};

@@ -87,8 +87,11 @@ mt_status text_tokenizer_from_merges(const int32_t *left, const int32_t *right, 
         len[256 + i] = len[left[i]] + len[right[i]];
         total += len[256 + i];
     }
+    /* the end-of-text token spells GPT-2's marker, so that documents stay apart in text */
+    static const char eot_text[] = "<|endoftext|>";
+    size_t eot_bytes = sizeof eot_text - 1;
     mt_tokenizer *t;
-    mt_status status = text_tokenizer_alloc(256 + n_merges + 1, n_merges, total, &t);
+    mt_status status = text_tokenizer_alloc(256 + n_merges + 1, n_merges, total + eot_bytes, &t);
     if (status) {
         free(len);
         return status;
@@ -114,8 +117,9 @@ mt_status text_tokenizer_from_merges(const int32_t *left, const int32_t *right, 
         return status;
     }
     t->eot = 256 + n_merges;
-    t->token_start[t->eot] = at; /* the end-of-text token decodes to no bytes */
-    t->token_start[t->eot + 1] = at;
+    t->token_start[t->eot] = at;
+    memcpy(t->token_bytes + at, eot_text, eot_bytes);
+    t->token_start[t->eot + 1] = at + (uint32_t)eot_bytes;
     *out = t;
     return MT_OK;
 }

@@ -87,6 +87,8 @@ mt_status mt_generate(const mt_forward *f, const int32_t *prompt, int prompt_len
         g.tokens[g.length++] = token;
         if (o->emit)
             status = o->emit(o->context, token, g.logits, v);
+        if (o->stops && token == o->stop)
+            break;
         if (status == MT_OK && produced + 1 < o->tokens)
             status = advance(&g);
     }

@@ -136,7 +136,8 @@ mt_status mt_train_peek_shape(mt_config *cfg)
 
 /* What a run leaves after its steps: the pipeline's and memory's reports, summary.json, the
  * model file and a sample. */
-static mt_status finish_run(trainer *tr, FILE *out, FILE *sample_out, mt_train_summary *summary)
+static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample,
+                            mt_train_summary *summary)
 {
     const mt_config *cfg = tr->cfg;
     mt_status status = MT_OK;
@@ -149,18 +150,20 @@ static mt_status finish_run(trainer *tr, FILE *out, FILE *sample_out, mt_train_s
     if (status == MT_OK && cfg->save_model)
         status = trainer_save_model(tr);
     if (status == MT_OK && cfg->sample_tokens > 0) {
-        FILE *sample = tr->out.writes ? sample_out : NULL;
-        if (sample)
-            fprintf(sample, "--- sample (%d tokens, temperature %g, top-k %d) ---\n",
+        mt_sample_text text = sample ? *sample : (mt_sample_text){0};
+        if (!tr->out.writes)
+            text.out = NULL;
+        if (text.out)
+            fprintf(text.out, "--- sample (%d tokens, temperature %g, top-k %d) ---\n",
                     cfg->sample_tokens, cfg->temperature, cfg->top_k);
         mt_forward forward = tr->state.passes->forward(tr);
-        status = mt_sample_text(&forward, cfg, sample);
+        status = mt_sample_generate(&forward, cfg, &text);
     }
     return status;
 }
 
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
-                       FILE *sample_out, mt_train_summary *summary)
+                       const mt_sample_text *sample, mt_train_summary *summary)
 {
     *summary = (mt_train_summary){.final_loss = NAN, .final_val_loss = NAN,
                                     .final_val_bpb = NAN};
@@ -190,7 +193,7 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     if (status == MT_OK)
         status = run_steps(&tr, summary);
     if (status == MT_OK)
-        status = finish_run(&tr, out, sample_out, summary);
+        status = finish_run(&tr, out, sample, summary);
     status = trainer_outputs_close(&tr, status);
     trainer_state_close(&tr);
     mt_run_plan_free(&plan);

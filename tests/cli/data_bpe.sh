@@ -34,6 +34,7 @@ for name in ("a.txt", "b.txt"):
             out.write(" ".join(random.choice(words) for _ in range(10)) + ".\n")
 PY
 cat "$WORK/a.txt" "$WORK/b.txt" >"$WORK/ab.txt"
+{ cat "$WORK/a.txt"; printf '<|endoftext|>'; cat "$WORK/b.txt"; } >"$WORK/a_eot_b.txt"
 
 timeout 20 "$MT" tokenizer train "$WORK/a.txt" "$WORK/b.txt" --vocab 300 --out "$WORK/tok.json" \
     >/dev/null 2>&1 || fail "tokenizer train"
@@ -41,7 +42,7 @@ timeout 20 "$MT" data text "$WORK/a.txt" "$WORK/b.txt" --out "$WORK/bpe" \
     --tokenizer "$WORK/tok.json" >"$WORK/data.log" 2>&1 || fail "data text --tokenizer: $(cat "$WORK/data.log")"
 
 # Header: width 2, vocabulary bound 300 (the tokenizer's); the ids decode back to both texts
-# (the end-of-text token between them decodes to no bytes).
+# with the end-of-text token between them, which decodes to "<|endoftext|>".
 header=($(od -An -tu4 -N32 "$WORK/bpe/train.bin"))
 [[ ${header[3]:-} == 2 && ${header[6]:-} == 300 ]] ||
     fail "train.bin header: width ${header[3]:-?}, vocab ${header[6]:-?}"
@@ -49,7 +50,7 @@ header=($(od -An -tu4 -N32 "$WORK/bpe/train.bin"))
     tr -s ' \n' '  ' >"$WORK/ids.txt"
 timeout 20 "$MT" tokenizer decode --tokenizer "$WORK/tok.json" "$WORK/ids.txt" >"$WORK/back.txt" ||
     fail "tokenizer decode"
-cmp -s "$WORK/ab.txt" "$WORK/back.txt" || fail "the token files do not decode back to the texts"
+cmp -s "$WORK/a_eot_b.txt" "$WORK/back.txt" || fail "the token files do not decode back to the texts"
 /usr/bin/python3 - "$WORK" <<'PY' || fail "bpe/meta.json"
 import json, os, sys
 w = sys.argv[1]

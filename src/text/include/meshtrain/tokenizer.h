@@ -36,8 +36,8 @@ mt_status mt_tokenizer_train(const char *const *paths, int n_paths, int vocab_si
                              mt_tokenizer **out);
 
 int mt_tokenizer_vocab_size(const mt_tokenizer *tokenizer);
-/* The end-of-text token's id, or -1 when the vocabulary has none (a trained tokenizer's decodes
- * to no bytes; GPT-2's to "<|endoftext|>"). */
+/* The end-of-text token's id, or -1 when the vocabulary has none. It decodes to
+ * "<|endoftext|>", a trained tokenizer's as GPT-2's, and no text encodes to it. */
 int32_t mt_tokenizer_eot(const mt_tokenizer *tokenizer);
 int mt_tokenizer_merge_count(const mt_tokenizer *tokenizer);
 /* Merge `rank`'s two parts (ids). */

@@ -76,6 +76,8 @@ typedef struct mt_generate_options {
     int top_k;           /* keep the k likeliest (0: all) */
     double top_p;        /* then the likeliest whose probability reaches top_p (1: all) */
     uint64_t seed;
+    int stops;           /* 1: drawing `stop` ends generation, after its emit (0: draw all) */
+    int32_t stop;        /* the end-of-text token, for a tokenizer that has one */
     int recompute;       /* 1: rerun the last context tokens for every draw, without the cache
                           * (the reference the cache is checked against) */
     /* Called on every rank with each drawn token and the logits it came from (before
@@ -84,7 +86,8 @@ typedef struct mt_generate_options {
     void *context;
 } mt_generate_options;
 
-/* Continues the prompt (1 to context tokens) by o->tokens tokens, on every rank of the model
+/* Continues the prompt (1 to context tokens) by o->tokens tokens (or up to the first `stop`
+ * when o->stops), on every rank of the model
  * alike. With the key/value cache each draw costs one token's step; when the cache is full it
  * slides: it keeps the last half context of tokens, refilled in one step, so the model always
  * sees between half and all of its context. */
@@ -97,9 +100,25 @@ mt_status mt_generate(const mt_forward *f, const int32_t *prompt, int prompt_len
 mt_status mt_generate_run(const mt_config *cfg, mt_comm *world, const int32_t *prompt,
                           int prompt_length, const mt_generate_options *o);
 
-/* Continues cfg->prompt by cfg->sample_tokens byte tokens (temperature, top-k) into out
- * (NULL: the same forwards, nothing printed, for ranks that must take part). */
-mt_status mt_sample_text(const mt_forward *f, const mt_config *cfg, FILE *out);
+/* The end-of-training sample's text. The trainer knows no tokenizer: a caller that knows the
+ * corpus's (the CLI, from its meta.json) gives the prompt's tokens and prints each drawn token;
+ * without one (prompt NULL, print NULL) the prompt's bytes are its tokens and each token prints
+ * as its byte, as for a byte corpus. */
+typedef struct mt_sample_text {
+    FILE *out;              /* where world rank 0 prints the sample (NULL: nowhere) */
+    const int32_t *prompt;  /* cfg->prompt's tokens (NULL: its bytes) */
+    int prompt_length;      /* at least 1 when prompt is given */
+    int stops;              /* 1: drawing `eot` ends the sample */
+    int32_t eot;
+    mt_status (*print)(void *context, int32_t token, FILE *out); /* one drawn token's text */
+    void *context;
+} mt_sample_text;
+
+/* Continues cfg->prompt by cfg->sample_tokens tokens (temperature, top-k) into text->out, or
+ * into nothing (out NULL: the same forwards, for ranks that must take part). A prompt longer
+ * than the context keeps its end. */
+mt_status mt_sample_generate(const mt_forward *f, const mt_config *cfg,
+                             const mt_sample_text *text);
 
 typedef struct mt_train_summary {
     int steps;
@@ -116,9 +135,10 @@ typedef struct mt_train_summary {
 /* The whole run: data, model, steps, metrics to OUT/metrics.jsonl, summary.json, the sample
  * and OUT/model.safetensors. `world` is the job's communicator (NULL: one process); its ranks
  * form the dp x pp x tp mesh of cfg, and world rank 0 writes the files, the progress (to
- * `progress`) and the sample (to `sample_out`). Every rank returns the job's figures. */
-mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress, FILE *sample_out,
-                       mt_train_summary *summary);
+ * `progress`) and the sample (to sample->out; every rank gives the same prompt tokens). Every
+ * rank returns the job's figures. */
+mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress,
+                       const mt_sample_text *sample, mt_train_summary *summary);
 
 /* cfg with the model shape a run will take from its checkpoint (--resume, or auto) or its
  * --init file, as one process reads them: what the launcher checks the mesh against before
