@@ -16,8 +16,9 @@
 
 static const char USAGE[] =
     "usage: meshtrain verify [--nproc N] [--steps S] [--tolerance X] [--data DIR] [--keep DIR]\n"
-    "                        [--timeout SECONDS] [meshtrain train keys: --dp --tp --pp --sp\n"
-    "                        --zero --schedule --chunks --microbatches --layers --width ...]\n"
+    "                        [--timeout SECONDS] [--resume_on \"LAYOUT B\" [--resume_at K]]\n"
+    "                        [meshtrain train keys: --dp --tp --pp --sp --zero --schedule\n"
+    "                        --chunks --microbatches --layers --width ...]\n"
     "\n"
     "Trains the same small GPT a few steps on the layout the keys describe and on one process,\n"
     "then compares them: each step's loss relative to the reference's (and the validation\n"
@@ -35,6 +36,8 @@ static const char USAGE[] =
     "  --keep DIR         run in DIR and keep the runs (logs, metrics, models); by default a\n"
     "                     temporary folder is removed at the end\n"
     "  --timeout SECONDS  longest each run may take (default 600)\n"
+    "  --resume_on KEYS   test a resume instead: layout B's keys as one argument (below)\n"
+    "  --resume_at K      the step of the checkpoint B resumes (default S / 2)\n"
     "\n"
     "Layout keys (--nproc --dp --tp --pp --sp --zero --schedule --chunks --balance --bucket_mb\n"
     "--recompute --trace) go to the layout run only, every other key to both runs. Unless keys\n"
@@ -43,7 +46,18 @@ static const char USAGE[] =
     "pp x chunks, heads a multiple of tp (width 16 per head), context a multiple of tp, 2 x pp\n"
     "micro-batches under pp, and a batch of 2 sequences per micro-batch and replica. The\n"
     "reference is one process over the same global batch in micro-batches of the size each\n"
-    "rank's are (microbatches x dp of them).\n";
+    "rank's are (microbatches x dp of them).\n"
+    "\n"
+    "With --resume_on \"KEYS\" (say --dp 2 --zero 1 --resume_on \"--pp 2 --tp 2\"), three runs\n"
+    "instead: the layout S steps uninterrupted; the layout again, saving a checkpoint at step K;\n"
+    "layout B resuming that checkpoint to step S. The resumed run's losses of steps K+1..S and\n"
+    "its final parameters are compared with the uninterrupted run's (the same tolerance; \"bitwise\n"
+    "identical\" when they are), and the saving run with the uninterrupted one (a checkpoint must\n"
+    "change nothing). B's keys replace the layout keys (those B leaves out take their defaults,\n"
+    "--nproc B's dp x pp x tp) and may set --microbatches; every other key is both layouts'.\n"
+    "The model is fitted to both (layers a multiple of both pp x chunks, heads and context of\n"
+    "both tp) and the batch splits on both; a B that cannot continue the layout's job is\n"
+    "refused with exit status 2 before any run. --keep keeps all three runs.\n";
 
 static const double DEFAULT_TOLERANCE = 1e-5, DEFAULT_TIMEOUT = 600;
 

@@ -125,12 +125,10 @@ int cli_verify_split_resume(cli_verify_options *o)
         /* the model, the data and the optimizer are the checkpoint's: only how the job is
          * spread over ranks changes on a resume */
         if (!is_layout_key(key) && strcmp(key, "microbatches") != 0)
-            return cli_verify_usage_error("--resume_on '%s': --%s is not a layout key; layout B "
-                                          "takes layout keys alone (--nproc --dp --tp --pp --sp "
-                                          "--zero --schedule --chunks --balance --bucket_mb "
-                                          "--recompute --trace --microbatches), the others "
-                                          "are both layouts' (give them outside --resume_on)",
-                                          o->resume_on, key);
+            return cli_verify_usage_error("--resume_on '%s': --%s is not a layout key (layout "
+                                          "B changes how the job is spread over ranks; every "
+                                          "other key is both layouts': give it outside "
+                                          "--resume_on)", o->resume_on, key);
         if (span_of(o->resume_args, o->resume_count, i) == 1 && !strchr(arg, '='))
             return cli_verify_usage_error("--resume_on '%s': --%s needs a value", o->resume_on,
                                           key);
