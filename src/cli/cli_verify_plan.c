@@ -276,7 +276,7 @@ static int parse_layout_b(const cli_verify_options *o, cli_verify_plan *p)
     return -1;
 }
 
-/* Layout B, once the model is fitted to both: the layout's model and batch, its own
+/* Layout B, once the model is fitted to both: the layout's model, its own
  * micro-batches and ranks, refused (usage, 2) when the train command would refuse it. */
 static int plan_layout_b(const cli_verify_options *o, cli_verify_plan *p)
 {
