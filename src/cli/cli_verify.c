@@ -16,8 +16,9 @@
 
 static const char USAGE[] =
     "usage: meshtrain verify [--nproc N] [--steps S] [--tolerance X] [--data DIR] [--keep DIR]\n"
-    "                        [--timeout SECONDS] [meshtrain train keys: --dp --tp --pp --sp\n"
-    "                        --zero --schedule --chunks --microbatches --layers --width ...]\n"
+    "                        [--timeout SECONDS] [--resume_on \"LAYOUT B\" [--resume_at K]]\n"
+    "                        [meshtrain train keys: --dp --tp --pp --sp --zero --schedule\n"
+    "                        --chunks --microbatches --layers --width ...]\n"
     "\n"
     "Trains the same small GPT a few steps on the layout the keys describe and on one process,\n"
     "then compares them: each step's loss relative to the reference's (and the validation\n"
@@ -35,6 +36,8 @@ static const char USAGE[] =
     "  --keep DIR         run in DIR and keep the runs (logs, metrics, models); by default a\n"
     "                     temporary folder is removed at the end\n"
     "  --timeout SECONDS  longest each run may take (default 600)\n"
+    "  --resume_on KEYS   test a resume instead: layout B's keys as one argument (below)\n"
+    "  --resume_at K      the step of the checkpoint B resumes (default S / 2)\n"
     "\n"
     "Layout keys (--nproc --dp --tp --pp --sp --zero --schedule --chunks --balance --bucket_mb\n"
     "--recompute --trace) go to the layout run only, every other key to both runs. Unless keys\n"
@@ -43,7 +46,18 @@ static const char USAGE[] =
     "pp x chunks, heads a multiple of tp (width 16 per head), context a multiple of tp, 2 x pp\n"
     "micro-batches under pp, and a batch of 2 sequences per micro-batch and replica. The\n"
     "reference is one process over the same global batch in micro-batches of the size each\n"
-    "rank's are (microbatches x dp of them).\n";
+    "rank's are (microbatches x dp of them).\n"
+    "\n"
+    "With --resume_on \"KEYS\" (say --dp 2 --zero 1 --resume_on \"--pp 2 --tp 2\"), three runs\n"
+    "instead: the layout S steps uninterrupted; the layout again, saving a checkpoint at step K;\n"
+    "layout B resuming that checkpoint to step S. The resumed run's losses of steps K+1..S and\n"
+    "its final parameters are compared with the uninterrupted run's (the same tolerance; \"bitwise\n"
+    "identical\" when they are), and the saving run with the uninterrupted one (a checkpoint must\n"
+    "change nothing). B's keys replace the layout keys (those B leaves out take their defaults,\n"
+    "--nproc B's dp x pp x tp) and may set --microbatches; every other key is both layouts'.\n"
+    "The model is fitted to both (layers a multiple of both pp x chunks, heads and context of\n"
+    "both tp) and the batch splits on both; a B that cannot continue the layout's job is\n"
+    "refused with exit status 2 before any run. --keep keeps all three runs.\n";
 
 static const double DEFAULT_TOLERANCE = 1e-5, DEFAULT_TIMEOUT = 600;
 
@@ -102,8 +116,19 @@ static int take_own_flags(int argc, char **argv, cli_verify_options *o)
         int tolerance = own_flag(argc, argv, &i, "--tolerance", &value);
         int timeout = !tolerance && own_flag(argc, argv, &i, "--timeout", &value);
         int keep = !tolerance && !timeout && own_flag(argc, argv, &i, "--keep", &value);
-        if ((tolerance || timeout || keep) && !value)
+        int on = !tolerance && !timeout && !keep &&
+                 (own_flag(argc, argv, &i, "--resume_on", &value) ||
+                  own_flag(argc, argv, &i, "--resume-on", &value));
+        int at = !tolerance && !timeout && !keep && !on &&
+                 (own_flag(argc, argv, &i, "--resume_at", &value) ||
+                  own_flag(argc, argv, &i, "--resume-at", &value));
+        if ((tolerance || timeout || keep || on || at) && !value)
             return cli_verify_usage_error("%s needs a value", flag);
+        if (at && !cli_parse_int("verify", "--resume_at", value, 1, 1000000000, &o->resume_at))
+            return 2;
+        o->resume_on = on ? value : o->resume_on;
+        if (on || at)
+            continue;
         if (tolerance && !parse_real("--tolerance", value, 0, 1e30, 0, "a number >= 0",
                                      &o->tolerance))
             return 2;
@@ -121,7 +146,10 @@ static int take_own_flags(int argc, char **argv, cli_verify_options *o)
         if (strncmp(argv[i], "--", 2) == 0 && !strchr(argv[i], '=') && i + 1 < argc)
             o->train[o->train_count++] = argv[++i];
     }
-    return -1;
+    if (o->resume_at && !o->resume_on)
+        return cli_verify_usage_error("--resume_at needs --resume_on LAYOUT, the layout to "
+                                      "resume on");
+    return cli_verify_split_resume(o);
 }
 
 /* ---- the work folder ------------------------------------------------------------------------- */
@@ -174,23 +202,39 @@ static int set_runs_tmpdir(const cli_verify_plan *p)
 
 /* ---- the runs ------------------------------------------------------------------------------- */
 
-/* Runs the reference or the layout, its log in WORK/NAME.log (named first, so that a long run
- * can be followed). */
-static int run(const cli_verify_plan *p, const cli_verify_options *o, const char *self,
-               int is_layout)
+int cli_verify_run_one(const cli_verify_plan *p, const cli_verify_options *o, const char *self,
+                       cli_verify_run_kind kind)
 {
-    const char *name = is_layout ? "layout" : "reference";
-    char **args = cli_verify_run_args(p, o, self, is_layout);
+    const char *name = cli_verify_run_name(kind);
+    char **args = cli_verify_run_args(p, o, self, kind);
     if (!args) {
         fprintf(stderr, "meshtrain verify: error: out of memory\n");
         return 1;
     }
     char log[MT_PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/%s.log", p->work, name);
-    if (is_layout)
-        printf("layout run: %d ranks (log: %s)\n", p->layout.nproc, log);
-    else
+    int ranks = kind == CLI_VERIFY_RESUMED ? p->resumed.nproc : p->layout.nproc;
+    int steps = p->layout.steps, k = p->resume_at;
+    switch (kind) {
+    case CLI_VERIFY_REFERENCE:
         printf("reference run: 1 process (log: %s)\n", log);
+        break;
+    case CLI_VERIFY_LAYOUT:
+        printf("layout run: %d ranks (log: %s)\n", ranks, log);
+        break;
+    case CLI_VERIFY_UNINTERRUPTED:
+        printf("uninterrupted run: layout A, %d rank%s, steps 1-%d (log: %s)\n", ranks,
+               ranks == 1 ? "" : "s", steps, log);
+        break;
+    case CLI_VERIFY_SAVED:
+        printf("saving run: layout A, %d rank%s, a checkpoint at step %d (log: %s)\n", ranks,
+               ranks == 1 ? "" : "s", k, log);
+        break;
+    case CLI_VERIFY_RESUMED:
+        printf("resumed run: layout B, %d rank%s, steps %d-%d from step %d's checkpoint (log: "
+               "%s)\n", ranks, ranks == 1 ? "" : "s", k + 1, steps, k, log);
+        break;
+    }
     int status = cli_verify_run(name, args, log, o->timeout);
     cli_verify_free_args(args);
     return status;
@@ -198,32 +242,47 @@ static int run(const cli_verify_plan *p, const cli_verify_options *o, const char
 
 /* ---- the report ----------------------------------------------------------------------------- */
 
-/* "verify: dp 2 x pp 2 x tp 2 (8 ranks), sp on, zero 1, ...; 10 steps of a 4-layer GPT (...)" */
-static void print_plan(const cli_verify_plan *p)
+/* "dp 2 x pp 2 x tp 2 (8 ranks), sp on, zero 1, schedule 1f1b, 4 micro-batches, ..." */
+static void print_layout(const mt_config *c, const mt_mesh_shape *shape)
 {
-    const mt_config *c = &p->layout;
-    int ranks = mt_mesh_size(&p->shape);
-    printf("verify: dp %d x pp %d x tp %d (%d rank%s), sp %s, zero %d", p->shape.dp, p->shape.pp,
-           p->shape.tp, ranks, ranks == 1 ? "" : "s", c->sp ? "on" : "off", c->zero);
-    if (p->shape.pp > 1)
+    int ranks = mt_mesh_size(shape);
+    printf("dp %d x pp %d x tp %d (%d rank%s), sp %s, zero %d", shape->dp, shape->pp, shape->tp,
+           ranks, ranks == 1 ? "" : "s", c->sp ? "on" : "off", c->zero);
+    if (shape->pp > 1)
         printf(", schedule %s", c->schedule);
-    if (p->shape.pp > 1 && c->chunks > 1)
+    if (shape->pp > 1 && c->chunks > 1)
         printf(", %d chunks", c->chunks);
     if (c->microbatches > 1)
         printf(", %d micro-batches", c->microbatches);
     char recompute[MT_TEXT_MAX];
     if (cli_verify_config_text(c, "recompute", recompute, sizeof recompute))
         printf(", recompute %s", recompute);
-    printf("; %d step%s of a %d-layer GPT (width %d, %d heads, context %d, batch %d) against one "
-           "process\n", c->steps, c->steps == 1 ? "" : "s", c->layers, c->width, c->heads,
-           c->context, c->batch);
+}
+
+/* "verify: dp 2 x pp 2 x tp 2 (8 ranks), ...; 10 steps of a 4-layer GPT (...) against one
+ * process", or under --resume_on "..., resumed at step K on dp 1 x pp 2 ..." */
+static void print_plan(const cli_verify_plan *p)
+{
+    const mt_config *c = &p->layout;
+    printf("verify: ");
+    print_layout(c, &p->shape);
+    printf("; %d step%s of a %d-layer GPT (width %d, %d heads, context %d, batch %d) ",
+           c->steps, c->steps == 1 ? "" : "s", c->layers, c->width, c->heads, c->context,
+           c->batch);
+    if (p->resume_at) {
+        printf("resumed after step %d on ", p->resume_at);
+        print_layout(&p->resumed, &p->resumed_shape);
+        printf(", against an uninterrupted run\n");
+    } else {
+        printf("against one process\n");
+    }
     fflush(stdout);
 }
 
 /* The largest differences; FAIL lines name what is past the tolerance. Returns the status.
  * Three digits (%.2e): with two, a largest 1.04e-05 against the tolerance 1e-05 would read
  * "1.0e-05" and FAIL. */
-static int report(const cli_verify_diff *d, double tolerance)
+int cli_verify_report(const cli_verify_diff *d, double tolerance)
 {
     const char *kind = d->loss_is_val ? ", validation" : "";
     printf("losses:     largest relative difference %.2e (step %d%s)", d->loss_worst,
@@ -233,7 +292,8 @@ static int report(const cli_verify_diff *d, double tolerance)
     printf("\nparameters: largest relative difference by norm %.2e (%s)\n", d->param_worst,
            d->param_name);
     if (!d->loss_over && !d->param_over) {
-        printf("ok: both within the tolerance %g\n", tolerance);
+        printf("ok: both within the tolerance %g%s\n", tolerance,
+               d->loss_worst == 0 && d->param_worst == 0 ? " (bitwise identical)" : "");
         return 0;
     }
     if (d->loss_over)
@@ -254,16 +314,18 @@ static int verify(const cli_verify_plan *p, const cli_verify_options *o)
     char self[PATH_MAX];
     if (!cli_self_path("verify", self, sizeof self))
         return 1;
-    int status = run(p, o, self, 0);
+    if (p->resume_at)
+        return cli_verify_resume(p, o, self);
+    int status = cli_verify_run_one(p, o, self, CLI_VERIFY_REFERENCE);
     if (status == 0)
-        status = run(p, o, self, 1);
+        status = cli_verify_run_one(p, o, self, CLI_VERIFY_LAYOUT);
     if (status)
         return status;
     char reference[MT_PATH_MAX + 16], layout[MT_PATH_MAX + 16];
     snprintf(reference, sizeof reference, "%s/reference", p->work);
     snprintf(layout, sizeof layout, "%s/layout", p->work);
     cli_verify_diff diff;
-    mt_status compared = cli_verify_compare(reference, layout, o->tolerance, &diff);
+    mt_status compared = cli_verify_compare(reference, layout, 1, o->tolerance, &diff);
     int signal_number = cli_verify_stop_signal();
     if (signal_number) { /* during the comparison: it ends verify as during a run */
         fprintf(stderr, "\nmeshtrain verify: %s: stopping the comparison\n",
@@ -272,7 +334,7 @@ static int verify(const cli_verify_plan *p, const cli_verify_options *o)
     }
     if (compared)
         return cli_report_error("verify");
-    return report(&diff, o->tolerance);
+    return cli_verify_report(&diff, o->tolerance);
 }
 
 int cli_verify(int argc, char **argv)
@@ -306,7 +368,7 @@ int cli_verify(int argc, char **argv)
         ran = 1;
         fflush(stdout); /* the report before the hint, also when both go to one pipe */
         if (status && status < 128 && p->temporary)
-            fprintf(stderr, "(verify --keep DIR keeps both runs' logs, metrics and models)\n");
+            fprintf(stderr, "(verify --keep DIR keeps the runs' logs, metrics and models)\n");
     }
     if (p->temporary)
         cli_verify_remove_tree(p->work);

@@ -1,5 +1,6 @@
 /* The parts of `meshtrain verify` (cli_verify*.c), shared by those files only: what verify was
- * asked, the two runs it plans, running them one at a time, and comparing what they wrote. */
+ * asked, the runs it plans (a layout and one process, or under --resume_on a layout's run, its
+ * checkpoint and a resume on another layout), running them one at a time, and comparing them. */
 #ifndef MESHTRAIN_CLI_VERIFY_H
 #define MESHTRAIN_CLI_VERIFY_H
 
@@ -9,19 +10,37 @@
 #include "meshtrain/mesh.h"
 #include "meshtrain/status.h"
 
+enum { CLI_VERIFY_RESUME_ARGS = 64, CLI_VERIFY_RESUME_TEXT = 1024 };
+
 /* What verify was asked: its own flags, and the train keys for the runs. */
 typedef struct cli_verify_options {
     double tolerance, timeout;
     const char *keep; /* NULL: a temporary work folder */
     char **train;     /* the train keys and their values, in order (packed into argv) */
     int train_count;
+    /* --resume_on: layout B's keys, split at blanks (pointers into resume_text); NULL
+     * resume_on: no resume. resume_at: the step of the checkpoint (0: not given). */
+    const char *resume_on;
+    int resume_at;
+    char *resume_args[CLI_VERIFY_RESUME_ARGS];
+    int resume_count;
+    char resume_text[CLI_VERIFY_RESUME_TEXT];
 } cli_verify_options;
 
-/* The two runs: both configurations as the train command will resolve them, the layout's
- * mesh, the work folder and the corpus. */
+/* verify's runs, each in WORK/NAME with its log in WORK/NAME.log: the layout and the reference
+ * (one process); under --resume_on the layout uninterrupted, the layout saving a checkpoint at
+ * --resume_at, and layout B resuming from it. */
+typedef enum cli_verify_run_kind {
+    CLI_VERIFY_REFERENCE, CLI_VERIFY_LAYOUT, CLI_VERIFY_UNINTERRUPTED, CLI_VERIFY_SAVED,
+    CLI_VERIFY_RESUMED
+} cli_verify_run_kind;
+
+/* The runs: the configurations as the train command will resolve them (resumed: layout B's,
+ * under --resume_on), the layouts' meshes, the work folder and the corpus. */
 typedef struct cli_verify_plan {
-    mt_config layout, reference;
-    mt_mesh_shape shape;
+    mt_config layout, reference, resumed;
+    mt_mesh_shape shape, resumed_shape;
+    int resume_at; /* the checkpoint's step under --resume_on, else 0 */
     char work[MT_PATH_MAX], data[MT_PATH_MAX + 16]; /* work leaves room for its run folders */
     int temporary; /* work is verify's own, removed at the end */
 } cli_verify_plan;
@@ -36,14 +55,22 @@ __attribute__((format(printf, 1, 2))) int cli_verify_usage_error(const char *fmt
  * Returns -1 to go on, else the exit status (the message printed). */
 int cli_verify_plan_runs(const cli_verify_options *o, cli_verify_plan *p);
 
+/* Splits --resume_on's text into o->resume_args and checks that it holds layout keys alone
+ * (and --microbatches), each with its value. Returns -1 to go on, else the exit status (the
+ * message printed). */
+int cli_verify_split_resume(cli_verify_options *o);
+
 /* `key`'s value in cfg as text (as mt_config_write writes it, without quotes); 0 when this
  * build has no such key or the value does not fit. */
 int cli_verify_config_text(const mt_config *cfg, const char *key, char *out, size_t capacity);
 
+/* The run's name: its folder and log in the work folder ("reference", "layout", ...). */
+const char *cli_verify_run_name(cli_verify_run_kind kind);
+
 /* The command line of one run, `SELF train ...` (NULL-terminated, NULL when out of memory);
  * free it with cli_verify_free_args. */
 char **cli_verify_run_args(const cli_verify_plan *p, const cli_verify_options *o,
-                           const char *self, int is_layout);
+                           const char *self, cli_verify_run_kind kind);
 void cli_verify_free_args(char **args);
 
 /* ---- cli_verify_run.c ---- */
@@ -92,10 +119,28 @@ typedef struct cli_verify_diff {
     int loss_over, param_over; /* losses (training and validation) and tensors past it */
 } cli_verify_diff;
 
-/* Compares the run folders' metrics.jsonl and model.safetensors. The runs must have logged the
- * same steps, validation losses at the same steps, and saved the same tensors (names, dtypes,
- * shapes): otherwise, and for any unreadable or malformed file, an error naming it. */
-mt_status cli_verify_compare(const char *reference, const char *layout, double tolerance,
-                             cli_verify_diff *diff);
+/* Compares the run folders' metrics.jsonl and model.safetensors: steps from_step to the last
+ * (from_step 1, or a resumed run's first step). The reference logs steps from 1, the layout's
+ * run from from_step, both to the same last step with validation losses at the same steps, and
+ * both saved the same tensors (names, dtypes, shapes): otherwise, and for any unreadable or
+ * malformed file, an error naming it. */
+mt_status cli_verify_compare(const char *reference, const char *layout, int from_step,
+                             double tolerance, cli_verify_diff *diff);
+
+/* ---- cli_verify_resume.c ---- */
+
+/* The three runs of --resume_on one at a time, then their comparisons and the report. Returns
+ * the exit status (128 + the signal when one stopped verify). */
+int cli_verify_resume(const cli_verify_plan *p, const cli_verify_options *o, const char *self);
+
+/* ---- cli_verify.c ---- */
+
+/* Runs one of the runs (cli_verify_run), having printed what it is and where its log goes. */
+int cli_verify_run_one(const cli_verify_plan *p, const cli_verify_options *o, const char *self,
+                       cli_verify_run_kind kind);
+
+/* Prints the largest differences and "ok: ..." or FAIL lines naming what is past the
+ * tolerance; returns the exit status (0 or 1). */
+int cli_verify_report(const cli_verify_diff *d, double tolerance);
 
 #endif

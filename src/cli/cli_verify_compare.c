@@ -36,8 +36,9 @@ typedef struct logged_step {
     int has_val_loss;
 } logged_step;
 
-/* The losses of OUT/metrics.jsonl in step order: line n must be the object of step n. */
-static mt_status read_losses(const char *out, logged_step **losses, int *count)
+/* The losses of OUT/metrics.jsonl in step order: line n must be the object of step
+ * first + n - 1. */
+static mt_status read_losses(const char *out, int first, logged_step **losses, int *count)
 {
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
@@ -57,9 +58,9 @@ static mt_status read_losses(const char *out, logged_step **losses, int *count)
             (logged.has_val_loss && !number_after(line, "val_loss", &logged.val_loss)))
             status = mt_fail(MT_EFORMAT, "'%s' line %d: no \"step\" and \"loss\" (or a "
                              "malformed \"val_loss\")", path, *count + 1);
-        else if (step != *count + 1)
+        else if (step != first + *count)
             status = mt_fail(MT_EFORMAT, "'%s' line %d: step %g where step %d belongs", path,
-                             *count + 1, step, *count + 1);
+                             *count + 1, step, first + *count);
         if (status == MT_OK && (size_t)*count == room) {
             room = room ? 2 * room : 64;
             logged_step *grown = realloc(*losses, room * sizeof *grown);
@@ -103,34 +104,38 @@ static void note_loss(cli_verify_diff *d, double tolerance, double r, int step, 
     }
 }
 
-static mt_status compare_losses(const char *reference, const char *layout, double tolerance,
-                                cli_verify_diff *d)
+/* Steps from_step.. of the reference (logged from step 1) against the layout's run (logged
+ * from from_step). */
+static mt_status compare_losses(const char *reference, const char *layout, int from_step,
+                                double tolerance, cli_verify_diff *d)
 {
     logged_step *ref = NULL, *run = NULL;
-    int ref_count = 0, run_count = 0;
-    mt_status status = read_losses(reference, &ref, &ref_count);
+    int ref_count = 0, run_count = 0, skip = from_step - 1;
+    mt_status status = read_losses(reference, 1, &ref, &ref_count);
     if (status == MT_OK)
-        status = read_losses(layout, &run, &run_count);
-    if (status == MT_OK && ref_count != run_count)
-        status = mt_fail(MT_EFORMAT, "the layout run logged %d steps in '%s/metrics.jsonl' and "
-                         "the reference %d in '%s/metrics.jsonl'", run_count, layout, ref_count,
-                         reference);
-    if (status == MT_OK && ref_count == 0)
-        status = mt_fail(MT_EFORMAT, "'%s/metrics.jsonl' holds no steps", reference);
-    d->steps = ref_count;
+        status = read_losses(layout, from_step, &run, &run_count);
+    if (status == MT_OK && ref_count != skip + run_count)
+        status = mt_fail(MT_EFORMAT, "the layout run logged %d steps in '%s/metrics.jsonl' "
+                         "(from step %d) and the reference %d in '%s/metrics.jsonl'", run_count,
+                         layout, from_step, ref_count, reference);
+    if (status == MT_OK && run_count == 0)
+        status = mt_fail(MT_EFORMAT, "'%s/metrics.jsonl' holds no steps", layout);
+    d->steps = run_count;
     d->loss_worst = -1;
-    for (int s = 0; status == MT_OK && s < ref_count; s++) {
-        if (ref[s].has_val_loss != run[s].has_val_loss) {
+    for (int s = 0; status == MT_OK && s < run_count; s++) {
+        const logged_step *r = &ref[skip + s];
+        int step = from_step + s;
+        if (r->has_val_loss != run[s].has_val_loss) {
             status = mt_fail(MT_EFORMAT, "step %d has a validation loss in '%s/metrics.jsonl' "
-                             "and none in '%s/metrics.jsonl'", s + 1,
-                             ref[s].has_val_loss ? reference : layout,
-                             ref[s].has_val_loss ? layout : reference);
+                             "and none in '%s/metrics.jsonl'", step,
+                             r->has_val_loss ? reference : layout,
+                             r->has_val_loss ? layout : reference);
             break;
         }
-        note_loss(d, tolerance, relative(run[s].loss, ref[s].loss), s + 1, 0);
-        if (ref[s].has_val_loss) {
+        note_loss(d, tolerance, relative(run[s].loss, r->loss), step, 0);
+        if (r->has_val_loss) {
             d->val_steps++;
-            note_loss(d, tolerance, relative(run[s].val_loss, ref[s].val_loss), s + 1, 1);
+            note_loss(d, tolerance, relative(run[s].val_loss, r->val_loss), step, 1);
         }
     }
     free(ref);
@@ -239,10 +244,10 @@ static mt_status compare_parameters(const char *reference, const char *layout, d
     return status;
 }
 
-mt_status cli_verify_compare(const char *reference, const char *layout, double tolerance,
-                             cli_verify_diff *diff)
+mt_status cli_verify_compare(const char *reference, const char *layout, int from_step,
+                             double tolerance, cli_verify_diff *diff)
 {
     *diff = (cli_verify_diff){0};
-    mt_status status = compare_losses(reference, layout, tolerance, diff);
+    mt_status status = compare_losses(reference, layout, from_step, tolerance, diff);
     return status ? status : compare_parameters(reference, layout, tolerance, diff);
 }

@@ -77,6 +77,9 @@ static int check_train_args(const cli_verify_options *o)
         if (strcmp(key, "dry_run") == 0)
             return cli_verify_usage_error("--dry-run: verify always trains (meshtrain train "
                                           "--dry-run prints a mesh)");
+        if (o->resume_on && (strcmp(key, "resume") == 0 || strcmp(key, "save_every") == 0))
+            return cli_verify_usage_error("--%s: verify --resume_on saves the checkpoint at "
+                                          "--resume_at and resumes from it itself", key);
         int own = strcmp(key, "nproc") == 0 || strcmp(key, "steps") == 0 ||
                   strcmp(key, "data") == 0;
         if (own && !value)
@@ -89,6 +92,46 @@ static int check_train_args(const cli_verify_options *o)
             return 2;
         if (strcmp(key, "data") == 0 && !*value)
             return cli_verify_usage_error("--data needs a folder");
+    }
+    return -1;
+}
+
+/* ---- layout B ------------------------------------------------------------------------------ */
+
+int cli_verify_split_resume(cli_verify_options *o)
+{
+    if (!o->resume_on)
+        return -1;
+    if (strlen(o->resume_on) >= sizeof o->resume_text)
+        return cli_verify_usage_error("--resume_on: the text is longer than %zu characters",
+                                      sizeof o->resume_text - 1);
+    snprintf(o->resume_text, sizeof o->resume_text, "%s", o->resume_on);
+    o->resume_count = 0;
+    char *saved = NULL;
+    for (char *word = strtok_r(o->resume_text, " \t\n", &saved); word;
+         word = strtok_r(NULL, " \t\n", &saved)) {
+        if (o->resume_count == CLI_VERIFY_RESUME_ARGS)
+            return cli_verify_usage_error("--resume_on '%s': more than %d words", o->resume_on,
+                                          CLI_VERIFY_RESUME_ARGS);
+        o->resume_args[o->resume_count++] = word;
+    }
+    for (int i = 0; i < o->resume_count; i += span_of(o->resume_args, o->resume_count, i)) {
+        const char *arg = o->resume_args[i];
+        char key[64];
+        key_of(arg, key, sizeof key);
+        if (strncmp(arg, "--", 2) != 0 || !key[0])
+            return cli_verify_usage_error("--resume_on '%s': '%s' is not a --key", o->resume_on,
+                                          arg);
+        /* the model, the data and the optimizer are the checkpoint's: only how the job is
+         * spread over ranks changes on a resume */
+        if (!is_layout_key(key) && strcmp(key, "microbatches") != 0)
+            return cli_verify_usage_error("--resume_on '%s': --%s is not a layout key (layout "
+                                          "B changes how the job is spread over ranks; every "
+                                          "other key is both layouts': give it outside "
+                                          "--resume_on)", o->resume_on, key);
+        if (span_of(o->resume_args, o->resume_count, i) == 1 && !strchr(arg, '='))
+            return cli_verify_usage_error("--resume_on '%s': --%s needs a value", o->resume_on,
+                                          key);
     }
     return -1;
 }
@@ -152,17 +195,23 @@ static mt_status fit(mt_config *c, int given, const char *key, long long value)
 }
 
 /* The keys verify fits to the layout where the user gave none, except the batch, which
- * needs dp (from the mesh, which needs these). */
-static mt_status fit_model(mt_config *c)
+ * needs dp (from the mesh, which needs these); under --resume_on the model also fits layout B
+ * (`b`, else NULL): layers a multiple of both pp x chunks, heads and context of both tp. */
+static mt_status fit_model(mt_config *c, const mt_config *b)
 {
-    long long pieces = (long long)c->pp * c->chunks, heads = c->heads ? c->heads : lcm(4, c->tp);
+    long long pieces = (long long)c->pp * c->chunks, tp = c->tp;
+    if (b) {
+        pieces = lcm((int)pieces, b->pp * b->chunks);
+        tp = lcm(c->tp, b->tp);
+    }
+    long long heads = c->heads ? c->heads : lcm(4, (int)tp);
     mt_status status = fit(c, c->layers, "layers", pieces * ((4 + pieces - 1) / pieces));
     if (status == MT_OK)
         status = fit(c, c->heads, "heads", heads);
     if (status == MT_OK)
         status = fit(c, c->width, "width", 16 * heads);
     if (status == MT_OK)
-        status = fit(c, c->context, "context", lcm(16, c->tp));
+        status = fit(c, c->context, "context", lcm(16, (int)tp));
     if (status == MT_OK)
         status = fit(c, c->microbatches, "microbatches", c->pp == 1 ? 1 : 2LL * c->pp);
     if (status == MT_OK)
@@ -199,8 +248,53 @@ static mt_status plan_reference(cli_verify_plan *p)
     return check_plan(&p->reference, 1);
 }
 
+/* Prints "meshtrain verify: error: --resume_on 'TEXT': the error (...)"; returns 2. */
+static int refuse_layout_b(const cli_verify_options *o)
+{
+    return cli_verify_usage_error("--resume_on '%s': layout B cannot continue the job: %s",
+                                  o->resume_on, mt_last_error());
+}
+
+/* Layout B, before the model is fitted: the job's keys as the user gave them (c, not yet
+ * fitted), every layout key at its default and micro-batches left to fit unless given
+ * outside --resume_on, then --resume_on's keys. */
+static int parse_layout_b(const cli_verify_options *o, cli_verify_plan *p)
+{
+    mt_config defaults, *b = &p->resumed;
+    mt_config_defaults(&defaults);
+    *b = p->layout;
+    char value[MT_PATH_MAX];
+    for (int k = 0; k < LAYOUT_KEY_COUNT; k++)
+        if (cli_verify_config_text(&defaults, LAYOUT_KEYS[k], value, sizeof value) &&
+            mt_config_set(b, LAYOUT_KEYS[k], value, "layout B"))
+            return cli_report_error("verify");
+    b->nproc = 0; /* as for the layout: not given */
+    char *args[CLI_VERIFY_RESUME_ARGS];
+    memcpy(args, o->resume_args, sizeof args);
+    if (mt_config_parse_args(b, o->resume_count, args))
+        return refuse_layout_b(o);
+    return -1;
+}
+
+/* Layout B, once the model is fitted to both: the layout's model, its own
+ * micro-batches and ranks, refused (usage, 2) when the train command would refuse it. */
+static int plan_layout_b(const cli_verify_options *o, cli_verify_plan *p)
+{
+    mt_config *a = &p->layout, *b = &p->resumed;
+    b->layers = a->layers;
+    b->heads = a->heads;
+    b->width = a->width;
+    b->context = a->context;
+    if (fit(b, b->microbatches, "microbatches", b->pp == 1 ? 1 : 2LL * b->pp) ||
+        fit(b, b->nproc, "nproc", (b->dp ? b->dp : 1LL) * b->pp * b->tp) ||
+        mt_run_plan_shape(b, b->nproc, &p->resumed_shape))
+        return refuse_layout_b(o);
+    return -1;
+}
+
 /* Parses the train keys as `meshtrain train` does, over the small model, then fits the model
- * to the layout and checks both runs' configurations. Returns -1 to go on, else the status. */
+ * to the layout (and layout B) and checks the runs' configurations. Returns -1 to go on, else
+ * the status. */
 int cli_verify_plan_runs(const cli_verify_options *o, cli_verify_plan *p)
 {
     mt_config *c = &p->layout;
@@ -218,11 +312,30 @@ int cli_verify_plan_runs(const cli_verify_options *o, cli_verify_plan *p)
     if (c->steps < 1)
         return cli_verify_usage_error("--steps %d: verify needs at least 1 step to compare",
                                       c->steps);
-    if (fit_model(c) || mt_run_plan_shape(c, c->nproc, &p->shape) ||
-        fit(c, c->batch, "batch", 2LL * p->shape.dp * c->microbatches) ||
-        check_plan(c, c->nproc) || plan_reference(p))
+    int resume = o->resume_on != NULL;
+    if (resume && (status = parse_layout_b(o, p)) >= 0)
+        return status;
+    if (resume) {
+        p->resume_at = o->resume_at ? o->resume_at : c->steps / 2;
+        if (p->resume_at < 1 || p->resume_at >= c->steps)
+            return cli_verify_usage_error("--resume_at %d: the checkpoint's step must be in "
+                                          "1..%d, before the last of --steps %d", p->resume_at,
+                                          c->steps - 1, c->steps);
+    }
+    if (fit_model(c, resume ? &p->resumed : NULL) || mt_run_plan_shape(c, c->nproc, &p->shape))
         return cli_report_error("verify");
-    return -1;
+    if (resume && (status = plan_layout_b(o, p)) >= 0)
+        return status;
+    /* 2 sequences per micro-batch and replica, on both layouts: one global batch both split */
+    int per_step = p->shape.dp * c->microbatches;
+    if (resume)
+        per_step = lcm(per_step, p->resumed_shape.dp * p->resumed.microbatches);
+    if (fit(c, c->batch, "batch", 2LL * per_step) || check_plan(c, c->nproc))
+        return cli_report_error("verify");
+    if (!resume)
+        return plan_reference(p) ? cli_report_error("verify") : -1;
+    p->resumed.batch = c->batch;
+    return check_plan(&p->resumed, p->resumed.nproc) ? refuse_layout_b(o) : -1;
 }
 
 /* ---- each run's command line ---------------------------------------------------------------- */
@@ -270,13 +383,25 @@ void cli_verify_free_args(char **args)
     free(args);
 }
 
-/* `SELF train` with the small model, the user's keys (the reference leaves out the layout's),
- * the keys verify fitted, then what verify decides alone: layout keys at their defaults for
- * the reference, the corpus, the saved model and the run's folder. */
-static void add_run_args(const cli_verify_plan *p, const cli_verify_options *o,
-                         const char *self, int is_layout, arg_list *a)
+const char *cli_verify_run_name(cli_verify_run_kind kind)
 {
-    const mt_config *c = is_layout ? &p->layout : &p->reference;
+    static const char *const NAMES[] = {"reference", "layout", "uninterrupted", "saved",
+                                        "resumed"};
+    return NAMES[kind];
+}
+
+/* `SELF train` with the small model, the user's keys (the reference leaves out the layout's;
+ * layout B's run adds --resume_on's), the keys verify fitted, then what verify decides alone:
+ * layout keys at their defaults for the reference, the checkpoint of the saving run and the
+ * resume from it, the corpus, the saved model and the run's folder. */
+static void add_run_args(const cli_verify_plan *p, const cli_verify_options *o,
+                         const char *self, cli_verify_run_kind kind, arg_list *a)
+{
+    const mt_config *c = kind == CLI_VERIFY_REFERENCE ? &p->reference
+                         : kind == CLI_VERIFY_RESUMED ? &p->resumed
+                                                      : &p->layout;
+    int layout_a = kind == CLI_VERIFY_LAYOUT || kind == CLI_VERIFY_UNINTERRUPTED ||
+                   kind == CLI_VERIFY_SAVED;
     add(a, "%s", self);
     add(a, "train");
     for (int k = 0; k < SMALL_MODEL_COUNT; k++) {
@@ -287,9 +412,11 @@ static void add_run_args(const cli_verify_plan *p, const cli_verify_options *o,
         char key[64];
         key_of(o->train[i], key, sizeof key);
         for (int j = 0; j < span_of(o->train, o->train_count, i); j++)
-            if (is_layout || !is_layout_key(key))
+            if (layout_a || !is_layout_key(key))
                 add(a, "%s", o->train[i + j]);
     }
+    for (int i = 0; kind == CLI_VERIFY_RESUMED && i < o->resume_count; i++)
+        add(a, "%s", o->resume_args[i]);
     add(a, "--layers=%d", c->layers);
     add(a, "--heads=%d", c->heads);
     add(a, "--width=%d", c->width);
@@ -297,21 +424,32 @@ static void add_run_args(const cli_verify_plan *p, const cli_verify_options *o,
     add(a, "--batch=%d", c->batch);
     add(a, "--microbatches=%d", c->microbatches);
     char value[MT_PATH_MAX];
-    if (is_layout)
+    if (kind != CLI_VERIFY_REFERENCE)
         add(a, "--nproc=%d", c->nproc);
-    for (int k = 0; k < LAYOUT_KEY_COUNT && !is_layout; k++)
+    for (int k = 0; k < LAYOUT_KEY_COUNT && kind == CLI_VERIFY_REFERENCE; k++)
         if (cli_verify_config_text(c, LAYOUT_KEYS[k], value, sizeof value))
             add(a, "--%s=%s", LAYOUT_KEYS[k], value);
+    if (kind == CLI_VERIFY_SAVED) {
+        /* every checkpoint kept: the one at resume_at is not pruned by later ones */
+        add(a, "--save_every=%d", p->resume_at);
+        int saves = c->steps / p->resume_at + 1;
+        add(a, "--keep=%d", saves < 1000000 ? saves : 1000000);
+    }
+    if (kind == CLI_VERIFY_RESUMED) {
+        add(a, "--resume=%s/%s/ckpt/step_%d", p->work, cli_verify_run_name(CLI_VERIFY_SAVED),
+            p->resume_at);
+        add(a, "--steps=%d", c->steps); /* the schedule's length, given: the same curve */
+    }
     add(a, "--data=%s", p->data);
     add(a, "--save_model=on");
-    add(a, "--out=%s/%s", p->work, is_layout ? "layout" : "reference");
+    add(a, "--out=%s/%s", p->work, cli_verify_run_name(kind));
 }
 
 char **cli_verify_run_args(const cli_verify_plan *p, const cli_verify_options *o,
-                           const char *self, int is_layout)
+                           const char *self, cli_verify_run_kind kind)
 {
     arg_list a = {0};
-    add_run_args(p, o, self, is_layout, &a);
+    add_run_args(p, o, self, kind, &a);
     if (a.failed) {
         cli_verify_free_args(a.items);
         return NULL;
