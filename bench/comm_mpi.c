@@ -1,5 +1,6 @@
-/* Open MPI peer for bench/comm_vs_peers: times MPI_Allreduce (f32 sum) with the same batch/run
- * method and table as `meshtrain bench comm`. Usage: comm_mpi [--op allreduce] [--min 8] [--max 256M] [--inplace] */
+/* Open MPI peer for bench/comm_vs_peers: times MPI_Allreduce (f32 sum) or MPI_Bcast (from rank 0)
+ * with the same batch/run method and table as `meshtrain bench comm`.
+ * Usage: comm_mpi [--op allreduce|bcast] [--min 8] [--max 256M] [--inplace] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +31,13 @@ static void fill_input(float *x, size_t count, int rank) {
     for (size_t i = 0; i < count; i++) x[i] = (float)(rank + 1 + (int)(i % 17));
 }
 
-/* 1 if every element is the sum of fill_input over nproc ranks, on every rank. */
-static int check_result(const float *y, size_t count, int nproc) {
+/* 1 if every element is the sum of fill_input over nproc ranks (broadcast: rank 0's input), on
+ * every rank. */
+static int check_result(const float *y, size_t count, int nproc, int bcast) {
     int ok = 1;
     for (size_t i = 0; i < count && ok; i++)
-        ok = y[i] == (float)(nproc * (nproc + 1) / 2 + nproc * (int)(i % 17));
+        ok = y[i] == (bcast ? (float)(1 + (int)(i % 17))
+                            : (float)(nproc * (nproc + 1) / 2 + nproc * (int)(i % 17)));
     int all_ok = 0;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return all_ok;
@@ -42,7 +45,7 @@ static int check_result(const float *y, size_t count, int nproc) {
 
 static int usage(int rank) {
     if (rank == 0)
-        fprintf(stderr, "usage: comm_mpi [--op allreduce] [--min 8] [--max 256M] [--inplace]\n");
+        fprintf(stderr, "usage: comm_mpi [--op allreduce|bcast] [--min 8] [--max 256M] [--inplace]\n");
     return 2;
 }
 
@@ -53,11 +56,12 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &nproc);
 
     size_t min_size = 8, max_size = 256u << 20;
-    int inplace = 0;
+    int inplace = 0, bcast = 0;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--inplace")) inplace = 1;
         else if (a + 1 >= argc) { MPI_Finalize(); return usage(rank); }
         else if (!strcmp(argv[a], "--op") && !strcmp(argv[a + 1], "allreduce")) a++;
+        else if (!strcmp(argv[a], "--op") && !strcmp(argv[a + 1], "bcast")) bcast = 1, a++;
         else if (!strcmp(argv[a], "--min")) min_size = parse_size(argv[++a]);
         else if (!strcmp(argv[a], "--max")) max_size = parse_size(argv[++a]);
         else { MPI_Finalize(); return usage(rank); }
@@ -70,7 +74,8 @@ int main(int argc, char **argv) {
     if (!input || !output || !run_times) { fprintf(stderr, "comm_mpi: out of memory\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
 
     if (rank == 0) {
-        printf("# openmpi allreduce: nproc %d, f32 sum, %s\n", nproc, inplace ? "in-place" : "out-of-place");
+        printf("# openmpi %s: nproc %d, f32 sum, %s\n", bcast ? "bcast" : "allreduce", nproc,
+               inplace ? "in-place" : "out-of-place");
         printf("%-12s %11s %4s %5s %12s %9s %9s %5s\n", "size", "count", "type", "redop", "time_us",
                "algbw", "busbw", "check");
     }
@@ -88,8 +93,10 @@ int main(int argc, char **argv) {
         for (int run = -2; run < runs; run++) { /* runs -2 and -1 are the uncounted warm-ups */
             MPI_Barrier(MPI_COMM_WORLD);
             double start = MPI_Wtime();
-            for (int b = 0; b < batch; b++)
-                MPI_Allreduce(send, output, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            for (int b = 0; b < batch; b++) {
+                if (bcast) MPI_Bcast(input, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+                else MPI_Allreduce(send, output, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            }
             if (run >= 0) run_times[run] = (MPI_Wtime() - start) / batch;
         }
         /* In place, every operation multiplied the buffer by nproc, so refill and reduce once
@@ -98,14 +105,14 @@ int main(int argc, char **argv) {
             fill_input(input, count, rank);
             MPI_Allreduce(MPI_IN_PLACE, output, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         }
-        int ok = check_result(output, count, nproc);
+        int ok = check_result(bcast ? input : output, count, nproc, bcast);
 
         qsort(run_times, (size_t)runs, sizeof *run_times, compare_doubles);
         double median = runs % 2 ? run_times[runs / 2] : (run_times[runs / 2 - 1] + run_times[runs / 2]) / 2;
         double algbw = (double)size / median / 1e9;
         if (rank == 0) {
             printf("%-12zu %11zu %4s %5s %12.3f %9.3f %9.3f %5s\n", size, count, "f32", "sum", median * 1e6,
-                   algbw, algbw * 2.0 * (nproc - 1) / nproc, ok ? "ok" : "FAIL");
+                   algbw, bcast ? algbw : algbw * 2.0 * (nproc - 1) / nproc, ok ? "ok" : "FAIL");
             fflush(stdout);
         }
         if (size > max_size / 4) break; /* the next size would pass max (or overflow) */
