@@ -39,17 +39,33 @@ mt_status comm_new(int rank, int size, const int *world_ranks, double timeout_se
     return MT_OK;
 }
 
+void comm_release(mt_comm *c)
+{
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->p2p_lock);
+    pthread_cond_destroy(&c->wake);
+    pthread_cond_destroy(&c->finished);
+    while (c->spare_work) {
+        mt_work *next = c->spare_work->next;
+        free(c->spare_work);
+        c->spare_work = next;
+    }
+    free(c->world_ranks);
+    free(c);
+}
+
 static void comm_free(mt_comm *c)
 {
     comm_flight_unregister(&c->flight); /* before a dump could read freed memory */
     if (c->backend && c->impl)
         c->backend->destroy(c->impl);
-    pthread_mutex_destroy(&c->lock);
-    pthread_mutex_destroy(&c->p2p_lock);
-    pthread_cond_destroy(&c->wake);
-    pthread_cond_destroy(&c->finished);
-    free(c->world_ranks);
-    free(c);
+    c->impl = NULL;
+    pthread_mutex_lock(&c->lock);
+    c->destroyed = 1;
+    int waited_for = c->handles_out > 0; /* the last mt_work_wait releases it */
+    pthread_mutex_unlock(&c->lock);
+    if (!waited_for)
+        comm_release(c);
 }
 
 /* The back ends this build has, by name. */
@@ -164,7 +180,11 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
         return st;
     }
     comm->store_server = boot.server;
-    st = builder->create_world(comm, builder->identify ? NULL : &boot, &c, &comm->impl);
+    /* A world of one needs no back end state; launched by MPI it keeps MPI's (MPI owns it). */
+    if (c.size == 1 && !builder->identify)
+        st = comm_solo_attach(comm, builder->name);
+    else
+        st = builder->create_world(comm, builder->identify ? NULL : &boot, &c, &comm->impl);
     mt_store_close(boot.store);
     explicit_bzero(boot.data_key, sizeof boot.data_key);
     if (st) {
@@ -172,7 +192,8 @@ mt_status mt_comm_create(const mt_comm_config *config, mt_comm **out)
         mt_store_server_stop(boot.server);
         return mt_fail_context(st, "creating the world communicator (%s)", builder->name);
     }
-    comm->backend = builder->backend;
+    if (!comm->backend)
+        comm->backend = builder->backend;
     *out = comm;
     return MT_OK;
 }
@@ -230,9 +251,16 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, mt_comm **out)
         st =
             comm_flight_register_split(&child->flight, &parent->flight, split_number, color, world);
     if (st == MT_OK) {
-        st = parent->backend->split(parent, members, n, child, child ? &child->impl : &(void *){0});
+        /* A group of one joins the parent's exchange as a rank in no group: it needs nothing
+         * the back end would build (segment, sockets, communicator). */
+        int solo = child && n == 1;
+        st = parent->backend->split(parent, members, n, solo ? NULL : child,
+                                    child && !solo ? &child->impl : &(void *){0});
         if (st == MT_OK && child) {
-            child->backend = parent->backend;
+            if (solo)
+                st = comm_solo_attach(child, parent->backend->name);
+            else
+                child->backend = parent->backend;
             child->delay_seconds = parent->delay_seconds;
         }
     }

@@ -166,6 +166,11 @@ struct mt_comm {
     int thread_started, stopping;
     mt_work *collective_head, *collective_tail;
     mt_work *p2p_head, *p2p_tail; /* guarded by p2p_lock */
+    mt_work *spare_work;          /* finished handles for reuse (a list through next) */
+    /* Handles not waited for yet: they may outlive mt_comm_destroy, so the communicator's own
+     * memory goes with the last of them (destroyed says it has been destroyed). */
+    int handles_out, destroyed;
+    int spare_count;              /* handles in spare_work */
     _Atomic int p2p_pending;      /* transfers in the list, readable without the lock */
     int collective_running;      /* a collective is executing (in any thread) */
     pthread_mutex_t p2p_lock;    /* one thread advances transfers at a time */
@@ -189,6 +194,11 @@ void comm_free_ordinary(void *impl, void *memory);
 /* A communicator without a back end yet (the back end's create or split fills it in). */
 mt_status comm_new(int rank, int size, const int *world_ranks, double timeout_seconds,
                       int debug, mt_comm **out);
+/* solo.c: makes comm, a group of one, run every operation locally (no segment, socket or
+ * staging buffer); it reports the back end named (that of the parent it was split from). */
+mt_status comm_solo_attach(mt_comm *comm, const char *backend_name);
+/* comm.c: frees what is left of a destroyed communicator (its memory and spare handles). */
+void comm_release(mt_comm *comm);
 /* progress.c */
 mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work);
 mt_status comm_run(mt_comm *comm, const mt_comm_op *op);

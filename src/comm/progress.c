@@ -246,8 +246,18 @@ static void *progress_thread(void *arg)
 mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
 {
     *work = NULL;
-    mt_work *w = calloc(1, sizeof *w);
-    if (!w)
+    /* Handles come from the communicator's spares, which hold as many as were ever in flight
+     * at once: a steady stream of operations allocates nothing. */
+    pthread_mutex_lock(&comm->lock);
+    mt_work *w = comm->spare_work;
+    if (w) {
+        comm->spare_work = w->next;
+        comm->spare_count--;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (w)
+        memset(w, 0, sizeof *w);
+    else if (!(w = calloc(1, sizeof *w)))
         return mt_fail(MT_ENOMEM, "allocating a work handle");
     w->comm = comm;
     w->op = *op;
@@ -261,6 +271,7 @@ mt_status comm_submit(mt_comm *comm, const mt_comm_op *op, mt_work **work)
         }
         comm->thread_started = 1;
     }
+    comm->handles_out++;
     if (is_p2p(op)) {
         pthread_mutex_unlock(&comm->lock);
         pthread_mutex_lock(&comm->p2p_lock);
@@ -325,7 +336,34 @@ mt_status mt_work_wait(mt_work *work)
     mt_status st = work->status;
     if (st)
         mt_fail(st, "%s", work->message);
-    free(work);
+    pthread_mutex_lock(&comm->lock);
+    work->next = comm->spare_work;
+    comm->spare_work = work;
+    comm->spare_count++;
+    int last = --comm->handles_out == 0 && comm->destroyed;
+    pthread_mutex_unlock(&comm->lock);
+    if (last)
+        comm_release(comm);
+    return st;
+}
+
+mt_status mt_comm_reserve_work(mt_comm *comm, int count)
+{
+    if (!comm)
+        return mt_fail(MT_EINVAL, "reserve_work: no communicator");
+    mt_status st = MT_OK;
+    pthread_mutex_lock(&comm->lock);
+    while (st == MT_OK && comm->spare_count + comm->handles_out < count) {
+        mt_work *w = calloc(1, sizeof *w);
+        if (!w) {
+            st = mt_fail(MT_ENOMEM, "reserving %d operation handles", count);
+            break;
+        }
+        w->next = comm->spare_work;
+        comm->spare_work = w;
+        comm->spare_count++;
+    }
+    pthread_mutex_unlock(&comm->lock);
     return st;
 }
 

@@ -89,8 +89,8 @@ static int ok(mt_status st, const group *g, const char *what)
  * the registered (direct) paths of the shm back end. */
 static int registered_for(const group *g, const void *p, size_t bytes)
 {
-    if (strcmp(mt_comm_backend_name(g->comm), "shm") != 0)
-        return 1;
+    if (strcmp(mt_comm_backend_name(g->comm), "shm") != 0 || g->size == 1)
+        return 1; /* a group of one reads only its own memory */
     return comm_shm_registry_covers((const mt_shm_group *)g->comm->impl, p, bytes);
 }
 
@@ -151,6 +151,10 @@ static int split_checked(const group *parent, const int *colors, const int *keys
     CHECK_MSG(out->size == n && out->rank == want_rank,
               "%s: parent rank %d (world %d) is rank %d of %d, want %d of %d", name, me,
               me_world(parent), out->rank, out->size, want_rank, n);
+    /* A group of one communicates with nobody: it holds no segment or buffer. */
+    CHECK_MSG(n > 1 || mt_comm_buffer_bytes(c) == 0,
+              "%s: a group of one holds %zu bytes of communication buffers", name,
+              mt_comm_buffer_bytes(c));
     if (out->size != n || out->rank != want_rank) {
         mt_comm_destroy(c);
         out->comm = NULL;
@@ -330,7 +334,7 @@ static void ar_blocking(const group *g, mt_dtype t, mt_redop op, size_t n, int s
 static void scenario_groups(group *w)
 {
     int n = w->size, colors[MAX_RANKS] = {0}, keys[MAX_RANKS] = {0};
-    group parity, quarters, ties, some, none, nested;
+    group parity, quarters, ties, some, none, nested, alone;
 
     for (int r = 0; r < n; r++)
         colors[r] = r % 2, keys[r] = r;
@@ -348,6 +352,12 @@ static void scenario_groups(group *w)
         colors[r] = MT_COMM_NO_GROUP, keys[r] = 0;
     int in_none = split_checked(w, colors, keys, "none", &none);
     CHECK(!in_none);
+    for (int r = 0; r < n; r++) /* every rank a group of its own */
+        colors[r] = r, keys[r] = 0;
+    if (split_checked(w, colors, keys, "alone", &alone)) {
+        exercise(&alone, 1000, 8, NULL, NULL);
+        release(&alone, 1);
+    }
     CHECK(in_parity && in_quarters && in_ties);
     CHECK(in_some == (w->rank % 3 != 2));
 

@@ -90,13 +90,19 @@ static mt_status hier_build(mt_comm *comm, mt_comm *flat, const int *host_of, vo
         st = comm_new(g->local_rank_of[flat->rank], local_size, world, flat->timeout_seconds,
                          flat->debug, &g->local);
     }
-    /* The host group is built even after a local failure: every flat member must take part. */
+    /* The host group is built even after a local failure: every flat member must take part.
+     * A rank alone on its host joins the exchange without a group and needs no segment. */
     void *local_impl = NULL;
-    mt_status built = comm_shm_group_from(flat, members, st == MT_OK ? g->local : NULL, like,
-                                          algorithm, world_size, &local_impl);
+    int alone = st == MT_OK && local_size == 1;
+    mt_status built = comm_shm_group_from(flat, members, st == MT_OK && !alone ? g->local : NULL,
+                                          like, algorithm, world_size, &local_impl);
     if (st == MT_OK && (st = built) == MT_OK) {
-        g->local->impl = local_impl;
-        g->local->backend = &comm_shm_backend;
+        if (alone) {
+            st = comm_solo_attach(g->local, "shm");
+        } else {
+            g->local->impl = local_impl;
+            g->local->backend = &comm_shm_backend;
+        }
         g->local_members = members;
         members = NULL;
     }

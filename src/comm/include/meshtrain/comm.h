@@ -126,6 +126,10 @@ mt_status mt_comm_send_async(mt_comm *comm, const void *buffer, size_t count, mt
 mt_status mt_comm_recv_async(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype, int peer,
                              int tag, mt_work **work);
 
+/* Keeps at least `count` operation handles ready on comm (spare or in flight), so that up to
+ * that many non-blocking operations in flight at once allocate nothing. Not collective. */
+mt_status mt_comm_reserve_work(mt_comm *comm, int count);
+
 /* A slow peer for tests: every collective and transfer this rank issues on comm, and on the
  * groups split from it afterwards, first sleeps `seconds` (0: none). */
 void mt_comm_set_delay(mt_comm *comm, double seconds);
