@@ -42,6 +42,7 @@ struct mt_dp_model {
     mt_memory_ledger *ledger;
 
     size_t *counts;   /* [unit * size + r]: rank r's slice of each unit (for v collectives) */
+    uint64_t *checksums; /* the replica check's, one per member of its largest group */
     dp_slice *slices; /* [unit]: this rank's */
     size_t slice_numel;
 

@@ -290,11 +290,23 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->ledger = options->ledger;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
-    mt_status status = m->pending ? plan_slices(m) : mt_fail(MT_ENOMEM, "data parallel: out of memory");
+    /* The replica checks gather one checksum per member of the dp, tp or embedding group. */
+    int most = m->size;
+    mt_comm *others[] = {m->tensor_group, m->embedding_group};
+    for (int i = 0; i < 2; i++)
+        most = others[i] && mt_comm_size(others[i]) > most ? mt_comm_size(others[i]) : most;
+    m->checksums = calloc((size_t)most, sizeof *m->checksums);
+    mt_status status = m->pending && m->checksums
+                           ? plan_slices(m)
+                           : mt_fail(MT_ENOMEM, "data parallel: out of memory");
     if (status == MT_OK && m->zero == 0)
         status = plan_buckets(m, options->bucket_bytes);
     if (status == MT_OK)
         status = allocate_state(m);
+    /* A step keeps at most one operation per unit in flight (buckets, gathers, reductions),
+     * plus a blocking call queued behind them: handles for all of them, once. */
+    if (status == MT_OK && group)
+        status = mt_comm_reserve_work(group, gpt->unit_count + 2);
     if (status) {
         mt_dp_model_destroy(m);
         return status;
@@ -323,6 +335,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
             m->gpt->unit_param[u] = m->gpt->unit_grad[u] = NULL;
     }
     free(m->counts);
+    free(m->checksums);
     free(m->slices);
     free(m->buckets);
     free(m->pending);

@@ -153,12 +153,10 @@ static int outliers(const uint64_t *all, int size, char *names, size_t capacity,
     return odd;
 }
 
-/* Every member's checksum, gathered over `group`. */
-static mt_status gather_checksums(mt_comm *group, uint64_t mine, uint64_t **all)
+/* Every member's checksum, gathered over `group` into the model's table (sized once). */
+static mt_status gather_checksums(mt_dp_model *m, mt_comm *group, uint64_t mine, uint64_t **all)
 {
-    *all = calloc((size_t)mt_comm_size(group), sizeof **all);
-    if (!*all)
-        return mt_fail(MT_ENOMEM, "replica check: out of memory");
+    *all = m->checksums;
     return mt_comm_allgather(group, &mine, *all, 1, MT_I64);
 }
 
@@ -189,7 +187,7 @@ static mt_status check_tied_embeddings(mt_dp_model *m, int step)
     const dp_slice *s = &m->slices[unit];
     uint64_t mine = mt_checksum64(dp_param_at(m, unit, s->first), s->count * sizeof(float), 0);
     uint64_t *all = NULL;
-    mt_status status = gather_checksums(m->embedding_group, mine, &all);
+    mt_status status = gather_checksums(m, m->embedding_group, mine, &all);
     if (status)
         status = mt_fail_context(status, "tied-embedding check at step %d", step);
     else if (all[0] != all[1])
@@ -197,7 +195,6 @@ static mt_status check_tied_embeddings(mt_dp_model *m, int step)
                                    "embeddings differs from the first stage's (checksums "
                                    "%016llx and %016llx); stopping", step,
                          (unsigned long long)all[0], (unsigned long long)all[1]);
-    free(all);
     return status;
 }
 
@@ -210,7 +207,7 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
     /* Both collectives run on every rank whatever the other found, so none is left waiting. */
     if (m->group && m->full_param) {
         uint64_t mine = mt_checksum64(m->full_param, m->gpt->numel * sizeof(float), 0);
-        dp_status = gather_checksums(m->group, mine, &all);
+        dp_status = gather_checksums(m, m->group, mine, &all);
         int odd = dp_status ? 0 : outliers(all, m->size, names, sizeof names, &agreeing, &reference);
         if (dp_status)
             dp_status = mt_fail_context(dp_status, "replica check at step %d", step);
@@ -219,14 +216,12 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
                                           "differ from the other %d replicas' (checksum "
                                           "%016llx); stopping", step, odd > 1 ? "s" : "", names,
                                 agreeing, (unsigned long long)reference);
-        free(all);
-        all = NULL;
     }
     char dp_message[512];
     snprintf(dp_message, sizeof dp_message, "%s", dp_status ? mt_last_error() : "");
     if (m->tensor_group) {
         int size = mt_comm_size(m->tensor_group);
-        tp_status = gather_checksums(m->tensor_group, replicated_checksum(m), &all);
+        tp_status = gather_checksums(m, m->tensor_group, replicated_checksum(m), &all);
         int odd = tp_status ? 0 : outliers(all, size, names, sizeof names, &agreeing, &reference);
         if (tp_status)
             tp_status = mt_fail_context(tp_status, "replicated-tensor check at step %d", step);
@@ -235,7 +230,6 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
                                           "output biases) of tensor-parallel rank%s %s differ "
                                           "from the majority's (%d of %d ranks agree); stopping",
                                 step, odd > 1 ? "s" : "", names, agreeing, size);
-        free(all);
     }
     char tp_message[512];
     snprintf(tp_message, sizeof tp_message, "%s", tp_status ? mt_last_error() : "");

@@ -55,6 +55,7 @@ typedef struct trainer_state {
      * NAN when the corpus folder does not record its bytes */
     double val_bpb_per_loss;
     int32_t *inputs, *targets; /* one micro-batch of this rank */
+    double *finite_checks;     /* every rank's loss and gradient square sum (train_step.c) */
     trainer_prefetch *prefetch; /* NULL: the step draws its micro-batches itself */
     const trainer_passes *passes;
     /* pp > 1: the stage's executor, the communicator its gradients travel on (activations
@@ -92,6 +93,7 @@ typedef struct trainer_outputs {
     int pp_peak_slots;
     double *bubble, bubble_expected;
     int *stage_slots;
+    int *stage_reserved;     /* the slots each stage's arena holds */
     /* Checkpoints: the save in flight (async_save), the communicator saves use (a world of
      * their own under async_save, so a background save never meets training's collectives),
      * and the totals of every save. */

@@ -213,7 +213,8 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     size_t tokens = (size_t)tr->plan->micro_sequences * cfg->context;
     st->inputs = malloc(tokens * sizeof *st->inputs);
     st->targets = malloc(tokens * sizeof *st->targets);
-    if (!st->inputs || !st->targets)
+    st->finite_checks = calloc(2 * (size_t)tr->plan->world_size, sizeof *st->finite_checks);
+    if (!st->inputs || !st->targets || !st->finite_checks)
         return mt_fail(MT_ENOMEM, "cannot allocate the batch buffers");
     return with_corpus ? trainer_prefetch_begin(tr) : MT_OK; /* no corpus, nothing to read */
 }
@@ -243,6 +244,7 @@ void trainer_state_close(trainer *tr)
     mt_tokens_close(&st->val_tokens);
     free(st->inputs);
     free(st->targets);
+    free(st->finite_checks);
 }
 
 int trainer_step_is_timed(const trainer *tr, int step)
