@@ -151,17 +151,75 @@ static mt_status make_tables(mt_gpt *gpt)
     return MT_OK;
 }
 
+/* Bytes of one slot of `chunk`, planned on the side. */
+static mt_status slot_bytes(const mt_gpt *gpt, int chunk, const geometry *g, size_t *out)
+{
+    mt_arena sizing = {0};
+    planner p = {.arena = &sizing};
+    gpt_slot slot = {.blocks = calloc((size_t)gpt->stage.layer_count[chunk] + 1,
+                                      sizeof(gpt_block_acts))};
+    if (slot.blocks)
+        plan_slot(&p, gpt, &slot, chunk, g);
+    mt_status status = slot.blocks && !p.out_of_memory
+                           ? MT_OK
+                           : mt_fail(MT_ENOMEM, "cannot size the activation slots");
+    free(slot.blocks);
+    free(p.offsets);
+    free(p.targets);
+    *out = sizing.used;
+    return status;
+}
+
+/* Shares one pool among the chunks when it reserves fewer bytes than their own slots (their
+ * peaks do not coincide; a pool slot is as large as the largest chunk's). */
+static mt_status choose_pool(mt_gpt *gpt, const geometry *g)
+{
+    mt_gpt_stage *st = &gpt->stage;
+    if (st->chunks < 2 || st->pool <= 0 || st->shared_slots)
+        return MT_OK;
+    size_t own = 0, largest = 0;
+    for (int c = 0; c < st->chunks; c++) {
+        size_t bytes;
+        mt_status status = slot_bytes(gpt, c, g, &bytes);
+        if (status)
+            return status;
+        own += (size_t)st->slots[c] * bytes;
+        largest = bytes > largest ? bytes : largest;
+    }
+    if ((size_t)st->pool * largest < own) {
+        st->shared_slots = 1;
+        for (int c = 0; c < st->chunks; c++)
+            st->slots[c] = st->pool;
+    }
+    return MT_OK;
+}
+
 mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
 {
-    mt_status status = make_tables(gpt);
+    geometry g = geometry_of(gpt);
+    mt_status status = choose_pool(gpt, &g);
+    if (status == MT_OK)
+        status = make_tables(gpt);
     if (status)
         return status;
     planner p = {.arena = &gpt->activation_arena};
     gpt->activation_arena = (mt_arena){.name = "activations", .ledger = ledger,
                                        .kind = MT_MEMORY_ACTIVATIONS};
-    geometry g = geometry_of(gpt);
-    for (int c = 0; c < gpt->stage.chunks; c++)
-        for (int k = 0; k < gpt->stage.slots[c]; k++)
+    const mt_gpt_stage *st = &gpt->stage;
+    mt_arena *arena = &gpt->activation_arena;
+    for (int k = 0; st->shared_slots && k < st->pool; k++) {
+        /* Pool slot k holds one chunk's micro-batch at a time: every chunk's layout of it
+         * starts at the same offset, and the slot ends after the largest. */
+        size_t start = arena->used, end = start;
+        for (int c = 0; c < st->chunks; c++) {
+            arena->used = start;
+            plan_slot(&p, gpt, &gpt->acts->slots[gpt->acts->first_slot[c] + k], c, &g);
+            end = arena->used > end ? arena->used : end;
+        }
+        arena->used = end;
+    }
+    for (int c = 0; !st->shared_slots && c < st->chunks; c++)
+        for (int k = 0; k < st->slots[c]; k++)
             plan_slot(&p, gpt, &gpt->acts->slots[gpt->acts->first_slot[c] + k], c, &g);
     plan_scratch(&p, gpt, &g);
 

@@ -20,7 +20,7 @@ struct mt_pp_runner {
     mt_dp_model *model;
     mt_comm *activations, *gradients;
     int prev, next;       /* group ranks of the neighbouring stages (wrapping, for chunks) */
-    slot_state *slots;    /* every chunk's slots, chunk by chunk */
+    slot_state *slots;    /* every chunk's slots, chunk by chunk, or the stage's shared pool */
     int first_slot[MT_GPT_MAX_CHUNKS];
     int *slot_of;         /* [micro * chunks + chunk]: the slot's index in `slots`, or -1 */
     int *last_backward;   /* [chunks]: the index of each chunk's last backward in the list */
@@ -41,8 +41,9 @@ mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt 
         mt_comm_rank(activations) != stage || mt_comm_rank(gradients) != stage)
         return mt_fail(MT_EINVAL, "pipeline stage %d: its communicators must span the %d stages "
                                   "in order", stage, p);
-    int total = 0;
-    for (int c = 0; c < v; c++)
+    /* A shared pool is one range of slots for every chunk; otherwise each chunk has its own. */
+    int shared = gpt->stage.shared_slots, total = shared ? gpt->stage.pool : 0;
+    for (int c = 0; c < v && !shared; c++)
         total += gpt->stage.slots[c];
     mt_pp_runner *r = calloc(1, sizeof *r);
     if (r) {
@@ -57,8 +58,16 @@ mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt 
         mt_pp_runner_destroy(r);
         return mt_fail(MT_ENOMEM, "pipeline stage %d: out of memory", stage);
     }
-    for (int c = 0, at = 0; c < v; at += gpt->stage.slots[c], c++)
+    for (int c = 0, at = 0; c < v; at += shared ? 0 : gpt->stage.slots[c], c++)
         r->first_slot[c] = at;
+    /* A slot has at most one send and one receive in flight on either communicator. */
+    mt_status reserved = mt_comm_reserve_work(activations, 2 * total + 2);
+    if (reserved == MT_OK)
+        reserved = mt_comm_reserve_work(gradients, 2 * total + 2);
+    if (reserved) {
+        mt_pp_runner_destroy(r);
+        return reserved;
+    }
     for (int i = 0; i < total; i++)
         r->slots[i].micro = -1;
     for (int c = 0; c < v; c++)
@@ -105,7 +114,8 @@ static int trace_chunk(const mt_pp_runner *r, int chunk)
     return r->schedule->chunks > 1 ? chunk : -1;
 }
 
-/* Gives (micro, chunk) a free slot of its chunk, once the slot's last send has left. */
+/* Gives (micro, chunk) a free slot of its chunk (or of the pool), once the slot's last send
+ * has left. */
 static mt_status take_slot(mt_pp_runner *r, int micro, int chunk, slot_state **out)
 {
     slot_state *s = NULL;

@@ -77,27 +77,34 @@ mt_status trainer_report_pipeline(trainer *tr, FILE *out)
     trainer_outputs *o = &tr->out;
     const mt_mesh *mesh = tr->state.mesh;
     int n = mt_comm_size(tr->state.world), p = tr->plan->shape.pp;
-    double mine[3] = {o->pp_busy, o->pp_span, o->pp_peak_slots};
-    double *all = calloc(3 * (size_t)n, sizeof *all);
+    const mt_gpt_stage *stage = &tr->state.gpt.stage;
+    int reserved = stage->shared_slots ? stage->pool : 0;
+    for (int c = 0; c < stage->chunks && !stage->shared_slots; c++)
+        reserved += stage->slots[c];
+    enum { N = 4 };
+    double mine[N] = {o->pp_busy, o->pp_span, o->pp_peak_slots, reserved};
+    double *all = calloc(N * (size_t)n, sizeof *all);
     o->bubble = calloc((size_t)p, sizeof *o->bubble);
     o->stage_slots = calloc((size_t)p, sizeof *o->stage_slots);
-    if (!all || !o->bubble || !o->stage_slots) {
+    o->stage_reserved = calloc((size_t)p, sizeof *o->stage_reserved);
+    if (!all || !o->bubble || !o->stage_slots || !o->stage_reserved) {
         free(all);
         return mt_fail(MT_ENOMEM, "pipeline report: out of memory");
     }
-    mt_status status = mt_comm_allgather(tr->state.world, mine, all, 3, MT_F64);
+    mt_status status = mt_comm_allgather(tr->state.world, mine, all, N, MT_F64);
     /* The first replica's first tensor-parallel slice: its stages share one makespan, the
      * longest of their spans (each stage starts the step together, after the last one's
      * collectives, and the one that ends last sets the step's pipeline time). */
     double makespan = 0;
     for (int s = 0; status == MT_OK && s < p; s++) {
         int r = mt_mesh_rank_of(&mesh->shape, (mt_mesh_coord){0, s, 0});
-        makespan = all[3 * r + 1] > makespan ? all[3 * r + 1] : makespan;
+        makespan = all[N * r + 1] > makespan ? all[N * r + 1] : makespan;
     }
     for (int s = 0; status == MT_OK && s < p; s++) {
         int r = mt_mesh_rank_of(&mesh->shape, (mt_mesh_coord){0, s, 0});
-        o->bubble[s] = makespan > 0 ? 1 - all[3 * r] / makespan : 0;
-        o->stage_slots[s] = (int)all[3 * r + 2];
+        o->bubble[s] = makespan > 0 ? 1 - all[N * r] / makespan : 0;
+        o->stage_slots[s] = (int)all[N * r + 2];
+        o->stage_reserved[s] = (int)all[N * r + 3];
     }
     free(all);
     o->bubble_expected = mt_pp_bubble_expected(tr->plan->schedule_kind, p, tr->cfg->microbatches,
@@ -108,8 +115,9 @@ mt_status trainer_report_pipeline(trainer *tr, FILE *out)
     for (int s = 0; s < p; s++)
         fprintf(out, " stage %d %.1f%%%s", s, 100 * o->bubble[s], s + 1 < p ? "," : "");
     fprintf(out, "; textbook %.1f%%\n", 100 * o->bubble_expected);
-    fprintf(out, "activations held at once (micro-batch chunks):");
+    fprintf(out, "activations held at once (micro-batch chunks, of the slots reserved):");
     for (int s = 0; s < p; s++)
-        fprintf(out, " stage %d %d%s", s, o->stage_slots[s], s + 1 < p ? "," : "\n");
+        fprintf(out, " stage %d %d of %d%s", s, o->stage_slots[s], o->stage_reserved[s],
+                s + 1 < p ? "," : "\n");
     return MT_OK;
 }

@@ -101,6 +101,7 @@ mt_status trainer_outputs_close(trainer *tr, mt_status status)
     free(out->rank_threads);
     free(out->bubble);
     free(out->stage_slots);
+    free(out->stage_reserved);
     if (out->metrics)
         fclose(out->metrics);
     if (status)
@@ -225,6 +226,9 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
         fprintf(f, "], \"bubble_expected\": %.6f, \"activation_slots\": [", tr->out.bubble_expected);
         for (int st = 0; st < tr->plan->shape.pp; st++)
             fprintf(f, "%s%d", st ? ", " : "", tr->out.stage_slots[st]);
+        fputs("], \"activation_slots_reserved\": [", f);
+        for (int st = 0; st < tr->plan->shape.pp; st++)
+            fprintf(f, "%s%d", st ? ", " : "", tr->out.stage_reserved[st]);
         fputc(']', f);
     }
     if (cfg->save_every > 0)

@@ -57,12 +57,17 @@ typedef enum mt_gpt_pass { MT_GPT_FORWARD, MT_GPT_BACKWARD } mt_gpt_pass;
 /* What a pipeline stage runs: its model chunks (contiguous layer ranges; interleaved schedules
  * give a stage several), and for each chunk how many micro-batches' activations it keeps at
  * once (slots). A chunk that starts at layer 0 also runs the embeddings, one that ends at the
- * last layer the final norm, the tied LM head and the loss. */
+ * last layer the final norm, the tied LM head and the loss. `pool` (0: none) is how many
+ * activations of any chunk the stage holds at once at most: when one pool of that many slots,
+ * each sized for the largest chunk, takes fewer bytes than every chunk's own slots, the model
+ * shares it among the chunks (sets shared_slots, and every slots[c] to pool). */
 enum { MT_GPT_MAX_CHUNKS = 8 };
 typedef struct mt_gpt_stage {
     int chunks;
     int first_layer[MT_GPT_MAX_CHUNKS], layer_count[MT_GPT_MAX_CHUNKS];
     int slots[MT_GPT_MAX_CHUNKS];
+    int pool;
+    int shared_slots;
 } mt_gpt_stage;
 
 /* Activation recomputation: what a block's forward keeps for its backward. Selective drops
