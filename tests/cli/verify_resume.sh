@@ -18,48 +18,11 @@ export TMPDIR=$WORK/tmp # verify's temporary folders, so that a leftover one is 
 mkdir -p "$TMPDIR"
 unset MT_INJECT_FAULT
 
-passed=0
-failed=0
-problem=""
-
-# run WANT ARGS...: `meshtrain verify ARGS` (bounded), its output in $WORK/out; sets $problem
-# when the exit status is not WANT or a sanitizer spoke.
-run() {
-    local want=$1
-    shift
-    problem=""
-    timeout 120 "$MT" verify "$@" >"$WORK/out" 2>&1
-    local status=$?
-    if [[ $status -ne $want ]]; then
-        problem="exit status $status, want $want"
-    elif grep -qE 'Sanitizer|runtime error:' "$WORK/out"; then
-        problem="a sanitizer reported an error"
-    fi
-}
-
-# has PHRASE...: each phrase must be in the last run's output.
-has() {
-    local phrase
-    for phrase in "$@"; do
-        [[ -n $problem ]] && return
-        grep -qF -- "$phrase" "$WORK/out" || problem="output lacks '$phrase'"
-    done
-}
+source "$(dirname "$0")/verify_lib.sh"
 
 # no_run: the last verify started no run.
 no_run() {
     [[ -z $problem ]] && grep -q "run: layout" "$WORK/out" && problem="a run started"
-}
-
-verdict() {
-    if [[ -z $problem ]]; then
-        echo "ok   $1"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $1: $problem"
-        sed 's/^/     | /' "$WORK/out" | tail -n 25
-        failed=$((failed + 1))
-    fi
 }
 
 # 1. dp 2 x ZeRO 1, saved at step 3 of 6, resumed on pp 2 (batch 8: 2 replicas of 4 sequences
