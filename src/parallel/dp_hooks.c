@@ -99,7 +99,8 @@ static mt_status scatter_unit_gradient(mt_dp_model *m, int unit)
         return mt_fail(MT_EINVAL, "data parallel: unit %d finished backward without a buffer",
                        unit);
     m->local_sum_squares += mt_sum_squares(b->data, (long)m->gpt->units[unit].numel);
-    b->accumulate = m->micro > 0;
+    b->accumulate = m->reduced[unit];
+    m->reduced[unit] = 1;
     float *out = b->accumulate ? b->landing : m->slice_grad + m->slices[unit].local;
     m->gpt->unit_grad[unit] = NULL;
     if (m->fifo_count == DP_FIFO)
@@ -242,11 +243,17 @@ mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
     if (status || pass != MT_GPT_BACKWARD || m->zero < 2)
         return status;
     dp_buffer *b;
-    if (unit == mt_gpt_final_unit(gpt)) /* the head writes both roots' gradients */
-        for (int i = 0; i < DP_ROOTS && status == MT_OK; i++)
-            status = take_grad_buffer(m, m->root_units[i], &b);
-    else if (!dp_is_root(m, unit, NULL))
+    int embed = mt_gpt_embed_unit(), final = mt_gpt_final_unit(gpt);
+    /* The head writes both roots' gradients (the embeddings: the original, or a last pipeline
+     * stage's tied copy); a first pipeline stage without the head starts the embeddings' at
+     * their own backward. */
+    if (unit == final) {
+        status = take_grad_buffer(m, final, &b);
+        if (status == MT_OK && gpt->holding[embed] != MT_UNIT_ABSENT)
+            status = take_grad_buffer(m, embed, &b);
+    } else if (unit != embed || gpt->holding[final] == MT_UNIT_ABSENT) {
         status = take_grad_buffer(m, unit, &b);
+    }
     return status;
 }
 
@@ -257,15 +264,19 @@ mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
         release_block(m, unit);
     if (pass != MT_GPT_BACKWARD)
         return MT_OK;
-    if (m->zero >= 2)
-        return scatter_unit_gradient(m, unit);
+    /* The last stage's copy of the tied embeddings has no pass of its own: the head's
+     * backward finishes its gradient (each micro-batch's under zero 2 and 3). */
+    int tied_copy = unit == mt_gpt_final_unit(gpt) &&
+                    gpt->holding[mt_gpt_embed_unit()] == MT_UNIT_TIED_COPY;
+    if (m->zero >= 2) {
+        mt_status status = scatter_unit_gradient(m, unit);
+        return status == MT_OK && tied_copy ? scatter_unit_gradient(m, mt_gpt_embed_unit())
+                                            : status;
+    }
     if (!m->last_backward)
         return MT_OK;
     mt_status status = sync_unit_gradient(m, unit);
-    /* The last stage's copy of the tied embeddings has no pass of its own: the head's
-     * backward finishes its gradient. */
-    if (status == MT_OK && unit == mt_gpt_final_unit(gpt) &&
-        gpt->holding[mt_gpt_embed_unit()] == MT_UNIT_TIED_COPY)
+    if (status == MT_OK && tied_copy)
         status = sync_unit_gradient(m, mt_gpt_embed_unit());
     return status;
 }

@@ -68,7 +68,10 @@ struct mt_dp_model {
     mt_work **pending;
     int pending_count, pending_capacity;
 
-    int micro;          /* zero 2 and 3: a later micro-batch adds to the slice */
+    int micro;          /* the micro-batch begun last (mt_dp_model_begin_micro) */
+    unsigned char *reduced; /* zero 2 and 3, [unit]: a micro-batch's gradient of the unit was
+                             * reduce-scattered this step, so a later one lands and is added
+                             * (under a pipeline a unit's micro-batches are not the step's) */
     int last_backward;  /* zero 0 and 1: this backward is its units' last of the step, so
                          * their sync starts as each finishes */
     double local_sum_squares;

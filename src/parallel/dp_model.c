@@ -131,11 +131,14 @@ static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
     return MT_OK;
 }
 
+/* The largest block this stage holds (its slice, or whole). */
 static size_t max_block_numel(const mt_dp_model *m, int slice_only)
 {
     size_t most = 0;
     for (int l = 0; l < m->gpt->shape.layers; l++) {
         int u = mt_gpt_block_unit(l);
+        if (!held(m->gpt, u))
+            continue;
         size_t n = slice_only ? m->slices[u].count : m->gpt->units[u].numel;
         most = n > most ? n : most;
     }
@@ -163,7 +166,10 @@ static void plan_buffers(mt_dp_model *m, buffer_plan *plan)
 {
     for (int i = 0; i < DP_ROOTS + DP_POOL; i++) {
         int root = i < DP_ROOTS;
-        size_t whole = root ? m->gpt->units[m->root_units[i]].numel : max_block_numel(m, 0);
+        /* a pipeline stage holds the roots it runs only (another stage's have no buffer) */
+        size_t whole = !root ? max_block_numel(m, 0)
+                       : held(m->gpt, m->root_units[i]) ? m->gpt->units[m->root_units[i]].numel
+                                                        : 0;
         size_t slice = root ? m->slices[m->root_units[i]].count : max_block_numel(m, 1);
         param_buffer(m, i)->unit = grad_buffer(m, i)->unit = -1;
         if (m->zero == 3)
@@ -268,13 +274,12 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         if (gpt->unit_param[u] || gpt->unit_grad[u])
             return mt_fail(MT_EINVAL, "data-parallel model: the model's units already have "
                                       "state (make it with mt_gpt_create_stage)");
-    /* ZeRO 2 and 3 free a unit's gradient or parameters as its pass ends, but a pipeline stage
-     * runs each unit once per micro-batch in flight, interleaved with the others (DeepSpeed
-     * and Megatron-LM likewise combine pipelines with ZeRO 1 only). */
-    if (options->pipeline_group && options->zero >= 2)
-        return mt_fail(MT_EINVAL, "data-parallel model: ZeRO %d with a pipeline group (a stage "
-                                  "runs each unit once per micro-batch in flight; ZeRO 0 or 1 "
-                                  "only)", options->zero);
+    /* ZeRO 3 frees a unit's parameters as its pass ends, but a pipeline stage runs each unit
+     * once per micro-batch in flight, interleaved with the others. */
+    if (options->pipeline_group && options->zero == 3)
+        return mt_fail(MT_EINVAL, "data-parallel model: ZeRO 3 with a pipeline group (a stage "
+                                  "runs each unit once per micro-batch in flight; ZeRO 0, 1 or 2 "
+                                  "only)");
     mt_dp_model *m = calloc(1, sizeof *m);
     if (!m)
         return mt_fail(MT_ENOMEM, "data parallel: out of memory");
@@ -290,13 +295,14 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->ledger = options->ledger;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
+    m->reduced = calloc((size_t)gpt->unit_count, 1);
     /* The replica checks gather one checksum per member of the dp, tp or embedding group. */
     int most = m->size;
     mt_comm *others[] = {m->tensor_group, m->embedding_group};
     for (int i = 0; i < 2; i++)
         most = others[i] && mt_comm_size(others[i]) > most ? mt_comm_size(others[i]) : most;
     m->checksums = calloc((size_t)most, sizeof *m->checksums);
-    mt_status status = m->pending && m->checksums
+    mt_status status = m->pending && m->checksums && m->reduced
                            ? plan_slices(m)
                            : mt_fail(MT_ENOMEM, "data parallel: out of memory");
     if (status == MT_OK && m->zero == 0)
@@ -339,6 +345,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     free(m->slices);
     free(m->buckets);
     free(m->pending);
+    free(m->reduced);
     free(m);
 }
 

@@ -16,6 +16,7 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
     if (micro != 0)
         return;
     m->local_sum_squares = 0;
+    memset(m->reduced, 0, (size_t)m->gpt->unit_count);
     if (m->full_grad) /* zero 2 and 3: the first micro-batch's reduction overwrites the slice */
         memset(m->full_grad, 0, m->gpt->numel * sizeof(float));
 }

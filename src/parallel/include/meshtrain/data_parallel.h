@@ -16,8 +16,9 @@
  *   zero 1: parameters and gradients, 1/dp of the moments: 8P + 8P/dp; gradients
  *           reduce-scattered after the last micro-batch, parameters all-gathered after the step.
  *   zero 2: parameters, 1/dp of gradients and moments: 4P + 12P/dp; each unit's gradient is
- *           reduce-scattered as soon as backward finishes it, every micro-batch, from one of two
- *           unit-sized buffers.
+ *           reduce-scattered as soon as backward finishes it, every micro-batch (on a pipeline
+ *           stage too, whose units' micro-batches interleave), from one of two unit-sized
+ *           buffers.
  *   zero 3: 1/dp of everything: 16P/dp; a block's parameters are all-gathered into one of two
  *           block-sized buffers just before its forward and again before its backward (the
  *           next block's gather prefetched while this one computes). The embeddings and final
@@ -34,7 +35,7 @@ typedef struct mt_dp_options {
     mt_comm *tensor_group;    /* the model's tensor-parallel group when split (else NULL):
                                * the gradient norm also sums across it */
     mt_comm *pipeline_group;  /* the stages of this replica when the model is cut into stages
-                               * (else NULL): the norm sums across it too; zero 0 or 1 only */
+                               * (else NULL): the norm sums across it too; zero 0, 1 or 2 */
     mt_comm *embedding_group; /* first and last stage, which share the tied embeddings (else
                                * NULL): their gradients are summed across it, and the copies
                                * compared by the replica check */
