@@ -139,7 +139,7 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
 mt_status dp_drain_gathers(mt_dp_model *m)
 {
     mt_status first = MT_OK;
-    for (int i = 0; i < DP_POOL; i++) {
+    for (int i = 0; i < m->block_pool; i++) {
         dp_buffer *b = &m->block_param[i];
         mt_status status = dp_wait(m, &b->work);
         first = first ? first : status;
@@ -149,6 +149,23 @@ mt_status dp_drain_gathers(mt_dp_model *m)
     return first;
 }
 
+mt_status dp_forget_gathered(mt_dp_model *m)
+{
+    mt_status status = dp_drain_gathers(m);
+    for (int i = 0; i < m->block_pool; i++)
+        if (!m->block_param[i].in_use)
+            m->block_param[i].unit = -1;
+    m->root_valid = 0;
+    return status;
+}
+
+static int held(const mt_dp_model *m, int unit)
+{
+    return m->gpt->holding[unit] != MT_UNIT_ABSENT;
+}
+
+/* The roots this stage holds (a pipeline's first stage the embeddings, its last the final
+ * norm and the tied copy), gathered together. */
 static mt_status ensure_root(mt_dp_model *m)
 {
     if (m->root_valid)
@@ -156,13 +173,15 @@ static mt_status ensure_root(mt_dp_model *m)
     mt_status status = MT_OK;
     for (int i = 0; i < DP_ROOTS && status == MT_OK; i++) {
         int unit = m->root_units[i];
-        status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local,
-                                m->root_param[i].data, &m->root_param[i].work);
+        if (held(m, unit))
+            status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local,
+                                    m->root_param[i].data, &m->root_param[i].work);
     }
     for (int i = 0; i < DP_ROOTS; i++) {
         mt_status waited = dp_wait(m, &m->root_param[i].work);
         status = status ? status : waited;
-        m->gpt->unit_param[m->root_units[i]] = m->root_param[i].data;
+        if (held(m, m->root_units[i]))
+            m->gpt->unit_param[m->root_units[i]] = m->root_param[i].data;
     }
     m->root_valid = status == MT_OK;
     return status;
@@ -170,7 +189,7 @@ static mt_status ensure_root(mt_dp_model *m)
 
 static dp_buffer *block_slot(mt_dp_model *m, int unit)
 {
-    for (int i = 0; i < DP_POOL; i++)
+    for (int i = 0; i < m->block_pool; i++)
         if (m->block_param[i].unit == unit)
             return &m->block_param[i];
     return NULL;
@@ -190,7 +209,7 @@ static mt_status start_gather(mt_dp_model *m, int unit)
 
 static mt_status acquire_block(mt_dp_model *m, int unit)
 {
-    mt_status status = start_gather(m, unit); /* a no-op when prefetched */
+    mt_status status = start_gather(m, unit); /* a no-op when prefetched or kept */
     dp_buffer *b = block_slot(m, unit);
     if (status == MT_OK)
         status = dp_wait(m, &b->work);
@@ -201,17 +220,19 @@ static mt_status acquire_block(mt_dp_model *m, int unit)
     return MT_OK;
 }
 
+/* After a block's pass: its buffer is free again, or with keep_params kept for its next pass. */
 static void release_block(mt_dp_model *m, int unit)
 {
     dp_buffer *b = block_slot(m, unit);
     if (b) {
         b->in_use = 0;
-        b->unit = -1;
+        b->unit = m->keep_params ? unit : -1;
     }
     m->gpt->unit_param[unit] = NULL;
 }
 
-/* The block whose pass comes next: forward goes up, backward down; none past either end. */
+/* The block whose pass comes next: forward goes up, backward down; none past either end, nor
+ * on another pipeline stage (a chunk's pass ends at its last layer). */
 static int next_block_unit(const mt_dp_model *m, int unit, mt_gpt_pass pass)
 {
     int layers = m->gpt->shape.layers, layer;
@@ -221,7 +242,9 @@ static int next_block_unit(const mt_dp_model *m, int unit, mt_gpt_pass pass)
         layer = pass == MT_GPT_BACKWARD ? layers - 1 : -1;
     else
         layer = unit - 1 + (pass == MT_GPT_FORWARD ? 1 : -1);
-    return layer >= 0 && layer < layers ? mt_gpt_block_unit(layer) : -1;
+    if (layer < 0 || layer >= layers)
+        return -1;
+    return held(m, mt_gpt_block_unit(layer)) ? mt_gpt_block_unit(layer) : -1;
 }
 
 static mt_status params_before(mt_dp_model *m, int unit, mt_gpt_pass pass)

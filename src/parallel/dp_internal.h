@@ -39,6 +39,7 @@ struct mt_dp_model {
     mt_comm *pipeline_group, *embedding_group; /* see mt_dp_options */
     int rank, size, zero;
     int parameters_only; /* see mt_dp_options: no gradients, no moments */
+    int keep_params;     /* see mt_dp_options: zero 3 keeps gathered blocks for the step */
     mt_memory_ledger *ledger;
 
     size_t *counts;   /* [unit * size + r]: rank r's slice of each unit (for v collectives) */
@@ -53,9 +54,12 @@ struct mt_dp_model {
     float *full_grad, *slice_grad;   /* zero 0-1: full; zero 2-3: slices */
     float *moment_m, *moment_v;      /* at slices[u].local */
 
-    /* zero 3: gathered parameters. The root (embeddings, final norm) stays while valid. */
+    /* zero 3: gathered parameters. The root (embeddings, final norm) stays while valid; blocks
+     * take one of block_pool buffers: DP_POOL, or with keep_params one per block the stage
+     * holds, each kept (its unit set) until the parameters change. */
     int root_units[DP_ROOTS];
-    dp_buffer root_param[DP_ROOTS], block_param[DP_POOL];
+    dp_buffer root_param[DP_ROOTS], *block_param;
+    int block_pool;
     int root_valid;
     /* zero 2 and 3: gradient buffers, and the order their reductions were issued in. */
     dp_buffer root_grad[DP_ROOTS], block_grad[DP_POOL];
@@ -68,7 +72,6 @@ struct mt_dp_model {
     mt_work **pending;
     int pending_count, pending_capacity;
 
-    int micro;          /* the micro-batch begun last (mt_dp_model_begin_micro) */
     unsigned char *reduced; /* zero 2 and 3, [unit]: a micro-batch's gradient of the unit was
                              * reduce-scattered this step, so a later one lands and is added
                              * (under a pipeline a unit's micro-batches are not the step's) */
@@ -118,5 +121,8 @@ mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);
 mt_status dp_drain_pending(mt_dp_model *m);
 /* Waits for every gather in flight (zero 3) and releases the block buffers. */
 mt_status dp_drain_gathers(mt_dp_model *m);
+/* The parameters changed (an update, a checkpoint loaded): every gathered copy is stale, the
+ * root's and the kept blocks' (zero 3). */
+mt_status dp_forget_gathered(mt_dp_model *m);
 
 #endif

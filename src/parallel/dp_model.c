@@ -149,7 +149,8 @@ static size_t max_block_numel(const mt_dp_model *m, int slice_only)
  * pooled block (gradient memory); zero 3 also a gathered copy of each (parameter memory).
  * The offsets are planned first and bound once the arenas exist. */
 typedef struct buffer_plan {
-    size_t gathered[DP_ROOTS + DP_POOL], grad[DP_ROOTS + DP_POOL], landing[DP_ROOTS + DP_POOL];
+    size_t grad[DP_ROOTS + DP_POOL], landing[DP_ROOTS + DP_POOL];
+    size_t *gathered; /* [DP_ROOTS + block_pool] */
 } buffer_plan;
 
 static dp_buffer *param_buffer(mt_dp_model *m, int i)
@@ -157,35 +158,60 @@ static dp_buffer *param_buffer(mt_dp_model *m, int i)
     return i < DP_ROOTS ? &m->root_param[i] : &m->block_param[i - DP_ROOTS];
 }
 
+/* zero 3's block buffers: two (the pass's block and the next one's prefetch), or with
+ * keep_params one for each block the stage holds. */
+static mt_status plan_block_pool(mt_dp_model *m, buffer_plan *plan)
+{
+    m->block_pool = DP_POOL;
+    if (m->keep_params) {
+        m->block_pool = 0;
+        for (int l = 0; l < m->gpt->shape.layers; l++)
+            m->block_pool += held(m->gpt, mt_gpt_block_unit(l));
+    }
+    m->block_param = calloc((size_t)m->block_pool + 1, sizeof *m->block_param);
+    plan->gathered = calloc((size_t)(DP_ROOTS + m->block_pool), sizeof *plan->gathered);
+    if (!m->block_param || !plan->gathered)
+        return mt_fail(MT_ENOMEM, "data parallel: cannot allocate the buffer table");
+    for (int i = 0; i < m->block_pool; i++)
+        m->block_param[i].unit = -1;
+    return MT_OK;
+}
+
 static dp_buffer *grad_buffer(mt_dp_model *m, int i)
 {
     return i < DP_ROOTS ? &m->root_grad[i] : &m->block_grad[i - DP_ROOTS];
 }
 
+/* The whole of buffer i's unit: a root (nothing for another pipeline stage's root) or the
+ * largest block the stage holds. */
+static size_t buffer_numel(const mt_dp_model *m, int i)
+{
+    if (i >= DP_ROOTS)
+        return max_block_numel(m, 0);
+    return held(m->gpt, m->root_units[i]) ? m->gpt->units[m->root_units[i]].numel : 0;
+}
+
 static void plan_buffers(mt_dp_model *m, buffer_plan *plan)
 {
     for (int i = 0; i < DP_ROOTS + DP_POOL; i++) {
-        int root = i < DP_ROOTS;
-        /* a pipeline stage holds the roots it runs only (another stage's have no buffer) */
-        size_t whole = !root ? max_block_numel(m, 0)
-                       : held(m->gpt, m->root_units[i]) ? m->gpt->units[m->root_units[i]].numel
-                                                        : 0;
-        size_t slice = root ? m->slices[m->root_units[i]].count : max_block_numel(m, 1);
-        param_buffer(m, i)->unit = grad_buffer(m, i)->unit = -1;
-        if (m->zero == 3)
-            plan->gathered[i] = mt_arena_plan(&m->gathered_arena, whole * sizeof(float));
+        size_t slice = i < DP_ROOTS ? m->slices[m->root_units[i]].count : max_block_numel(m, 1);
+        grad_buffer(m, i)->unit = -1;
         if (m->zero >= 2) {
-            plan->grad[i] = mt_arena_plan(&m->grad_buffer_arena, whole * sizeof(float));
+            plan->grad[i] = mt_arena_plan(&m->grad_buffer_arena, buffer_numel(m, i) * sizeof(float));
             plan->landing[i] = mt_arena_plan(&m->grad_buffer_arena, slice * sizeof(float));
         }
     }
+    for (int i = 0; i < DP_ROOTS; i++)
+        m->root_param[i].unit = -1;
+    for (int i = 0; m->zero == 3 && i < DP_ROOTS + m->block_pool; i++)
+        plan->gathered[i] = mt_arena_plan(&m->gathered_arena, buffer_numel(m, i) * sizeof(float));
 }
 
 static void bind_buffers(mt_dp_model *m, const buffer_plan *plan)
 {
+    for (int i = 0; m->zero == 3 && i < DP_ROOTS + m->block_pool; i++)
+        param_buffer(m, i)->data = mt_arena_at(&m->gathered_arena, plan->gathered[i]);
     for (int i = 0; i < DP_ROOTS + DP_POOL; i++) {
-        if (m->zero == 3)
-            param_buffer(m, i)->data = mt_arena_at(&m->gathered_arena, plan->gathered[i]);
         if (m->zero >= 2) {
             grad_buffer(m, i)->data = mt_arena_at(&m->grad_buffer_arena, plan->grad[i]);
             grad_buffer(m, i)->landing = mt_arena_at(&m->grad_buffer_arena, plan->landing[i]);
@@ -217,13 +243,19 @@ static mt_status allocate_state(mt_dp_model *m)
     mt_arena_plan(&m->moment_arena, moments * sizeof(float)); /* first moments, at 0 */
     size_t v_offset = mt_arena_plan(&m->moment_arena, moments * sizeof(float));
     buffer_plan plan;
+    mt_status status = plan_block_pool(m, &plan);
+    if (status) {
+        free(plan.gathered);
+        return status;
+    }
     plan_buffers(m, &plan);
-    mt_status status = MT_OK;
     for (size_t i = 0; i < sizeof arenas / sizeof arenas[0] && status == MT_OK; i++)
         if (i < 3 || arenas[i]->used) /* the buffer arenas only where the stage has them */
             status = mt_arena_allocate(arenas[i]);
-    if (status)
+    if (status) {
+        free(plan.gathered);
         return mt_fail_context(status, "data parallel (zero %d)", m->zero);
+    }
     float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
     *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
     if (!m->parameters_only) {
@@ -232,6 +264,7 @@ static mt_status allocate_state(mt_dp_model *m)
         m->moment_v = mt_arena_at(&m->moment_arena, v_offset);
     }
     bind_buffers(m, &plan);
+    free(plan.gathered);
     return MT_OK;
 }
 
@@ -274,12 +307,9 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         if (gpt->unit_param[u] || gpt->unit_grad[u])
             return mt_fail(MT_EINVAL, "data-parallel model: the model's units already have "
                                       "state (make it with mt_gpt_create_stage)");
-    /* ZeRO 3 frees a unit's parameters as its pass ends, but a pipeline stage runs each unit
-     * once per micro-batch in flight, interleaved with the others. */
-    if (options->pipeline_group && options->zero == 3)
-        return mt_fail(MT_EINVAL, "data-parallel model: ZeRO 3 with a pipeline group (a stage "
-                                  "runs each unit once per micro-batch in flight; ZeRO 0, 1 or 2 "
-                                  "only)");
+    if (options->keep_params && options->zero != 3)
+        return mt_fail(MT_EINVAL, "data-parallel model: keeping gathered parameters is a ZeRO 3 "
+                                  "setting, and the stage is %d", options->zero);
     mt_dp_model *m = calloc(1, sizeof *m);
     if (!m)
         return mt_fail(MT_ENOMEM, "data parallel: out of memory");
@@ -289,6 +319,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->size = group ? mt_comm_size(group) : 1;
     m->zero = options->zero;
     m->parameters_only = options->parameters_only;
+    m->keep_params = options->keep_params;
     m->tensor_group = options->tensor_group;
     m->pipeline_group = options->pipeline_group;
     m->embedding_group = options->embedding_group;
@@ -346,6 +377,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     free(m->buckets);
     free(m->pending);
     free(m->reduced);
+    free(m->block_param);
     free(m);
 }
 
@@ -400,4 +432,4 @@ void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *sta
     }
 }
 
-void mt_dp_model_state_changed(mt_dp_model *m) { m->root_valid = 0; }
+void mt_dp_model_state_changed(mt_dp_model *m) { dp_forget_gathered(m); }

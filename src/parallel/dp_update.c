@@ -11,7 +11,6 @@
 
 void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
 {
-    m->micro = micro;
     m->last_backward = micro == micro_count - 1;
     if (micro != 0)
         return;
@@ -107,10 +106,8 @@ static void adamw_slices(mt_dp_model *m, const mt_adamw_hyper *hyper)
 mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
 {
     adamw_slices(m, hyper);
-    if (m->zero == 3) {
-        m->root_valid = 0; /* the gathered root is now stale */
-        return MT_OK;
-    }
+    if (m->zero == 3) /* the gathered root and kept blocks are now stale */
+        return dp_forget_gathered(m);
     if (m->zero == 0 || !m->group)
         return MT_OK;
     /* zero 1 and 2: every rank's updated slices, in place in the full parameters. */

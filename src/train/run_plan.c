@@ -57,14 +57,13 @@ static mt_status check_batch_and_schedule(const mt_config *c, mt_run_plan *p)
     }
 }
 
-/* ZeRO 3 frees a unit's parameters as its pass ends, but a pipeline stage runs each unit once
- * per micro-batch in flight, interleaved with the others. Sequence
+/* Only ZeRO 3 gathers parameters, so only it can keep them. Sequence
  * parallelism gives every tensor-parallel rank the same share of each sequence. */
 static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *shape)
 {
-    if (shape->pp > 1 && c->zero == 3)
-        return mt_fail(MT_EINVAL, "config keys 'zero' and 'pp': ZeRO 3 cannot run under "
-                                  "pipeline parallelism (use zero 0, 1 or 2 with pp > 1)");
+    if (c->zero3_keep_params && c->zero != 3)
+        return mt_fail(MT_EINVAL, "config keys 'zero3_keep_params' and 'zero': keeping gathered "
+                                  "parameters is a ZeRO 3 setting, and zero is %d", c->zero);
     if (c->sp && shape->tp > 1 && c->context % shape->tp)
         return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
                                   "splits the sequence into tp %d parts, which context %d does "

@@ -178,7 +178,8 @@ static mt_status build_model(trainer *tr, int parameters_only)
                              .tensor_group = st->tp,
                              .pipeline_group = pipelined ? st->mesh->pp_group : NULL,
                              .embedding_group = pipelined ? st->mesh->embedding_group : NULL,
-                             .parameters_only = parameters_only};
+                             .parameters_only = parameters_only,
+                             .keep_params = cfg->zero3_keep_params};
     return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
 }
 

@@ -47,7 +47,8 @@ refused mesh_world "config keys 'dp', 'pp' and 'tp' on 3 ranks" --nproc 3 --dp 2
 refused tp_world "config keys 'dp', 'pp' and 'tp' on 4 ranks" --nproc 4 --tp 3
 refused tp_heads "config keys 'dp', 'pp' and 'tp' on 4 ranks" --nproc 4 --tp 4
 refused schedule_fill "config keys 'microbatches' and 'pp'" --nproc 2 --pp 2 --microbatches 1
-refused zero_pipeline "config keys 'zero' and 'pp'" --nproc 4 --pp 2 --microbatches 2 --zero 3
+refused zero3_keep_params "config keys 'zero3_keep_params' and 'zero'" --nproc 2 --zero 2 \
+  --zero3_keep_params on
 refused sp_context "config keys 'sp', 'context' and 'tp'" --nproc 2 --tp 2 --sp on --context 15
 refused one_process "config keys 'dp', 'pp' and 'tp'" --dp 2
 refused heads_width "config keys 'heads' and 'width'" --nproc 2 --width 33

@@ -90,8 +90,6 @@ expect "drifted tied-embedding copy on the last stage" skew@1:4 \
   "0 1" -- --nproc 2 --pp 2 --microbatches 2 --check_every 2
 expect "fewer micro-batches than stages" "" "1 micro-batches cannot fill 2 pipeline stages" - \
   -- --nproc 2 --pp 2
-expect "ZeRO 3 under a pipeline" "" "ZeRO 3 cannot run under pipeline parallelism" - \
-  -- --nproc 2 --pp 2 --microbatches 2 --zero 3
 expect "more model chunks than layers" "" "2 layers cannot be cut into pp 2 x chunks 2" - \
   -- --nproc 2 --pp 2 --microbatches 2 --schedule interleaved --chunks 2
 expect "chunks without the interleaved schedule" "" "need the interleaved schedule, not 1f1b" \

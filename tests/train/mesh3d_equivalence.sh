@@ -95,8 +95,6 @@ layout pp2_tp2_interleaved 4 "${small[@]}" -- --nproc 4 --pp 2 --tp 2 --microbat
   --schedule interleaved --chunks 2
 layout dp2_pp2_tp2_zero1_gpipe 8 "${small[@]}" -- --nproc 8 --dp 2 --pp 2 --tp 2 --zero 1 \
   --microbatches 4 --schedule gpipe
-run dp2_pp2_tp2_sp_zero2_interleaved 8 "${small[@]}" -- --nproc 8 --dp 2 --pp 2 --tp 2 --sp on \
-  --zero 2 --microbatches 4 --schedule interleaved --chunks 2 || true
 # Degrees that are not powers of two: tp 3 (6 heads, a context of 24 for sequence
 # parallelism) on 2 stages, and 3 stages of 2 replicas.
 run tp3_pp2_sp 4 --context 24 --layers 4 --heads 6 --width 96 -- --nproc 6 --pp 2 --tp 3 \

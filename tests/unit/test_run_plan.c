@@ -48,5 +48,9 @@ int main(void)
             "chunks", "2");
     REFUSED(1, "config key 'recompute': 'most' is not none, selective or full", "recompute",
             "most");
+    REFUSED(2,
+            "config keys 'zero3_keep_params' and 'zero': keeping gathered parameters is a ZeRO 3 "
+            "setting, and zero is 2",
+            "zero", "2", "zero3_keep_params", "on");
     return check_summary("test_run_plan");
 }

@@ -21,7 +21,8 @@
  *           buffers.
  *   zero 3: 1/dp of everything: 16P/dp; a block's parameters are all-gathered into one of two
  *           block-sized buffers just before its forward and again before its backward (the
- *           next block's gather prefetched while this one computes). The embeddings and final
+ *           next block's gather prefetched while this one computes; on a pipeline stage every
+ *           micro-batch's pass gathers again, unless keep_params). The embeddings and final
  *           norm (the root, which the head needs again at the end of forward and the start of
  *           backward) are gathered once after each update and kept, as FSDP keeps its root.
  * Each unit is split into dp contiguous slices, rank r taking [r n / dp, (r + 1) n / dp), so
@@ -35,12 +36,16 @@ typedef struct mt_dp_options {
     mt_comm *tensor_group;    /* the model's tensor-parallel group when split (else NULL):
                                * the gradient norm also sums across it */
     mt_comm *pipeline_group;  /* the stages of this replica when the model is cut into stages
-                               * (else NULL): the norm sums across it too; zero 0, 1 or 2 */
+                               * (else NULL): the norm sums across it too */
     mt_comm *embedding_group; /* first and last stage, which share the tied embeddings (else
                                * NULL): their gradients are summed across it, and the copies
                                * compared by the replica check */
     int parameters_only;      /* generation: the parameters alone, no gradients or optimizer
                                * state (a quarter of the memory); nothing may run backward */
+    int keep_params;          /* zero 3 only: a block gathered for its first pass stays until
+                               * the update (one gather per block and step instead of two per
+                               * micro-batch, for a buffer per block: FSDP's
+                               * reshard_after_forward=False) */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
