@@ -79,13 +79,16 @@ static mt_status take_grad_buffer(mt_dp_model *m, int unit, dp_buffer **out)
     return MT_OK;
 }
 
+/* The buffer backward is writing `unit`'s gradient into: the one bound to the unit, since an
+ * earlier micro-batch's reduction of the same unit may still hold the other block buffer (a
+ * pipeline chunk of one block runs its backwards back to back). */
 static dp_buffer *grad_buffer_of(mt_dp_model *m, int unit)
 {
     int root;
     if (dp_is_root(m, unit, &root))
         return &m->root_grad[root];
     for (int i = 0; i < DP_POOL; i++)
-        if (m->block_grad[i].unit == unit)
+        if (m->block_grad[i].unit == unit && m->block_grad[i].data == m->gpt->unit_grad[unit])
             return &m->block_grad[i];
     return NULL;
 }
