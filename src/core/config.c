@@ -42,6 +42,14 @@ static const config_key KEYS[] = {
     {"optimizer", KEY_TEXT, FIELD(optimizer), "adamw", 0, 0,
      "adamw, or sgd (torch.optim.SGD: momentum, weight decay coupled as L2)"},
     {"momentum", KEY_REAL, FIELD(momentum), "0.9", 0, 0.999999, "SGD momentum (0: plain SGD)"},
+    {"grad_comm", KEY_TEXT, FIELD(grad_comm), "allreduce", 0, 0,
+     "how data parallelism sends gradients (zero 0 or 1): allreduce, powersgd, signsgd (majority "
+     "vote), onebit (sign x scale with error feedback; --optimizer sgd)"},
+    {"powersgd_rank", KEY_INT, FIELD(powersgd_rank), "2", 1, 4096, "PowerSGD: the rank R of the factors"},
+    {"powersgd_start", KEY_INT, FIELD(powersgd_start), "10", 0, 1e9,
+     "PowerSGD: steps before this one take the plain all-reduce"},
+    {"onebit_warmup", KEY_INT, FIELD(onebit_warmup), "10", 0, 1e9,
+     "1-bit SGD: steps of plain all-reduce first"},
     {"clip", KEY_REAL, FIELD(clip), "1.0", 0, 1e30, "global gradient-norm clip (0: off)"},
     {"seed", KEY_U64, FIELD(seed), "1337", 0, 0, "seed of initialisation, batch order and sampling"},
     {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: OMP_NUM_THREADS, else CPUs/local ranks)"},
@@ -387,6 +395,18 @@ mt_status mt_config_validate(const mt_config *c)
     if (strcmp(c->optimizer, "adamw") && strcmp(c->optimizer, "sgd"))
         return mt_fail(MT_EINVAL, "config key 'optimizer': '%s' is neither adamw nor sgd",
                        c->optimizer);
+    if (strcmp(c->grad_comm, "allreduce") && strcmp(c->grad_comm, "powersgd") &&
+        strcmp(c->grad_comm, "signsgd") && strcmp(c->grad_comm, "onebit"))
+        return mt_fail(MT_EINVAL, "config key 'grad_comm': '%s' is not allreduce, powersgd, "
+                                  "signsgd or onebit", c->grad_comm);
+    if (strcmp(c->grad_comm, "allreduce") && c->zero > 1)
+        return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'zero': --grad_comm %s needs zero "
+                                  "0 or 1 (zero %d's reduce-scatter owns the gradient)",
+                       c->grad_comm, c->zero);
+    if (strcmp(c->grad_comm, "onebit") == 0 && strcmp(c->optimizer, "adamw") == 0)
+        return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'optimizer': --grad_comm onebit "
+                                  "needs --optimizer sgd (error feedback on gradients that feed "
+                                  "Adam's variance is unsound: the carried error inflates it)");
     if (c->min_lr > c->lr)
         return mt_fail(MT_EINVAL, "config keys 'min_lr' and 'lr': min_lr %g exceeds lr %g", c->min_lr,
                        c->lr);

@@ -16,6 +16,7 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
     if (micro != 0)
         return;
     m->local_sum_squares = 0;
+    m->comm_bytes = 0;
     if (m->full_grad) /* zero 2 and 3: the first micro-batch's reduction overwrites the slice */
         memset(m->full_grad, 0, m->gpt->numel * sizeof(float));
 }
@@ -45,6 +46,8 @@ static mt_status sum_tied_embeddings(mt_dp_model *m)
 mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares)
 {
     mt_status status = dp_drain_pending(m);
+    if (status == MT_OK && m->grad_comm)
+        status = dp_grad_comm_sync(m);
     *local_sum_squares = m->local_sum_squares;
     /* even after a failed sync, so that the other stage is not left waiting in the sum */
     mt_status tied = sum_tied_embeddings(m);

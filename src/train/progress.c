@@ -51,6 +51,7 @@ int trainer_metrics_append(FILE *metrics, const step_record *r)
     fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                      "\"tokens_per_s\": %.9g, \"data_ms\": %.6g",
             r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->data_ms);
+    fprintf(metrics, ", \"comm_bytes\": {\"dp\": %.17g}", r->dp_bytes);
     if (!isnan(r->val_loss))
         fprintf(metrics, ", \"val_loss\": %.9g", r->val_loss);
     if (!isnan(r->val_bpb))

@@ -32,6 +32,9 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
         out->timed_steps++;
     }
     record->data_ms = 1e3 * (out->data_seconds - data);
+    record->dp_bytes = mt_dp_model_comm_bytes(st->model);
+    out->dp_bytes += record->dp_bytes;
+    out->dp_byte_steps++;
     record->tokens_per_s = (double)tr->cfg->batch * tr->cfg->context / seconds;
     return MT_OK;
 }

@@ -414,6 +414,12 @@ static mt_status save(trainer *tr, int step)
             status = describe_run(tr, s);
         if (status == MT_OK && cfg->async_save)
             status = snapshot(s);
+        if (status == MT_OK && mt_dp_model_has_comm_state(tr->state.model)) {
+            /* small and per rank: written at once, so training may change it afterwards */
+            char path[MT_PATH_MAX + 80];
+            snprintf(path, sizeof path, "%s/grad_comm.rank%d.bin", s->partial, s->rank);
+            status = mt_dp_model_save_comm_state(tr->state.model, path);
+        }
         /* on the training thread, so a failure stops every rank's training alike */
         status = agree(s, status, "planning the shards");
     }

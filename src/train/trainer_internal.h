@@ -83,6 +83,8 @@ typedef struct trainer_outputs {
     /* Seconds the step waited for its micro-batches (drawing them, without prefetch), and
      * over the timed steps. */
     double data_seconds, timed_data;
+    double dp_bytes;   /* gradient bytes handed to the data-parallel group, over dp_byte_steps */
+    int dp_byte_steps;
     int timed_steps;
     /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank. */
     long long *memory;

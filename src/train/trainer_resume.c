@@ -17,7 +17,8 @@ static const char *const CHECKPOINT_KEYS[] = {
 
 /* Keys a checkpoint fixes that older checkpoints lack: missing, they take these values. */
 static const char *const OPTIONAL_CHECKPOINT_KEYS[][2] = {
-    {"optimizer", "adamw"}, {"momentum", "0.9"}};
+    {"optimizer", "adamw"}, {"momentum", "0.9"}, {"grad_comm", "allreduce"},
+    {"powersgd_rank", "2"}, {"powersgd_start", "10"}, {"onebit_warmup", "10"}};
 
 static mt_status agree(mt_comm *world, mt_status mine)
 {
@@ -236,6 +237,11 @@ mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta)
     if (status == MT_OK) {
         status = load_state(tr, &reader);
         mt_ckpt_reader_close(&reader);
+    }
+    if (status == MT_OK && mt_dp_model_has_comm_state(tr->state.model)) {
+        char path[MT_PATH_MAX + 340];
+        snprintf(path, sizeof path, "%s/grad_comm.rank%d.bin", meta->dir, tr->state.rank);
+        status = mt_dp_model_load_comm_state(tr->state.model, path);
     }
     mt_dp_model_state_changed(tr->state.model);
     return agree(tr->state.world, status);

@@ -178,7 +178,13 @@ static mt_status build_model(trainer *tr, int parameters_only)
                              .tensor_group = st->tp,
                              .pipeline_group = pipelined ? st->mesh->pp_group : NULL,
                              .embedding_group = pipelined ? st->mesh->embedding_group : NULL,
-                             .parameters_only = parameters_only};
+                             .parameters_only = parameters_only,
+                             .grad_comm = {.powersgd_rank = cfg->powersgd_rank,
+                                           .powersgd_start = cfg->powersgd_start,
+                                           .onebit_warmup = cfg->onebit_warmup,
+                                           .seed = cfg->seed}};
+    if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
+        return mt_fail_context(status, "config key 'grad_comm'");
     return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
 }
 

@@ -19,6 +19,8 @@ typedef struct mt_config {
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
     char optimizer[MT_TEXT_MAX]; /* adamw or sgd */
     double momentum;             /* sgd's */
+    char grad_comm[MT_TEXT_MAX]; /* allreduce, powersgd, signsgd or onebit */
+    int powersgd_rank, powersgd_start, onebit_warmup;
     uint64_t seed;
     /* machinery */
     int threads; /* 0: the available cores divided by the local ranks */
