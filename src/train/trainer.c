@@ -18,6 +18,10 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     double step_start = mt_clock_seconds();
     double waited = out->wait_seconds + mt_dp_model_wait_seconds(st->model);
     double in_tp = st->gpt.tp_seconds, data = out->data_seconds;
+    mt_comm *groups[3] = {st->dp, st->tp, st->mesh ? st->mesh->pp_group : NULL};
+    uint64_t sent[3];
+    for (int g = 0; g < 3; g++)
+        sent[g] = mt_comm_bytes_sent(groups[g]);
     mt_status status = trainer_step(tr, step, record);
     if (status)
         return status;
@@ -35,6 +39,10 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     record->dp_bytes = mt_dp_model_comm_bytes(st->model);
     out->dp_bytes += record->dp_bytes;
     out->dp_byte_steps++;
+    for (int g = 0; g < 3; g++) {
+        record->wire[g] = (double)(mt_comm_bytes_sent(groups[g]) - sent[g]);
+        out->wire_bytes[g] += record->wire[g];
+    }
     record->tokens_per_s = (double)tr->cfg->batch * tr->cfg->context / seconds;
     return MT_OK;
 }

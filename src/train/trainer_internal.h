@@ -85,6 +85,7 @@ typedef struct trainer_outputs {
     double data_seconds, timed_data;
     double dp_bytes;   /* gradient bytes handed to the data-parallel group, over dp_byte_steps */
     int dp_byte_steps;
+    double wire_bytes[3]; /* sent over the network on the dp, tp and pp groups, likewise */
     int timed_steps;
     /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank. */
     long long *memory;
