@@ -19,7 +19,8 @@ typedef struct gpt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [local, c], [local], [local] */
     float *qkv;                       /* [n, 3 c_tp]: this rank's heads of q, k and v */
     float *atty;                      /* [n, c_tp]: attention output before the projection */
-    float *probs;                     /* [b, heads / tp, t, t] */
+    float *probs;                     /* [b, heads / tp, t, t]: plain attention's */
+    float *lse;                       /* [b, heads / tp, t]: fused attention's log-sum-exps */
     float *res2;                      /* [local, c]: input + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu;            /* [n, 4 c_tp] */
@@ -93,6 +94,13 @@ mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger);
 void gpt_activations_destroy(mt_gpt *gpt);
 /* Points the current buffers at slot `slot` of chunk `chunk` (both in range). */
 void gpt_activations_select(mt_gpt *gpt, int chunk, int slot);
+
+/* gpt_attention.c: the block's attention on the model's kernels (a's qkv into atty, keeping
+ * probs or lse), and its backward (datty into dqkv); whether the backward needs the
+ * probabilities made again first (plain attention under selective recomputation). */
+void gpt_attention_forward(const mt_gpt *gpt, gpt_block_acts *a);
+void gpt_attention_backward(const mt_gpt *gpt, const gpt_block_acts *a);
+int gpt_attention_remakes_probs(const mt_gpt *gpt);
 
 /* gpt_tensor_parallel.c: the conjugate operators of Megatron's regions, each the identity on
  * one rank. They report failures of the group's collectives with what was being done. */

@@ -79,7 +79,13 @@ static mt_status check_names(const mt_config *c, mt_run_plan *p)
     if (mt_pp_schedule_parse(c->schedule, &p->schedule_kind))
         return mt_fail_context(MT_EINVAL, "config key 'schedule'");
     mt_status status = mt_gpt_recompute_parse(c->recompute, &recompute);
-    return status ? mt_fail_context(status, "config key 'recompute'") : MT_OK;
+    if (status)
+        return mt_fail_context(status, "config key 'recompute'");
+    mt_gpt_attention attention;
+    mt_gpt_shape shape = {c->vocab, c->context, c->layers, c->heads, c->width};
+    if ((status = mt_gpt_attention_parse(c->attention, &attention)) == MT_OK)
+        status = mt_gpt_attention_check(&shape, attention);
+    return status ? mt_fail_context(status, "config key 'attention'") : MT_OK;
 }
 
 mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan *out)

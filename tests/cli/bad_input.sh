@@ -93,6 +93,11 @@ run_case "lr not a number" error "lr" "abc" -- "$MT" train "${TINY[@]}" --lr abc
 run_case "zero layers" error "layers" -- "$MT" train "${TINY[@]}" --layers 0
 run_case "unknown recomputation mode" error "config key 'recompute': 'most' is not none, selective or full" -- \
     "$MT" train "${TINY[@]}" --recompute most
+run_case "unknown attention kernels" error "config key 'attention': 'flash' is not plain or fused" -- \
+    "$MT" train "${TINY[@]}" --attention flash
+run_case "fused attention with head size 6, before workers start" error \
+    "config key 'attention'" "width 12 / heads 2 is 6" -- \
+    "$MT" train "${TINY[@]}" --attention fused --width 12 --heads 2 --nproc 2
 run_case "fractional layers" error "layers" -- "$MT" train "${TINY[@]}" --layers=1.5
 run_case "negative steps" error "steps" -- "$MT" train "${TINY[@]}" --steps -3
 run_case "flag without a value" error "seed" -- "$MT" train "${TINY[@]}" --seed

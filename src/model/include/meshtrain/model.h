@@ -85,6 +85,21 @@ typedef enum mt_gpt_recompute {
 mt_status mt_gpt_recompute_parse(const char *text, mt_gpt_recompute *out);
 const char *mt_gpt_recompute_name(mt_gpt_recompute recompute);
 
+/* Which attention kernels a block runs. Plain keeps the probabilities [b, heads, t, t] for the
+ * backward; fused keeps only each row's log-sum-exp [b, heads, t] and makes the probabilities
+ * again block by block in the backward (so selective recomputation has nothing left to drop).
+ * Fused takes head sizes (width / heads) of 4 to 256 in steps of 4. */
+typedef enum mt_gpt_attention {
+    MT_ATTENTION_PLAIN,
+    MT_ATTENTION_FUSED,
+} mt_gpt_attention;
+
+/* "plain" or "fused"; anything else is an error naming the text. */
+mt_status mt_gpt_attention_parse(const char *text, mt_gpt_attention *out);
+const char *mt_gpt_attention_name(mt_gpt_attention attention);
+/* Whether a model of this shape can run `attention`: the error names the head size. */
+mt_status mt_gpt_attention_check(const mt_gpt_shape *shape, mt_gpt_attention attention);
+
 /* Whether this rank holds a unit's state. The last pipeline stage holds a copy of the
  * embeddings for the tied LM head: its gradients are summed with the first stage's, and it is
  * counted once (on the first stage) in the gradient norm and in what is saved. */
@@ -139,6 +154,7 @@ struct mt_gpt {
     mt_gpt_stage stage;  /* this rank's chunks and slots (by default the whole model: one
                           * chunk of every layer, one slot) */
     mt_gpt_recompute recompute;
+    mt_gpt_attention attention;
     int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
      * units[u].offset), its gradient likewise in unit_grad[u]. The state's owner sets them,
@@ -178,6 +194,17 @@ mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
                               mt_gpt_recompute recompute, int max_sequences,
                               mt_memory_ledger *ledger);
+
+/* How a model computes, beyond its shape and layout: mt_gpt_create_stage takes plain
+ * attention; this takes every choice. */
+typedef struct mt_gpt_options {
+    mt_gpt_recompute recompute;
+    mt_gpt_attention attention;
+} mt_gpt_options;
+mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
+                             const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
+                             const mt_gpt_options *options, int max_sequences,
+                             mt_memory_ledger *ledger);
 
 /* Sets every held parameter from (seed, parameter name, element index): layout-invariant. */
 void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed);
