@@ -48,7 +48,8 @@ static const config_key KEYS[] = {
     {"tp", KEY_INT, FIELD(tp), "1", 1, 4096, "tensor-parallel ranks per layer (must divide heads)"},
     {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (the layers cut into pp runs; see balance, schedule)"},
     {"schedule", KEY_TEXT, FIELD(schedule), "1f1b", 0, 0,
-     "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved"},
+     "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved, zb1 (zero "
+     "bubble: backwards split into input and weight gradients)"},
     {"chunks", KEY_INT, FIELD(chunks), "1", 1, 8,
      "model chunks per pipeline stage (interleaved schedule; layers >= pp x chunks)"},
     {"balance", KEY_TEXT, FIELD(balance), "even", 0, 0,

@@ -142,6 +142,8 @@ mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
         status = tp_check(shape, &gpt->tp);
     if (status == MT_OK)
         status = stage_check(shape, &gpt->stage);
+    if (status == MT_OK)
+        status = gpt_split_check(gpt);
     if (status == MT_OK && (recompute < MT_RECOMPUTE_NONE || recompute > MT_RECOMPUTE_FULL))
         status = mt_fail(MT_EINVAL, "activation recomputation mode %d is not none, selective or "
                                     "full", (int)recompute);
@@ -519,13 +521,13 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    mt_linear_backward(s->dfch, g.fcproj_w, g.fcproj_b, dy, a->fch_gelu, w.fcproj_w, n,
-                       4 * c_tp, c);
+    gpt_linear_backward(gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy, a->fch_gelu,
+                        w.fcproj_w, n, 4 * c_tp, c);
     mt_gelu_backward(s->dfch, s->dfch, a->fch, (long)n * 4 * c_tp);
     if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, s->gathered, &ln)))
         return status;
-    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch, ln, w.fc_w, n, c,
-                       4 * c_tp);
+    gpt_linear_backward(gpt, a->w_dfch, gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch,
+                        ln, w.fc_w, n, c, 4 * c_tp);
     if ((status = gpt_tp_sum_input_grad(gpt)))
         return status;
     mt_layernorm_backward(s->dresidual, pass[0], pass[1], s->dln, a->res2, a->ln2_mean,
@@ -533,12 +535,13 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    mt_linear_backward(s->datty, g.proj_w, g.proj_b, dy, a->atty, w.proj_w, n, c_tp, c);
+    gpt_linear_backward(gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy, a->atty, w.proj_w,
+                        n, c_tp, c);
     gpt_attention_backward(gpt, a);
     if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, s->gathered, &ln)))
         return status;
-    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv, ln, w.qkv_w, n,
-                       c, 3 * c_tp);
+    gpt_linear_backward(gpt, a->w_dqkv, gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv,
+                        ln, w.qkv_w, n, c, 3 * c_tp);
     /* The key bias adds q.b to every score of a query's row, which softmax ignores: its true
      * gradient is exactly zero. Computed, it is rounding noise that differs with the order of
      * the sums (layout, threads), and AdamW would turn that noise into steps of up to lr / 100
@@ -550,7 +553,8 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
                           a->ln1_mean, a->ln1_rstd, w.ln1_w, local, c);
     if ((status = gpt_tp_norm_grads_finish(gpt, norm, 4)))
         return status;
-    return leave(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
+    /* a split backward's weight pass ends the unit's backward */
+    return gpt->input_only ? MT_OK : leave(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
 }
 
 mt_status mt_gpt_embed_backward(mt_gpt *gpt)

@@ -39,6 +39,7 @@ typedef struct geometry {
     size_t attention; /* plain attention's probabilities; 0 under fused attention */
     size_t lse;       /* fused attention's log-sum-exps; 0 under plain attention */
     int sp;
+    int split;        /* the stage splits its backwards */
 } geometry;
 
 static geometry geometry_of(const mt_gpt *gpt)
@@ -48,6 +49,7 @@ static geometry geometry_of(const mt_gpt *gpt)
     geometry g = {.n = (size_t)gpt->max_sequences * s->context, .c = s->width,
                   .sp = gpt->tp.sequence_parallel && tp > 1};
     g.c_tp = g.c / (size_t)tp;
+    g.split = gpt->stage.split_backward;
     g.local = g.sp ? (g.n + (size_t)tp - 1) / (size_t)tp : g.n; /* rows this rank keeps */
     size_t rows = (size_t)gpt->max_sequences * (size_t)(s->heads / tp) * s->context;
     int fused = gpt->attention == MT_ATTENTION_FUSED;
@@ -78,6 +80,9 @@ static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_
     plan(p, &b->fch, 4 * n * c_tp), plan(p, &b->fch_gelu, 4 * n * c_tp);
     if (with_output)
         plan(p, &b->res3, local * c);
+    if (g->split) /* what a split backward's weight pass reads besides the activations */
+        plan(p, &b->w_dy_mlp, n * c), plan(p, &b->w_dfch, 4 * n * c_tp),
+            plan(p, &b->w_dy_attn, n * c), plan(p, &b->w_dqkv, 3 * n * c_tp);
 }
 
 /* One slot of a chunk: its input, its blocks, the embeddings' tokens in the first chunk and the

@@ -25,6 +25,10 @@ typedef struct gpt_block_acts {
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu;            /* [n, 4 c_tp] */
     float *res3;                      /* [local, c]: the block's output */
+    /* A split backward's output gradients of the block's four linear layers, kept by the
+     * input-gradient pass for the weight-gradient pass (NULL unless the stage splits) */
+    float *w_dy_mlp, *w_dfch;         /* [n, c], [n, 4 c_tp]: of the MLP's down and up */
+    float *w_dy_attn, *w_dqkv;        /* [n, c], [n, 3 c_tp]: of the projection and QKV */
 } gpt_block_acts;
 
 /* What one micro-batch keeps from a chunk's forward to its backward: a slot. The embeddings'
@@ -101,6 +105,13 @@ void gpt_activations_select(mt_gpt *gpt, int chunk, int slot);
 void gpt_attention_forward(const mt_gpt *gpt, gpt_block_acts *a);
 void gpt_attention_backward(const mt_gpt *gpt, const gpt_block_acts *a);
 int gpt_attention_remakes_probs(const mt_gpt *gpt);
+
+/* gpt_backward_split.c: a linear layer's backward inside a block's backward. Whole, or, in a
+ * split backward's input-gradient pass, dx alone with dy kept in `keep` for the weight pass. */
+void gpt_linear_backward(const mt_gpt *gpt, float *keep, float *dx, float *dw, float *db,
+                         const float *dy, const float *x, const float *w, int n, int in, int out);
+/* Whether a stage's split backward can run with these settings (error naming what cannot). */
+mt_status gpt_split_check(const mt_gpt *gpt);
 
 /* gpt_tensor_parallel.c: the conjugate operators of Megatron's regions, each the identity on
  * one rank. They report failures of the group's collectives with what was being done. */

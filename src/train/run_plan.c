@@ -65,6 +65,13 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     if (shape->pp > 1 && c->zero >= 2)
         return mt_fail(MT_EINVAL, "config keys 'zero' and 'pp': ZeRO %d cannot run under "
                                   "pipeline parallelism (use zero 0 or 1 with pp > 1)", c->zero);
+    /* the zero-bubble schedule's weight pass reads the activations a slot keeps */
+    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0 &&
+        (strcmp(c->recompute, "full") == 0 || (c->sp && shape->tp > 1)))
+        return mt_fail(MT_EINVAL, "config keys 'schedule', 'recompute' and 'sp': the zb1 "
+                                  "schedule's weight-gradient pass reads activations that %s",
+                       c->sp && shape->tp > 1 ? "sequence parallelism would gather again"
+                                              : "full recomputation does not keep");
     if (c->sp && shape->tp > 1 && c->context % shape->tp)
         return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
                                   "splits the sequence into tp %d parts, which context %d does "

@@ -17,7 +17,8 @@ void mt_linear_forward(float *y, const float *x, const float *w, const float *b,
  * small, else mt_linear_forward. */
 void mt_linear_forward_few(float *y, const float *x, const float *w, const float *b, int n,
                            int in, int out, int accumulate);
-/* dx[n,in] = dy W (overwritten, skipped if dx is NULL); dw += dy^T x; db += column sums of dy. */
+/* dx[n,in] = dy W (overwritten, skipped if dx is NULL); dw += dy^T x (skipped if dw is NULL);
+ * db += column sums of dy (skipped if db is NULL). */
 void mt_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                         const float *w, int n, int in, int out);
 

@@ -68,6 +68,8 @@ typedef struct mt_gpt_stage {
     int slots[MT_GPT_MAX_CHUNKS];
     int pool;
     int shared_slots;
+    int split_backward; /* backwards run as an input-gradient pass, then a weight-gradient pass
+                         * (zero-bubble schedules): each slot also keeps what the second reads */
 } mt_gpt_stage;
 
 /* Activation recomputation: what a block's forward keeps for its backward. Selective drops
@@ -170,6 +172,7 @@ struct mt_gpt {
     mt_arena activation_arena;
     mt_gpt_activations *acts;
     int b, t;            /* geometry of the last forward */
+    int input_only;      /* inside mt_gpt_chunk_backward_input: blocks skip weight gradients */
     int has_targets;     /* the last forward computed a loss */
 };
 
@@ -287,6 +290,15 @@ mt_status mt_gpt_begin_micro(mt_gpt *gpt, const int32_t *tokens, const int32_t *
                              int t);
 mt_status mt_gpt_chunk_forward(mt_gpt *gpt, float *loss);
 mt_status mt_gpt_chunk_backward(mt_gpt *gpt, float loss_scale);
+/* The chunk's backward in two passes, on a stage made with split_backward (zero-bubble
+ * schedules; not under full recomputation or sequence parallelism): _input runs every unit's
+ * backward but the blocks' linear weight gradients (B: it leaves the input gradient to send, and
+ * the head's, embeddings' and norms' gradients), keeping each linear layer's output gradient in
+ * the slot; _weight then adds the blocks' linear weight gradients from what B kept (W), later,
+ * in the same slot. A block's before-hook runs in B and its after-hook in W, when its gradients
+ * are final. Together they add bitwise what mt_gpt_chunk_backward adds. */
+mt_status mt_gpt_chunk_backward_input(mt_gpt *gpt, float loss_scale);
+mt_status mt_gpt_chunk_backward_weight(mt_gpt *gpt);
 float *mt_gpt_chunk_input(mt_gpt *gpt);
 const float *mt_gpt_chunk_output(const mt_gpt *gpt);
 float *mt_gpt_chunk_grad(mt_gpt *gpt);
