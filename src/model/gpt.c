@@ -564,7 +564,9 @@ mt_status mt_gpt_embed_backward(mt_gpt *gpt)
     if (status)
         return status;
     status = gpt_tp_embed_backward(gpt, grad_of(gpt, unit, 0), grad_of(gpt, unit, 1));
-    return status ? status : leave(gpt, unit, MT_GPT_BACKWARD);
+    /* a split backward's weight pass ends the unit's backward: data parallelism's buckets
+     * expect the embeddings to finish after the blocks */
+    return status || gpt->input_only ? status : leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
 mt_status mt_gpt_backward(mt_gpt *gpt, float loss_scale)

@@ -68,5 +68,9 @@ mt_status mt_gpt_chunk_backward_weight(mt_gpt *gpt)
     mt_status status = MT_OK;
     for (int layer = first + count - 1; status == MT_OK && layer >= first; layer--)
         status = block_weights(gpt, layer);
+    /* the input pass computed the embeddings' gradients; their unit ends after the blocks, as
+     * in the whole backward */
+    if (status == MT_OK && mt_gpt_chunk_is_first(gpt))
+        status = gpt_hook_after(gpt, mt_gpt_embed_unit(), MT_GPT_BACKWARD);
     return status;
 }

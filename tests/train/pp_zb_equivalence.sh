@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The zero-bubble schedule trains the same model as one process: zb1 on pp 2 and pp 4, with two
-# data-parallel replicas under ZeRO 1 and with tensor parallelism inside the stages; a 20-step
+# data-parallel replicas (DDP and ZeRO 1) and with tensor parallelism inside the stages; a 20-step
 # run's per-step losses and final parameters (per tensor, by norm) equal the single-process run
 # of the same job within 1e-5 relative, as pp_equivalence.sh checks 1F1B.
 # usage: pp_zb_equivalence.sh MESHTRAIN
@@ -31,6 +31,8 @@ layout() {
 
 layout pp2_zb1 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule zb1
 layout pp4_zb1 8 8 -- --nproc 4 --pp 4 --microbatches 8 --schedule zb1
+# DDP's one bucket per stage starts with the embeddings' unit: it must wait for the blocks' W
+layout dp2_pp2_zb1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule zb1
 layout dp2_pp2_zb1_zero1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule zb1 --zero 1
 layout tp2_pp2_zb1_selective 8 4 -- --nproc 4 --pp 2 --tp 2 --microbatches 4 --schedule zb1 \
   --recompute selective

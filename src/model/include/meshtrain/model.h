@@ -295,8 +295,8 @@ mt_status mt_gpt_chunk_backward(mt_gpt *gpt, float loss_scale);
  * backward but the blocks' linear weight gradients (B: it leaves the input gradient to send, and
  * the head's, embeddings' and norms' gradients), keeping each linear layer's output gradient in
  * the slot; _weight then adds the blocks' linear weight gradients from what B kept (W), later,
- * in the same slot. A block's before-hook runs in B and its after-hook in W, when its gradients
- * are final. Together they add bitwise what mt_gpt_chunk_backward adds. */
+ * in the same slot. A block's (and the embeddings') before-hook runs in B and its after-hook
+ * in W, when its gradients are final, so units still finish in the whole backward's order. Together they add bitwise what mt_gpt_chunk_backward adds. */
 mt_status mt_gpt_chunk_backward_input(mt_gpt *gpt, float loss_scale);
 mt_status mt_gpt_chunk_backward_weight(mt_gpt *gpt);
 float *mt_gpt_chunk_input(mt_gpt *gpt);
