@@ -59,7 +59,8 @@ static const config_key KEYS[] = {
     {"tp", KEY_INT, FIELD(tp), "1", 1, 4096, "tensor-parallel ranks per layer (must divide heads)"},
     {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (the layers cut into pp runs; see balance, schedule)"},
     {"schedule", KEY_TEXT, FIELD(schedule), "1f1b", 0, 0,
-     "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved"},
+     "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved, zb1 (zero "
+     "bubble: backwards split into input and weight gradients)"},
     {"chunks", KEY_INT, FIELD(chunks), "1", 1, 8,
      "model chunks per pipeline stage (interleaved schedule; layers >= pp x chunks)"},
     {"balance", KEY_TEXT, FIELD(balance), "even", 0, 0,
@@ -69,6 +70,9 @@ static const config_key KEYS[] = {
     {"recompute", KEY_TEXT, FIELD(recompute), "none", 0, 0,
      "activation recomputation: none, selective (attention scores and softmax), full (each "
      "block's input only)"},
+    {"attention", KEY_TEXT, FIELD(attention), "fused", 0, 0,
+     "attention kernels: fused (blocked, online softmax, keeps no T x T probabilities; head "
+     "sizes 4 to 256 in steps of 4) or plain (keeps the probabilities)"},
     {"sp", KEY_SWITCH, FIELD(sp), "off", 0, 1,
      "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,

@@ -65,6 +65,13 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     if (shape->pp > 1 && c->zero >= 2)
         return mt_fail(MT_EINVAL, "config keys 'zero' and 'pp': ZeRO %d cannot run under "
                                   "pipeline parallelism (use zero 0 or 1 with pp > 1)", c->zero);
+    /* the zero-bubble schedule's weight pass reads the activations a slot keeps */
+    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0 &&
+        (strcmp(c->recompute, "full") == 0 || (c->sp && shape->tp > 1)))
+        return mt_fail(MT_EINVAL, "config keys 'schedule', 'recompute' and 'sp': the zb1 "
+                                  "schedule's weight-gradient pass reads activations that %s",
+                       c->sp && shape->tp > 1 ? "sequence parallelism would gather again"
+                                              : "full recomputation does not keep");
     if (c->sp && shape->tp > 1 && c->context % shape->tp)
         return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
                                   "splits the sequence into tp %d parts, which context %d does "
@@ -79,7 +86,13 @@ static mt_status check_names(const mt_config *c, mt_run_plan *p)
     if (mt_pp_schedule_parse(c->schedule, &p->schedule_kind))
         return mt_fail_context(MT_EINVAL, "config key 'schedule'");
     mt_status status = mt_gpt_recompute_parse(c->recompute, &recompute);
-    return status ? mt_fail_context(status, "config key 'recompute'") : MT_OK;
+    if (status)
+        return mt_fail_context(status, "config key 'recompute'");
+    mt_gpt_attention attention;
+    mt_gpt_shape shape = {c->vocab, c->context, c->layers, c->heads, c->width};
+    if ((status = mt_gpt_attention_parse(c->attention, &attention)) == MT_OK)
+        status = mt_gpt_attention_check(&shape, attention);
+    return status ? mt_fail_context(status, "config key 'attention'") : MT_OK;
 }
 
 mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan *out)

@@ -14,6 +14,7 @@
 #include "meshtrain/mesh.h"
 #include "meshtrain/model.h"
 #include "meshtrain/pipeline.h"
+#include "meshtrain/pipeline_stage.h"
 
 /* Learning rate of optimizer step `step` (counted from 1): linear warm-up to lr over
  * `warmup` steps, then cosine decay to min_lr at the last step. */
@@ -55,6 +56,11 @@ typedef struct mt_forward {
 /* The mean loss of b sequences of t tokens against their targets, on every rank. */
 mt_status mt_forward_loss(const mt_forward *f, const int32_t *tokens, const int32_t *targets,
                           int b, int t, float *loss);
+/* The sum over `batches` batches (each asked of `load`, as mt_pp_load) of each one's mean loss
+ * times its weight, on every rank; through a pipeline the batches flow through the stages one
+ * behind the other. */
+mt_status mt_forward_loss_sum(const mt_forward *f, int batches, int t, mt_pp_load load,
+                              void *context, double *sum);
 /* The logits (vocab floats) of the last of t tokens of one sequence, on every rank. */
 mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int t,
                                  float *logits);
