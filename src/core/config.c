@@ -39,6 +39,9 @@ static const config_key KEYS[] = {
     {"beta1", KEY_REAL, FIELD(beta1), "0.9", 0, 0.999999, "AdamW first-moment decay"},
     {"beta2", KEY_REAL, FIELD(beta2), "0.95", 0, 0.999999999, "AdamW second-moment decay"},
     {"eps", KEY_REAL, FIELD(eps), "1e-8", 0, 1, "AdamW epsilon"},
+    {"optimizer", KEY_TEXT, FIELD(optimizer), "adamw", 0, 0,
+     "adamw, or sgd (torch.optim.SGD: momentum, weight decay coupled as L2)"},
+    {"momentum", KEY_REAL, FIELD(momentum), "0.9", 0, 0.999999, "SGD momentum (0: plain SGD)"},
     {"clip", KEY_REAL, FIELD(clip), "1.0", 0, 1e30, "global gradient-norm clip (0: off)"},
     {"seed", KEY_U64, FIELD(seed), "1337", 0, 0, "seed of initialisation, batch order and sampling"},
     {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: OMP_NUM_THREADS, else CPUs/local ranks)"},
@@ -381,6 +384,9 @@ mt_status mt_config_validate(const mt_config *c)
     if (strcmp(c->balance, "even") && strcmp(c->balance, "cost"))
         return mt_fail(MT_EINVAL, "config key 'balance': '%s' is neither even nor cost",
                        c->balance);
+    if (strcmp(c->optimizer, "adamw") && strcmp(c->optimizer, "sgd"))
+        return mt_fail(MT_EINVAL, "config key 'optimizer': '%s' is neither adamw nor sgd",
+                       c->optimizer);
     if (c->min_lr > c->lr)
         return mt_fail(MT_EINVAL, "config keys 'min_lr' and 'lr': min_lr %g exceeds lr %g", c->min_lr,
                        c->lr);

@@ -15,6 +15,10 @@ static const char *const CHECKPOINT_KEYS[] = {
     "vocab", "context", "layers", "heads", "width", "batch", "warmup", "lr", "min_lr",
     "weight_decay", "beta1", "beta2", "eps", "clip", "seed"};
 
+/* Keys a checkpoint fixes that older checkpoints lack: missing, they take these values. */
+static const char *const OPTIONAL_CHECKPOINT_KEYS[][2] = {
+    {"optimizer", "adamw"}, {"momentum", "0.9"}};
+
 static mt_status agree(mt_comm *world, mt_status mine)
 {
     return mt_comm_agree_outcome(world, mine, "resuming");
@@ -86,6 +90,14 @@ static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
                                        "is missing", meta->dir, key);
         mt_status status = trainer_adopt_key(cfg, key, saved, where,
                                              "the model shape and optimizer settings");
+        if (status)
+            return status;
+    }
+    for (size_t i = 0; i < sizeof OPTIONAL_CHECKPOINT_KEYS / sizeof OPTIONAL_CHECKPOINT_KEYS[0];
+         i++) {
+        const char *key = OPTIONAL_CHECKPOINT_KEYS[i][0], *saved = mt_ckpt_meta_config(meta, key);
+        mt_status status = trainer_adopt_key(cfg, key, saved ? saved : OPTIONAL_CHECKPOINT_KEYS[i][1],
+                                             where, "the optimizer and its state");
         if (status)
             return status;
     }

@@ -93,6 +93,8 @@ run_case "lr not a number" error "lr" "abc" -- "$MT" train "${TINY[@]}" --lr abc
 run_case "zero layers" error "layers" -- "$MT" train "${TINY[@]}" --layers 0
 run_case "unknown recomputation mode" error "config key 'recompute': 'most' is not none, selective or full" -- \
     "$MT" train "${TINY[@]}" --recompute most
+run_case "unknown optimizer" error "config key 'optimizer': 'lamb' is neither adamw nor sgd" -- \
+    "$MT" train "${TINY[@]}" --optimizer lamb
 run_case "fractional layers" error "layers" -- "$MT" train "${TINY[@]}" --layers=1.5
 run_case "negative steps" error "steps" -- "$MT" train "${TINY[@]}" --steps -3
 run_case "flag without a value" error "seed" -- "$MT" train "${TINY[@]}" --seed

@@ -17,6 +17,8 @@ typedef struct mt_config {
     /* optimisation */
     int batch, microbatches, steps, warmup;
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
+    char optimizer[MT_TEXT_MAX]; /* adamw or sgd */
+    double momentum;             /* sgd's */
     uint64_t seed;
     /* machinery */
     int threads; /* 0: the available cores divided by the local ranks */

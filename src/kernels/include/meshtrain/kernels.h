@@ -98,6 +98,16 @@ typedef struct mt_adamw_hyper {
 void mt_adamw_update(float *param, const float *grad, float *m, float *v, long n,
                      const mt_adamw_hyper *h);
 
+typedef struct mt_sgd_hyper {
+    float lr, momentum, weight_decay; /* weight decay: coupled L2, added to the gradient */
+    float grad_scale;                 /* multiplies every gradient first: the clipping coefficient */
+} mt_sgd_hyper;
+
+/* One SGD-with-momentum update of n elements, torch.optim.SGD's (dampening 0, no Nesterov):
+ * g = grad grad_scale + weight_decay param; buffer = momentum buffer + g; param -= lr buffer.
+ * A zero buffer makes the first step plain SGD, as PyTorch's first-step copy does. */
+void mt_sgd_update(float *param, const float *grad, float *buffer, long n, const mt_sgd_hyper *h);
+
 /* Sum of squares of n elements, accumulated in double. */
 double mt_sum_squares(const float *x, long n);
 

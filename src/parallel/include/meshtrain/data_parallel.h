@@ -78,6 +78,9 @@ mt_status mt_dp_model_grad_norm(mt_dp_model *model, double *norm);
  * applied to matrices only, its grad_scale is the clipping factor); then zero 1 and 2
  * all-gather the parameters and zero 3 marks its gathered root stale. */
 mt_status mt_dp_model_update(mt_dp_model *model, const mt_adamw_hyper *hyper);
+/* The same with SGD and momentum (weight decay, coupled, on matrices only); the momentum
+ * buffer is the state mt_dp_tensor_state calls exp_avg, and exp_avg_sq stays zero. */
+mt_status mt_dp_model_update_sgd(mt_dp_model *model, const mt_sgd_hyper *hyper);
 
 /* Compares a checksum of the parameters every replica holds in full (zero 0, 1 and 2: all of
  * them; zero 3: none, each slice has one holder) across the group, and, with a tensor group,

@@ -31,10 +31,12 @@ double mt_clip_coefficient(double clip, double norm);
 /* AdamW's settings for step `step` at learning rate lr, gradients scaled by grad_scale (the
  * clipping coefficient); weight_decay is the matrices' (others take 0). */
 mt_adamw_hyper mt_adamw_settings(const mt_config *cfg, int step, double lr, double grad_scale);
+/* SGD's settings (--optimizer sgd) at learning rate lr, likewise. */
+mt_sgd_hyper mt_sgd_settings(const mt_config *cfg, double lr, double grad_scale);
 
 /* The optimizer step of every run, on any layout: the global gradient norm over every shard
  * (data-, tensor- and pipeline-parallel), PyTorch's clip_grad_norm_ coefficient and one AdamW
- * update of what this rank owns, with weight decay on matrices only. After
+ * (or, with --optimizer sgd, SGD) update of what this rank owns, with weight decay on matrices only. After
  * mt_dp_model_finish_gradients. A non-finite norm is an error naming the step, and leaves the
  * parameters untouched. Collective over the model's groups. */
 mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, double lr,
