@@ -67,6 +67,18 @@ static const config_key KEYS[] = {
      "ZeRO stage over the data-parallel ranks: 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
+    {"local_steps", KEY_INT, FIELD(local_steps), "1", 1, 1e9,
+     "local SGD / DiLoCo: optimizer steps each data-parallel replica takes on its own data "
+     "between synchronisations (above 1 with outer_optimizer none: avg)"},
+    {"outer_optimizer", KEY_TEXT, FIELD(outer_optimizer), "none", 0, 0,
+     "how replicas synchronise every local_steps: none (DDP: gradients every step), avg "
+     "(parameters averaged), sgd or nesterov (DiLoCo: the mean displacement is an outer gradient)"},
+    {"diloco_group", KEY_TEXT, FIELD(diloco_group), "replica", 0, 0,
+     "local steps: what steps alone between synchronisations: replica (each data-parallel "
+     "rank) or host (the data-parallel ranks of a host, DDP among them)"},
+    {"outer_lr", KEY_REAL, FIELD(outer_lr), "0.7", 0, 100, "DiLoCo: the outer optimizer's learning rate"},
+    {"outer_momentum", KEY_REAL, FIELD(outer_momentum), "0.9", 0, 0.999999,
+     "DiLoCo: the outer optimizer's momentum"},
     {"check_every", KEY_INT, FIELD(check_every), "50", 0, 1e9,
      "steps between checksums of the data-parallel replicas' parameters (0: never)"},
     {"save_model", KEY_SWITCH, FIELD(save_model), "on", 0, 1,

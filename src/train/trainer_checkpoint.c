@@ -90,7 +90,10 @@ static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
 static mt_status plan_shard(trainer *tr, trainer_save *s)
 {
     const mt_gpt *gpt = &tr->state.gpt;
-    for (int i = 0; i < gpt->param_count; i++) {
+    /* local steps: the shared shards hold replica 0's state; each rank's own is in its
+     * local file (trainer_local_save) */
+    int writes = !tr->state.local || tr->state.at.dp == 0;
+    for (int i = 0; writes && i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         if (gpt->holding[p->unit] != MT_UNIT_OWNED || (p->shard.split_dim < 0 && gpt->tp.rank))
             continue;
@@ -412,6 +415,8 @@ static mt_status save(trainer *tr, int step)
         status = s->counts ? plan_shard(tr, s) : mt_fail(MT_ENOMEM, "out of memory");
         if (status == MT_OK && s->rank == 0)
             status = describe_run(tr, s);
+        if (status == MT_OK && tr->state.local)
+            status = trainer_local_save(tr, s->partial, step);
         if (status == MT_OK && cfg->async_save)
             status = snapshot(s);
         /* on the training thread, so a failure stops every rank's training alike */

@@ -34,6 +34,13 @@ typedef struct mt_config {
     char trace[MT_PATH_MAX]; /* each rank's Chrome trace (empty: none) */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */
+    /* local SGD / DiLoCo: replicas step alone local_steps times, then synchronise by the outer
+     * optimizer (none: DDP, avg, sgd or nesterov) with outer_lr and outer_momentum; a replica
+     * is one data-parallel rank, or under diloco_group host the ranks of one host */
+    int local_steps;
+    char outer_optimizer[MT_TEXT_MAX];
+    char diloco_group[MT_TEXT_MAX]; /* replica, or host (DDP inside each host) */
+    double outer_lr, outer_momentum;
     int save_model;    /* write OUT/model.safetensors at the end */
     /* checkpoints (OUT/ckpt/step_<N>/): every save_every steps and at the end (0: never),
      * the newest `keep` committed ones kept; resume from a step folder, "auto" (the newest
