@@ -119,6 +119,7 @@ inner='mount -t tmpfs -o mode=1777 slow-net /dev/shm || { echo "cannot mount a p
        exec "$@"'
 pids=()
 for h in $(seq 0 $((hosts - 1))); do
+  : > "$work/host$h.log" # before tail follows it
   ip netns exec "${tag}h$h" env MT_COMM_BACKEND=hier MT_COMM_HOST_IDENTITY=netns \
     MT_COMM_TCP_HOST="$(addr $h)" TMPDIR="$work/tmp" \
     bash -c "$inner" host timeout -k 8 "$limit" "$mt" launch --nnodes "$hosts" --node-rank "$h" \
