@@ -365,6 +365,12 @@ void trainer_local_close(trainer *tr)
     tr->state.local = NULL;
 }
 
+int trainer_local_in_first_replica(const trainer *tr)
+{
+    const trainer_local *l = tr->state.local;
+    return !l->group || mt_comm_rank(l->group) == 0;
+}
+
 int trainer_local_replicas(const trainer *tr)
 {
     return tr->state.local->replicas;

@@ -35,6 +35,9 @@ mt_comm *trainer_local_inner(const trainer *tr);
  * Collective over the world. */
 mt_status trainer_local_open(trainer *tr, const mt_ckpt_meta *resume);
 void trainer_local_close(trainer *tr);
+/* Whether this rank belongs to the first replica (data-parallel rank 0's), whose state the
+ * checkpoint's shared shards hold. */
+int trainer_local_in_first_replica(const trainer *tr);
 /* The replicas whose parameters a sync averages (their gradients are never summed). */
 int trainer_local_replicas(const trainer *tr);
 /* Whether step ends a round of local steps (every local_steps, and the run's last step). */

@@ -90,9 +90,9 @@ static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
 static mt_status plan_shard(trainer *tr, trainer_save *s)
 {
     const mt_gpt *gpt = &tr->state.gpt;
-    /* local steps: the shared shards hold replica 0's state; each rank's own is in its
-     * local file (trainer_local_save) */
-    int writes = !tr->state.local || tr->state.at.dp == 0;
+    /* local steps: the shared shards hold the first replica's state (its ranks share the
+     * writing as DDP's do); each rank's own is in its local file (trainer_local_save) */
+    int writes = !tr->state.local || trainer_local_in_first_replica(tr);
     for (int i = 0; writes && i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         if (gpt->holding[p->unit] != MT_UNIT_OWNED || (p->shard.split_dim < 0 && gpt->tp.rank))
