@@ -113,7 +113,7 @@ static const config_key KEYS[] = {
 };
 #undef FIELD
 enum { KEY_COUNT = sizeof KEYS / sizeof KEYS[0] };
-_Static_assert(KEY_COUNT <= 64, "mt_config.given has one bit per key");
+_Static_assert(KEY_COUNT <= 64 * MT_CONFIG_GIVEN_WORDS, "mt_config.given has one bit per key");
 
 static const config_key *find_key(const char *name)
 {
@@ -167,7 +167,8 @@ mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, con
         return mt_fail(MT_EINVAL, "unknown config key '%s' (%s); see --help for the keys", name,
                        where);
     char *field = (char *)cfg + key->offset;
-    cfg->given |= 1ull << (key - KEYS); /* mt_config_defaults clears it again */
+    /* mt_config_defaults clears it again */
+    cfg->given[(key - KEYS) / 64] |= 1ull << ((key - KEYS) % 64);
     double number;
     mt_status status;
     switch (key->type) {
@@ -214,7 +215,7 @@ void mt_config_defaults(mt_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < KEY_COUNT; i++)
         mt_config_set(cfg, KEYS[i].name, KEYS[i].default_value, "built-in default");
-    cfg->given = 0;
+    memset(cfg->given, 0, sizeof cfg->given);
 }
 
 int mt_config_key_count(void) { return KEY_COUNT; }
@@ -227,7 +228,7 @@ const char *mt_config_key_name(int index)
 int mt_config_given(const mt_config *cfg, const char *name)
 {
     const config_key *key = find_key(name);
-    return key && (cfg->given >> (key - KEYS) & 1);
+    return key && (cfg->given[(key - KEYS) / 64] >> ((key - KEYS) % 64) & 1);
 }
 
 void mt_config_format(const mt_config *cfg, const char *name, char *out, size_t capacity)

@@ -9,7 +9,7 @@
 
 #include "meshtrain/status.h"
 
-enum { MT_PATH_MAX = 512, MT_TEXT_MAX = 256 };
+enum { MT_PATH_MAX = 512, MT_TEXT_MAX = 256, MT_CONFIG_GIVEN_WORDS = 2 };
 
 typedef struct mt_config {
     /* model shape */
@@ -56,9 +56,9 @@ typedef struct mt_config {
     int sample_tokens, top_k;
     double temperature;
     char prompt[MT_TEXT_MAX];
-    /* which keys a file or flag set (bit i: the table's key i), so a checkpoint can tell a
-     * key that contradicts it from a default */
-    uint64_t given;
+    /* which keys a file or flag set (bit i % 64 of word i / 64: the table's key i), so a
+     * checkpoint can tell a key that contradicts it from a default */
+    uint64_t given[MT_CONFIG_GIVEN_WORDS];
 } mt_config;
 
 /* Fills every key with its built-in default. */
