@@ -371,6 +371,15 @@ int trainer_local_in_first_replica(const trainer *tr)
     return !l->group || mt_comm_rank(l->group) == 0;
 }
 
+float *trainer_local_anchor_of(const trainer *tr, const float *param)
+{
+    const trainer_local *l = tr->state.local;
+    for (int r = 0; r < l->run_count; r++)
+        if (param >= l->runs[r].param && param < l->runs[r].param + l->runs[r].count)
+            return l->anchor + l->runs[r].offset + (size_t)(param - l->runs[r].param);
+    return NULL;
+}
+
 int trainer_local_replicas(const trainer *tr)
 {
     return tr->state.local->replicas;

@@ -38,6 +38,8 @@ void trainer_local_close(trainer *tr);
 /* Whether this rank belongs to the first replica (data-parallel rank 0's), whose state the
  * checkpoint's shared shards hold. */
 int trainer_local_in_first_replica(const trainer *tr);
+/* Where the anchor holds the parameter at `param` (a tensor's parameters in the model). */
+float *trainer_local_anchor_of(const trainer *tr, const float *param);
 /* The replicas whose parameters a sync averages (their gradients are never summed). */
 int trainer_local_replicas(const trainer *tr);
 /* Whether step ends a round of local steps (every local_steps, and the run's last step). */

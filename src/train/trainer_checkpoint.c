@@ -90,8 +90,8 @@ static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
 static mt_status plan_shard(trainer *tr, trainer_save *s)
 {
     const mt_gpt *gpt = &tr->state.gpt;
-    /* local steps: the shared shards hold the first replica's state (its ranks share the
-     * writing as DDP's do); each rank's own is in its local file (trainer_local_save) */
+    /* local steps: the shared shards hold the anchor and the first replica's moments (its
+     * ranks share the writing as DDP's do); each rank's own is in its local file */
     int writes = !tr->state.local || trainer_local_in_first_replica(tr);
     for (int i = 0; writes && i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
@@ -103,8 +103,11 @@ static mt_status plan_shard(trainer *tr, trainer_save *s)
             continue;
         mt_ckpt_box boxes[MT_CKPT_RANGE_BOXES];
         int n = mt_ckpt_range_boxes(&p->shard, state.save_first, state.save_count, boxes);
+        /* local steps: the synchronised model's parameters (the anchor), which export,
+         * generation and a resume without local steps read */
+        float *param = tr->state.local ? trainer_local_anchor_of(tr, state.param) : state.param;
         struct { float *data; size_t first; } held[MT_CKPT_STATES] = {
-            {state.param, state.param_first}, {state.exp_avg, state.moment_first},
+            {param, state.param_first}, {state.exp_avg, state.moment_first},
             {state.exp_avg_sq, state.moment_first}};
         for (int k = 0; k < MT_CKPT_STATES; k++) {
             mt_ckpt_view view = mt_ckpt_shard_view(&p->shard, held[k].data, held[k].first);

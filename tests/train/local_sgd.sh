@@ -61,6 +61,25 @@ resume_case() {
 resume_case local_adamw --local_steps 3 --lr 3e-3
 resume_case diloco_sgd "${sgd[@]}" --local_steps 3 --outer_optimizer nesterov --outer_lr 0.7 \
   --outer_momentum 0.9 --momentum 0.9
+# the shared shards of a mid-round checkpoint hold the synchronised model: step 7's (after the
+# sync at step 6) exports as step 6's of the same run saved at a sync
+train_into "$scratch/local_at6" --save_every 6 --keep 5 --local_steps 3 --lr 3e-3
+"$meshtrain" export --ckpt "$scratch/local_adamw/ckpt/step_7" --out "$scratch/at7.safetensors" > /dev/null &&
+  "$meshtrain" export --ckpt "$scratch/local_at6/ckpt/step_6" --out "$scratch/at6.safetensors" > /dev/null ||
+  fail "export of the local-steps checkpoints"
+# the same tensors, bitwise (the metadata names each file's step)
+same_tensors() {
+  /usr/bin/python3 -c 'import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return header, data[8 + n:]
+sys.exit(tensors(sys.argv[1]) != tensors(sys.argv[2]))' "$1" "$2"
+}
+same_tensors "$scratch/at6.safetensors" "$scratch/at7.safetensors" ||
+  fail "a mid-round checkpoint's shared shards are not the synchronised model"
 must_fail "local_rank.*saved by rank 0 of dp 2 .*this run is rank 0 of dp 1" \
   "$meshtrain" train "${job[@]}" --nproc 1 --local_steps 3 --lr 3e-3 --out "$scratch/x" \
   --resume "$scratch/local_adamw/ckpt/step_7"
