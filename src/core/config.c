@@ -79,6 +79,18 @@ static const config_key KEYS[] = {
      "ZeRO stage over the data-parallel ranks: 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
+    {"local_steps", KEY_INT, FIELD(local_steps), "1", 1, 1e9,
+     "local SGD / DiLoCo: optimizer steps each data-parallel replica takes on its own data "
+     "between synchronisations (above 1 with outer_optimizer none: avg)"},
+    {"outer_optimizer", KEY_TEXT, FIELD(outer_optimizer), "none", 0, 0,
+     "how replicas synchronise every local_steps: none (DDP: gradients every step), avg "
+     "(parameters averaged), sgd or nesterov (DiLoCo: the mean displacement is an outer gradient)"},
+    {"diloco_group", KEY_TEXT, FIELD(diloco_group), "replica", 0, 0,
+     "local steps: what steps alone between synchronisations: replica (each data-parallel "
+     "rank) or host (the data-parallel ranks of a host, DDP among them)"},
+    {"outer_lr", KEY_REAL, FIELD(outer_lr), "0.7", 0, 100, "DiLoCo: the outer optimizer's learning rate"},
+    {"outer_momentum", KEY_REAL, FIELD(outer_momentum), "0.9", 0, 0.999999,
+     "DiLoCo: the outer optimizer's momentum"},
     {"check_every", KEY_INT, FIELD(check_every), "50", 0, 1e9,
      "steps between checksums of the data-parallel replicas' parameters (0: never)"},
     {"save_model", KEY_SWITCH, FIELD(save_model), "on", 0, 1,
@@ -113,7 +125,7 @@ static const config_key KEYS[] = {
 };
 #undef FIELD
 enum { KEY_COUNT = sizeof KEYS / sizeof KEYS[0] };
-_Static_assert(KEY_COUNT <= 64, "mt_config.given has one bit per key");
+_Static_assert(KEY_COUNT <= 64 * MT_CONFIG_GIVEN_WORDS, "mt_config.given has one bit per key");
 
 static const config_key *find_key(const char *name)
 {
@@ -167,7 +179,8 @@ mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, con
         return mt_fail(MT_EINVAL, "unknown config key '%s' (%s); see --help for the keys", name,
                        where);
     char *field = (char *)cfg + key->offset;
-    cfg->given |= 1ull << (key - KEYS); /* mt_config_defaults clears it again */
+    /* mt_config_defaults clears it again */
+    cfg->given[(key - KEYS) / 64] |= 1ull << ((key - KEYS) % 64);
     double number;
     mt_status status;
     switch (key->type) {
@@ -214,7 +227,7 @@ void mt_config_defaults(mt_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < KEY_COUNT; i++)
         mt_config_set(cfg, KEYS[i].name, KEYS[i].default_value, "built-in default");
-    cfg->given = 0;
+    memset(cfg->given, 0, sizeof cfg->given);
 }
 
 int mt_config_key_count(void) { return KEY_COUNT; }
@@ -227,7 +240,7 @@ const char *mt_config_key_name(int index)
 int mt_config_given(const mt_config *cfg, const char *name)
 {
     const config_key *key = find_key(name);
-    return key && (cfg->given >> (key - KEYS) & 1);
+    return key && (cfg->given[(key - KEYS) / 64] >> ((key - KEYS) % 64) & 1);
 }
 
 void mt_config_format(const mt_config *cfg, const char *name, char *out, size_t capacity)

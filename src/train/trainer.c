@@ -60,8 +60,14 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
             return status;
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
             mt_forward forward = st->passes->forward(tr);
+            /* between synchronisations, the synchronised model (the anchor) is measured */
+            int between = st->local && !trainer_local_syncs(tr, step);
+            if (between)
+                trainer_local_swap(tr);
             status = mt_evaluate(&forward, &st->val, cfg, st->dp, st->inputs, st->targets,
                                  &record.val_loss);
+            if (between)
+                trainer_local_swap(tr);
             if (status)
                 return status;
             record.val_bpb = record.val_loss * st->val_bpb_per_loss;
@@ -124,6 +130,11 @@ static void print_start(const trainer *tr, const char *resumed_from, int initial
             tr->plan->shape.tp, trainer_sequence_parallel(tr) ? "on" : "off", cfg->recompute);
     if (tr->plan->shape.pp > 1)
         print_pipeline(tr, out);
+    if (st->local)
+        fprintf(out, "local steps: %d per round on %d replica(s), outer optimizer %s (lr %g, "
+                     "momentum %g)\n", cfg->local_steps, trainer_local_replicas(tr),
+                strcmp(cfg->outer_optimizer, "none") ? cfg->outer_optimizer : "avg",
+                cfg->outer_lr, cfg->outer_momentum);
     if (st->start_step > 0)
         fprintf(out, "resumed from '%s' at step %d\n", resumed_from, st->start_step);
     else if (initialised)

@@ -14,6 +14,7 @@
 #include "meshtrain/thread_count.h"
 #include "meshtrain/trace.h"
 #include "meshtrain/train.h"
+#include "local_sgd.h"
 #include "prefetch.h"
 #include "progress.h"
 #include "trainer_fault.h"
@@ -64,6 +65,7 @@ typedef struct trainer_state {
     mt_comm *pp_gradients;
     int pp_step;
     trainer_fault fault;
+    trainer_local *local; /* local steps' anchor and outer state (local_sgd.c), NULL: DDP */
     int start_step;   /* the step the run resumed from (0: a fresh start) */
 } trainer_state;
 

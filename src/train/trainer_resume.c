@@ -56,9 +56,10 @@ static mt_status find_latest(const mt_config *cfg, mt_comm *world, char *dir, si
 /* Sets key from the checkpoint's value, leaving the key marked as the user left it. */
 static mt_status take_key(mt_config *cfg, const char *key, const char *value, const char *where)
 {
-    uint64_t given = cfg->given;
+    uint64_t given[MT_CONFIG_GIVEN_WORDS];
+    memcpy(given, cfg->given, sizeof given);
     mt_status status = mt_config_set(cfg, key, value, where);
-    cfg->given = given;
+    memcpy(cfg->given, given, sizeof given);
     return status;
 }
 

@@ -190,7 +190,9 @@ static mt_status build_model(trainer *tr, int parameters_only)
                                            .seed = cfg->seed}};
     if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
         return mt_fail_context(status, "config key 'grad_comm'");
-    return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
+    /* local steps: the gradients stay inside a replica (a rank, or a host's ranks) */
+    mt_comm *group = st->local ? trainer_local_inner(tr) : st->dp;
+    return mt_dp_model_create(&st->gpt, group, &options, &st->model);
 }
 
 /* The state of a run (with_corpus) or of a generation (the model alone). */
@@ -211,11 +213,14 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     /* before the mesh: a slow_comm rank's groups inherit its world's delay */
     if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
         (status = place_rank(tr)) || (with_corpus && (status = open_corpus(tr))) ||
+        (with_corpus && (status = trainer_local_begin(tr))) ||
         (status = build_model(tr, !with_corpus)))
         return status;
     if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
         return status;
     if (init->file && (status = trainer_load_init(tr, init)))
+        return status;
+    if (with_corpus && (status = trainer_local_open(tr, resume)))
         return status;
     st->start_step = resume->step > 0 ? resume->step : 0;
     st->passes = tr->plan->shape.pp > 1 ? &trainer_pipeline_passes : &trainer_plain_passes;
@@ -248,6 +253,7 @@ void trainer_state_close(trainer *tr)
     trainer_prefetch_stop(st->prefetch); /* first: its thread reads the corpus and the plan */
     st->prefetch = NULL;
     trainer_pipeline_stop(tr);
+    trainer_local_close(tr);
     mt_dp_model_destroy(st->model);
     mt_gpt_destroy(&st->gpt);
     mt_mesh_destroy(st->mesh);

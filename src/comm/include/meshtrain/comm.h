@@ -48,6 +48,11 @@ void mt_comm_remove_stale_segments(void);
 /* Waits for operations in flight, then frees. Not collective: a broken group still tears down. */
 void mt_comm_destroy(mt_comm *comm);
 
+/* Every member's host, numbered in order of first appearance (host_of[size]): the identity
+ * hier groups ranks by (MT_COMM_HOST_IDENTITY: boot, netns or name:<host>; boot when unset).
+ * Collective. */
+mt_status mt_comm_host_numbers(mt_comm *comm, int *host_of);
+
 int mt_comm_rank(const mt_comm *comm);
 int mt_comm_size(const mt_comm *comm);
 const char *mt_comm_backend_name(const mt_comm *comm);
