@@ -197,6 +197,13 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init);
 mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, mt_config *run,
                               mt_ckpt_meta *resume, trainer_init *init, mt_run_plan *plan);
 
+/* safetensors_floats.c */
+/* Whether `dtype` is one --init reads (F32, BF16, F16). */
+int trainer_safetensors_is_float(mt_safetensors_dtype dtype);
+/* Tensor i of `file` (F32, BF16 or F16) as numel floats in out; another dtype is an error
+ * naming the file, the tensor and its dtype. */
+mt_status trainer_safetensors_read_floats(const mt_safetensors *file, int i, float *out);
+
 /* run_outputs.c */
 /* After the state: OUT/config.ini, OUT/metrics.jsonl (continued when `resumed_dir`, the
  * checkpoint the run resumed from, lies in OUT/ckpt; NULL: a fresh start) and the progress

@@ -8,6 +8,7 @@
 
 #include "meshtrain/config.h"
 #include "meshtrain/model.h"
+#include "meshtrain/safetensors.h"
 #include "meshtrain/status.h"
 
 /* A checkpoint folder OUT/ckpt/step_<N>/ holds metadata.json (written last: the commit) and one
@@ -159,10 +160,11 @@ mt_status mt_ckpt_reader_fill(mt_ckpt_reader *reader, int tensor, mt_ckpt_state 
 mt_ckpt_view mt_ckpt_tensor_view(const mt_ckpt_tensor *tensor, float *data, mt_ckpt_box *whole);
 
 /* Writes the parameters of a GPT checkpoint as one safetensors file at `path` with Hugging
- * Face GPT-2's tensor names and orientation (mt_gpt_hf_tensor_of), float32, and GPT-2's config
- * (n_embd, n_head, n_layer, n_positions, vocab_size) in __metadata__; tensor by tensor, so
- * memory holds one tensor twice at most. *tensors and *values count what it wrote. */
-mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path, int *tensors,
-                                     size_t *values);
+ * Face GPT-2's tensor names and orientation (mt_gpt_hf_tensor_of), in `dtype` (F32 as saved;
+ * BF16 or F16 rounded to nearest even, NaN kept, past the largest finite value infinity), and
+ * GPT-2's config (n_embd, n_head, n_layer, n_positions, vocab_size) in __metadata__; tensor
+ * by tensor, so memory holds one tensor twice at most. *tensors and *values count what it wrote. */
+mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path,
+                                     mt_safetensors_dtype dtype, int *tensors, size_t *values);
 
 #endif
