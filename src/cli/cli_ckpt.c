@@ -47,7 +47,14 @@ static void print_layout(const mt_ckpt_meta *meta)
     printf("step %d, %lld sequences trained; written by %d rank%s: dp %d x pp %d x tp %d, sp %s, "
            "zero %d\n", meta->step, meta->sequences, l->world, l->world == 1 ? "" : "s", l->dp,
            l->pp, l->tp, l->sp ? "on" : "off", l->zero);
-    printf("config:");
+    const mt_ckpt_training *t = &meta->training;
+    printf("training: %d optimizer steps applied, data cursor at batch %lld, %d batch%s left out "
+           "by rollbacks, %d overflow skips, %d spike skips, %d rollbacks", t->applied, t->cursor,
+           t->skipped_count, t->skipped_count == 1 ? "" : "es", t->overflow_skips, t->spike.skips,
+           t->spike.rollbacks);
+    if (t->scaler.scale > 0)
+        printf(", loss scale %g", t->scaler.scale);
+    printf("\nconfig:");
     for (int i = 0; i < meta->config_count; i++)
         printf("%s %s = %s", i % 6 ? "," : "\n ", meta->config_keys[i], meta->config_values[i]);
     putchar('\n');

@@ -9,17 +9,18 @@
 #include "meshtrain/clock.h"
 #include "trainer_internal.h"
 
-/* This rank's micro-batch number `key` = (step - 1) x microbatches + micro: its dp_rank-th
- * slice of the global batch's micro-th part, so the group together draws exactly the sequences
- * one process would. Reads only what the run never changes, so the prefetch thread calls it. */
+/* This rank's micro-batch number `key` = batch x microbatches + micro (batch: the global
+ * batch's number in the data, from 0): its dp_rank-th slice of the global batch's micro-th
+ * part, so the group together draws exactly the sequences one process would. Reads only what
+ * the run never changes, so the prefetch thread calls it. */
 static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, int32_t *targets)
 {
     const trainer *tr = context;
     const mt_config *cfg = tr->cfg;
     const trainer_state *st = &tr->state;
-    uint64_t step = key / (uint64_t)cfg->microbatches, micro = key % (uint64_t)cfg->microbatches;
+    uint64_t batch = key / (uint64_t)cfg->microbatches, micro = key % (uint64_t)cfg->microbatches;
     int t = cfg->context, sequences = tr->plan->micro_sequences;
-    uint64_t first = step * (uint64_t)cfg->batch + micro * (uint64_t)(cfg->batch / cfg->microbatches) +
+    uint64_t first = batch * (uint64_t)cfg->batch + micro * (uint64_t)(cfg->batch / cfg->microbatches) +
                      (uint64_t)st->at.dp * (uint64_t)sequences;
     mt_status status = MT_OK;
     for (int i = 0; status == MT_OK && i < sequences; i++)
@@ -31,7 +32,7 @@ static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, in
 mt_status trainer_draw_microbatch(trainer *tr, int step, int micro)
 {
     trainer_state *st = &tr->state;
-    uint64_t key = (uint64_t)(step - 1) * (uint64_t)tr->cfg->microbatches + (uint64_t)micro;
+    uint64_t key = (uint64_t)st->step_batch * (uint64_t)tr->cfg->microbatches + (uint64_t)micro;
     double start = mt_clock_seconds();
     mt_status status = st->prefetch
                            ? trainer_prefetch_take(st->prefetch, key, st->inputs, st->targets)
@@ -50,11 +51,13 @@ mt_status trainer_prefetch_begin(trainer *tr)
     /* on a pipeline, only the first stage (tokens) and the last (targets) read batches */
     if (cfg->prefetch <= 0 || (p > 1 && st->at.pp != 0 && st->at.pp != p - 1))
         return MT_OK;
-    uint64_t m = (uint64_t)cfg->microbatches;
+    /* the batches the remaining steps draw unless they meet left-out ones (a key the thread
+     * did not prepare is drawn when taken) */
+    uint64_t m = (uint64_t)cfg->microbatches, first = (uint64_t)st->training.cursor;
     return trainer_prefetch_start(&st->prefetch, cfg->prefetch,
                                   (size_t)tr->plan->micro_sequences * (size_t)cfg->context,
-                                  (uint64_t)st->start_step * m, (uint64_t)cfg->steps * m, draw_key,
-                                  tr);
+                                  first * m, (first + (uint64_t)(cfg->steps - st->start_step)) * m,
+                                  draw_key, tr);
 }
 
 /* Each rank's entry in the vector check_finite reduces: its loss, then its gradient's local
@@ -143,10 +146,22 @@ static mt_status agree_on_check(trainer *tr, int step, mt_status mine)
     return MT_OK;
 }
 
+/* The batch the next step draws: the first from the cursor on that no rollback left out. */
+static long long next_batch(const mt_ckpt_training *t)
+{
+    long long batch = t->cursor;
+    for (int i = 0; i < t->skipped_count; i++) /* ascending */
+        if (t->skipped[i] == batch)
+            batch++;
+    return batch;
+}
+
 mt_status trainer_step(trainer *tr, int step, step_record *record)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
+    st->step_batch = next_batch(&st->training);
+    st->training.cursor = st->step_batch + 1;
     float loss_scale = 1.0f / ((float)cfg->batch * cfg->context);
     trainer_fault_hook(&st->fault, FAULT_AT_LOSS_SCALE, step, &loss_scale);
     double loss_sum;
@@ -160,13 +175,16 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         status = check_finite(tr, step, loss_sum, local_squares, &record->loss);
     if (status)
         return status;
-    record->lr = mt_lr_at(cfg, step);
+    /* AdamW's bias correction and the schedule count the updates applied, not the steps */
+    int applied = st->training.applied + 1;
+    record->lr = mt_lr_at(cfg, applied);
     mt_optimizer_report report;
-    status = mt_optimizer_step(st->model, cfg, step, record->lr, &report);
+    status = mt_optimizer_step(st->model, cfg, applied, record->lr, &report);
     record->grad_norm = report.grad_norm;
     mt_trace_span(tr->out.trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
     if (status)
         return status;
+    st->training.applied = applied;
     trainer_fault_hook(&st->fault, FAULT_AT_UPDATED, step, &st->gpt);
     if (cfg->check_every > 0 && step % cfg->check_every == 0)
         status = agree_on_check(tr, step, mt_dp_model_check_replicas(st->model, step));

@@ -65,6 +65,10 @@ typedef struct trainer_state {
     int pp_step;
     trainer_fault fault;
     int start_step;   /* the step the run resumed from (0: a fresh start) */
+    /* The applied-step counter, the data cursor and the batches left out, the scaler's and
+     * the spike guard's state: what a checkpoint carries besides the tensors. */
+    mt_ckpt_training training;
+    long long step_batch; /* the global batch the step in progress draws */
 } trainer_state;
 
 /* What the run measures and leaves behind. World rank 0 writes the files. */

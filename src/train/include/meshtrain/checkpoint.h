@@ -90,10 +90,40 @@ typedef struct mt_ckpt_layout {
     int world, dp, pp, tp, sp, zero;
 } mt_ckpt_layout;
 
+/* Where training stands beyond its step number, which skipped steps and rollbacks part from
+ * the optimizer's count and from the data's position: what a resume needs to go on bitwise.
+ * Written under "training" in metadata.json; a checkpoint without it is read as a run that
+ * never skipped (applied and cursor equal to its step, no scaler or spike statistics). */
+enum { MT_CKPT_MAX_STREAK = 64 }; /* the most consecutive skips a rollback waits for */
+typedef struct mt_ckpt_scaler {   /* the fp16 loss scaler (loss_scaler.h) */
+    double scale;  /* 0: none recorded (a run of another precision) */
+    int clean;     /* steps without an overflow since the scale last changed */
+    int overflows; /* overflows since the scale last changed */
+} mt_ckpt_scaler;
+typedef struct mt_ckpt_spike {    /* the loss-spike guard (spike_guard.h) */
+    long long count;  /* losses in the running statistics */
+    double mean, var; /* their exponentially weighted mean and variance */
+    int streak;       /* consecutive steps skipped as spikes, and the batches they drew */
+    long long streak_batches[MT_CKPT_MAX_STREAK];
+    int skips, rollbacks; /* every spike skip and rollback of the run */
+} mt_ckpt_spike;
+typedef struct mt_ckpt_training {
+    int applied;           /* optimizer steps applied: AdamW's bias correction and the LR
+                            * schedule count these, not steps */
+    long long cursor;      /* global batches the data has passed: a step draws the first batch
+                            * from here on that is not in skipped */
+    long long *skipped;    /* batches rollbacks left out, ascending (owned: mt_ckpt_meta_free) */
+    int skipped_count;
+    int overflow_skips;    /* steps the loss scaler skipped */
+    mt_ckpt_scaler scaler;
+    mt_ckpt_spike spike;
+} mt_ckpt_training;
+
 typedef struct mt_ckpt_meta {
     char dir[MT_PATH_MAX];
     int step;
-    long long sequences;  /* training sequences consumed: step x batch */
+    long long sequences;  /* training sequences consumed: the data cursor x batch */
+    mt_ckpt_training training;
     mt_ckpt_layout layout;
     int config_count;     /* the run's config, every key as text */
     char **config_keys, **config_values;
