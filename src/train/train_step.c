@@ -93,9 +93,10 @@ static int describe_ranks(const trainer *tr, const double *all, int n, enum fini
 /* Every rank's loss and local gradient square sum, so that all of them stop together and
  * name where a NaN or infinity appeared. Sets *loss to the job's mean loss (each data-parallel
  * replica's once: its tensor-parallel ranks share one loss, and only its last pipeline stage
- * has one; the other stages add 0). */
+ * has one; the other stages add 0). Under the loss scaler a gradient that is not finite on any
+ * rank is no error but *overflow, the one flag every rank of every group agrees on. */
 static mt_status check_finite(trainer *tr, int step, double loss_sum, double local_squares,
-                              double *loss)
+                              double *loss, int *overflow)
 {
     int n = tr->plan->world_size;
     double *all = tr->state.finite_checks; /* sized for the world once: a step allocates nothing */
@@ -114,6 +115,10 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
     for (enum finite_entry which = ENTRY_LOSS; status == MT_OK && which < ENTRIES; which++) {
         char ranks[512];
         int any_nan = 0, count = describe_ranks(tr, all, n, which, ranks, sizeof ranks, &any_nan);
+        if (which == ENTRY_GRADIENT && tr->state.scaler.active) {
+            *overflow = count > 0;
+            break;
+        }
         if (count)
             status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on rank%s %s; stopping every "
                                           "rank before the update (lower lr or raise warmup)",
@@ -156,30 +161,86 @@ static long long next_batch(const mt_ckpt_training *t)
     return batch;
 }
 
+/* The loss scale fell below its minimum: the step and the tensors whose gradients this rank
+ * found not finite (the other ranks name theirs). */
+static mt_status below_minimum(trainer *tr, int step, double scale)
+{
+    const mt_gpt *gpt = &tr->state.gpt;
+    char names[600] = "";
+    size_t used = 0;
+    int count = 0;
+    for (int i = 0; i < gpt->param_count; i++) {
+        if (mt_dp_model_grad_finite(tr->state.model, i))
+            continue;
+        if (count++ < 8 && used < sizeof names)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", count > 1 ? ", " : "",
+                                     gpt->params[i].name);
+    }
+    if (count > 8 && used < sizeof names)
+        snprintf(names + used, sizeof names - used, " and %d more", count - 8);
+    return mt_fail(MT_ENUMERIC, "step %d: the fp16 loss scale fell below loss_scale_min %g (an "
+                                "overflow halved %g to %g); gradients overflowed in %s; stopping "
+                                "(lower lr, raise warmup, or train in bf16)", step,
+                   tr->cfg->loss_scale_min, scale, tr->state.scaler.state.scale,
+                   count ? names : "tensors of other ranks");
+}
+
+/* Whether the step applies its update: the scaler skips an overflow (or stops the run below
+ * its minimum), the spike guard a loss above its bar; either way the step is logged. */
+static mt_status judge(trainer *tr, int step, int overflow, double scale, step_record *record,
+                       int *apply)
+{
+    trainer_state *st = &tr->state;
+    record->guarded = st->scaler.active || st->spike.k > 0;
+    record->loss_scale = st->scaler.active ? scale : NAN;
+    trainer_scaler_verdict scaled = trainer_loss_scaler_update(&st->scaler, overflow);
+    trainer_spike_verdict spiked = SPIKE_PASS;
+    if (scaled == SCALER_BELOW_MIN)
+        return below_minimum(tr, step, scale);
+    if (scaled == SCALER_SKIP) {
+        record->skipped = "overflow";
+        st->training.overflow_skips++;
+    } else if ((spiked = trainer_spike_guard_judge(&st->spike, record->loss, st->step_batch))) {
+        record->skipped = "spike";
+        record->rollback = spiked == SPIKE_ROLLBACK;
+    }
+    st->training.scaler = st->scaler.state;
+    st->training.spike = st->spike.state;
+    *apply = !record->skipped;
+    return MT_OK;
+}
+
 mt_status trainer_step(trainer *tr, int step, step_record *record)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
     st->step_batch = next_batch(&st->training);
     st->training.cursor = st->step_batch + 1;
-    float loss_scale = 1.0f / ((float)cfg->batch * cfg->context);
+    /* the scaler's scale is a power of 2: the scaled gradients are the unscaled ones exactly */
+    double scale = trainer_loss_scaler_scale(&st->scaler);
+    float loss_scale = 1.0f / ((float)cfg->batch * cfg->context) * (float)scale;
     trainer_fault_hook(&st->fault, FAULT_AT_LOSS_SCALE, step, &loss_scale);
     double loss_sum;
     mt_status status = st->passes->run(tr, step, loss_scale, &loss_sum);
     if (status)
         return status;
     trainer_fault_hook(&st->fault, FAULT_AT_LOSS, step, &loss_sum);
+    trainer_fault_hook(&st->fault, FAULT_AT_BATCH_LOSS, (int)st->step_batch + 1, &loss_sum);
     double local_squares, start = mt_clock_seconds();
+    int overflow = 0, apply = 0;
     status = mt_dp_model_finish_gradients(st->model, &local_squares);
     if (status == MT_OK)
-        status = check_finite(tr, step, loss_sum, local_squares, &record->loss);
-    if (status)
-        return status;
+        status = check_finite(tr, step, loss_sum, local_squares, &record->loss, &overflow);
     /* AdamW's bias correction and the schedule count the updates applied, not the steps */
     int applied = st->training.applied + 1;
     record->lr = mt_lr_at(cfg, applied);
+    record->grad_norm = NAN;
+    if (status == MT_OK)
+        status = judge(tr, step, overflow, scale, record, &apply);
+    if (status || !apply)
+        return status;
     mt_optimizer_report report;
-    status = mt_optimizer_step(st->model, cfg, applied, record->lr, &report);
+    status = mt_optimizer_step_scaled(st->model, cfg, applied, record->lr, scale, &report);
     record->grad_norm = report.grad_norm;
     mt_trace_span(tr->out.trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
     if (status)

@@ -14,8 +14,10 @@
 #include "meshtrain/thread_count.h"
 #include "meshtrain/trace.h"
 #include "meshtrain/train.h"
+#include "loss_scaler.h"
 #include "prefetch.h"
 #include "progress.h"
+#include "spike_guard.h"
 #include "trainer_fault.h"
 
 typedef struct trainer trainer;
@@ -69,6 +71,8 @@ typedef struct trainer_state {
      * the spike guard's state: what a checkpoint carries besides the tensors. */
     mt_ckpt_training training;
     long long step_batch; /* the global batch the step in progress draws */
+    trainer_loss_scaler scaler; /* their states are copied into training after each step */
+    trainer_spike_guard spike;
 } trainer_state;
 
 /* What the run measures and leaves behind. World rank 0 writes the files. */
@@ -157,6 +161,13 @@ mt_status trainer_prefetch_begin(trainer *tr);
  * replica checks, clipping and the update. */
 mt_status trainer_step(trainer *tr, int step, step_record *record);
 
+/* trainer_rollback.c */
+/* After the spike guard's streak reached spike_rollbacks at `step`: waits for the save in
+ * flight, reloads the newest checkpoint (collective), keeps the run's skip counts and adds
+ * the streak's batches to those left out; *resumed is the checkpoint's step, the next step
+ * the run takes follows it. Logged in metrics.jsonl. */
+mt_status trainer_rollback(trainer *tr, int step, int *resumed);
+
 /* trainer_checkpoint.c */
 /* Saves OUT/ckpt/step_<step>/ from every rank (collective over the world): inline, or under
  * async_save from a copy in memory by a background thread while training goes on. Waits for
@@ -172,6 +183,10 @@ mt_status trainer_finish_save(trainer *tr);
  * start), and cfg with the model shape and optimizer settings taken from it (a key given that
  * contradicts the checkpoint is an error naming both). */
 mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *meta);
+/* The newest committed checkpoint under OUT/ckpt into dir, found by world rank 0 and broadcast
+ * so that every rank takes the same one; *step -1 when there is none (collective). */
+mt_status trainer_find_latest(const mt_config *cfg, mt_comm *world, char *dir, size_t capacity,
+                              int *step);
 /* Sets cfg's `key` to `value`, which `source` ("the checkpoint 'DIR'") fixes along with what
  * `fixes` says ("the model shape"); the key given with another value is an error naming both. */
 mt_status trainer_adopt_key(mt_config *cfg, const char *key, const char *value,

@@ -17,6 +17,10 @@ typedef struct mt_config {
     /* optimisation */
     int batch, microbatches, steps, warmup;
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
+    double loss_scale, loss_scale_min; /* fp16's dynamic loss scaler: initial and least scale */
+    int loss_scale_window, loss_scale_hysteresis; /* clean steps to double; overflows to halve */
+    double spike_guard;  /* K: skip a loss above mean + K std (0: off) */
+    int spike_rollbacks; /* N consecutive spike skips roll back to the last checkpoint (0: never) */
     uint64_t seed;
     /* machinery */
     int threads; /* 0: the available cores divided by the local ranks */
@@ -29,6 +33,7 @@ typedef struct mt_config {
     int chunks;        /* model chunks per pipeline stage (interleaved) */
     char balance[MT_TEXT_MAX];  /* layers per stage: even, or cost (measured) */
     char recompute[MT_TEXT_MAX]; /* activation recomputation: none, selective or full */
+    char precision[MT_TEXT_MAX]; /* forward and backward: fp32, bf16 or fp16 */
     char trace[MT_PATH_MAX]; /* each rank's Chrome trace (empty: none) */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */

@@ -98,7 +98,7 @@ enum { MT_CKPT_MAX_STREAK = 64 }; /* the most consecutive skips a rollback waits
 typedef struct mt_ckpt_scaler {   /* the fp16 loss scaler (loss_scaler.h) */
     double scale;  /* 0: none recorded (a run of another precision) */
     int clean;     /* steps without an overflow since the scale last changed */
-    int overflows; /* overflows since the scale last changed */
+    int overflows; /* overflows since the scale last grew */
 } mt_ckpt_scaler;
 typedef struct mt_ckpt_spike {    /* the loss-spike guard (spike_guard.h) */
     long long count;  /* losses in the running statistics */
