@@ -40,8 +40,6 @@ static const config_key KEYS[] = {
     {"beta2", KEY_REAL, FIELD(beta2), "0.95", 0, 0.999999999, "AdamW second-moment decay"},
     {"eps", KEY_REAL, FIELD(eps), "1e-8", 0, 1, "AdamW epsilon"},
     {"clip", KEY_REAL, FIELD(clip), "1.0", 0, 1e30, "global gradient-norm clip (0: off)"},
-    {"loss_scale", KEY_REAL, FIELD(loss_scale), "65536", 1, 1e30,
-     "fp16: the loss scaler's initial scale (a power of 2 keeps fp32 gradients exact)"},
     {"loss_scale_window", KEY_INT, FIELD(loss_scale_window), "2000", 1, 1e9,
      "fp16: steps without an overflow after which the loss scale doubles"},
     {"loss_scale_hysteresis", KEY_INT, FIELD(loss_scale_hysteresis), "1", 1, 1e6,

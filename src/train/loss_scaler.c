@@ -12,7 +12,7 @@ void trainer_loss_scaler_init(trainer_loss_scaler *s, const mt_config *cfg,
         .min = cfg->loss_scale_min,
         .window = cfg->loss_scale_window,
         .hysteresis = cfg->loss_scale_hysteresis,
-        .state = {.scale = cfg->loss_scale},
+        .state = {.scale = TRAINER_LOSS_SCALE_INITIAL},
     };
     if (s->active && saved && saved->scale > 0)
         s->state = *saved;

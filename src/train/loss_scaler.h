@@ -6,8 +6,11 @@
 #include "meshtrain/checkpoint.h"
 #include "meshtrain/config.h"
 
-/* The settings (config keys loss_scale, loss_scale_window, loss_scale_hysteresis,
- * loss_scale_min) and the state a checkpoint carries. */
+/* The scale a run starts from: a power of 2, so that scaling keeps fp32 gradients exact. */
+#define TRAINER_LOSS_SCALE_INITIAL 65536.0
+
+/* The settings (config keys loss_scale_window, loss_scale_hysteresis, loss_scale_min) and the
+ * state a checkpoint carries. */
 typedef struct trainer_loss_scaler {
     int active;            /* precision fp16; otherwise the scale stays 1 and nothing skips */
     double min;
@@ -21,7 +24,8 @@ typedef enum trainer_scaler_verdict {
     SCALER_BELOW_MIN, /* an overflow halved the scale below the minimum: the run stops */
 } trainer_scaler_verdict;
 
-/* From the config, and `saved` when it holds a scale (a resumed fp16 run), else the initial. */
+/* From the config, and `saved` when it holds a scale (a resumed fp16 run), else
+ * TRAINER_LOSS_SCALE_INITIAL. */
 void trainer_loss_scaler_init(trainer_loss_scaler *s, const mt_config *cfg,
                               const mt_ckpt_scaler *saved);
 /* The scale the loss takes this step (1 when inactive). */

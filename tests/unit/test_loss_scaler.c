@@ -8,24 +8,30 @@
 #include "train/loss_scaler.h"
 #include "train/spike_guard.h"
 
-static mt_config settings(const char *precision, double scale, int window, int hysteresis,
-                          double min)
+static mt_config settings(const char *precision, int window, int hysteresis, double min)
 {
     mt_config cfg = {0};
     mt_config_defaults(&cfg);
     snprintf(cfg.precision, sizeof cfg.precision, "%s", precision);
-    cfg.loss_scale = scale;
     cfg.loss_scale_window = window;
     cfg.loss_scale_hysteresis = hysteresis;
     cfg.loss_scale_min = min;
     return cfg;
 }
 
+/* The initial scale is fixed: a case starting elsewhere sets it after init. */
+static void start_at(trainer_loss_scaler *s, const mt_config *cfg, double scale)
+{
+    trainer_loss_scaler_init(s, cfg, NULL);
+    CHECK(s->state.scale == TRAINER_LOSS_SCALE_INITIAL);
+    s->state.scale = scale;
+}
+
 static void scaler(void)
 {
     trainer_loss_scaler s;
-    mt_config cfg = settings("fp16", 65536, 3, 1, 1);
-    trainer_loss_scaler_init(&s, &cfg, NULL);
+    mt_config cfg = settings("fp16", 3, 1, 1);
+    start_at(&s, &cfg, 65536);
     CHECK(s.active && trainer_loss_scaler_scale(&s) == 65536);
     /* an overflow: skipped and halved */
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_SKIP && s.state.scale == 32768);
@@ -46,8 +52,8 @@ static void scaler(void)
 
     /* hysteresis 2: the first overflow since growth skips without halving, the second halves,
      * and so does every further one until the scale grows again */
-    cfg = settings("fp16", 1024, 2, 2, 1);
-    trainer_loss_scaler_init(&s, &cfg, NULL);
+    cfg = settings("fp16", 2, 2, 1);
+    start_at(&s, &cfg, 1024);
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_SKIP && s.state.scale == 1024);
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_SKIP && s.state.scale == 512);
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_SKIP && s.state.scale == 256);
@@ -56,13 +62,13 @@ static void scaler(void)
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_SKIP && s.state.scale == 512);
 
     /* the minimum: a halving that goes below it stops the run */
-    cfg = settings("fp16", 4, 2000, 1, 2);
-    trainer_loss_scaler_init(&s, &cfg, NULL);
+    cfg = settings("fp16", 2000, 1, 2);
+    start_at(&s, &cfg, 4);
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_SKIP && s.state.scale == 2);
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_BELOW_MIN && s.state.scale == 1);
 
     /* a checkpoint's state is taken over; a recorded 0 (another precision) starts afresh */
-    cfg = settings("fp16", 65536, 2000, 1, 1);
+    cfg = settings("fp16", 2000, 1, 1);
     mt_ckpt_scaler saved = {.scale = 128, .clean = 1999, .overflows = 0};
     trainer_loss_scaler_init(&s, &cfg, &saved);
     CHECK(trainer_loss_scaler_scale(&s) == 128);
@@ -72,7 +78,7 @@ static void scaler(void)
     CHECK(trainer_loss_scaler_scale(&s) == 65536);
 
     /* fp32 and bf16: scale 1, nothing ever skips */
-    cfg = settings("fp32", 65536, 1, 1, 1e9);
+    cfg = settings("fp32", 1, 1, 1e9);
     trainer_loss_scaler_init(&s, &cfg, NULL);
     CHECK(!s.active && trainer_loss_scaler_scale(&s) == 1);
     CHECK(trainer_loss_scaler_update(&s, 1) == SCALER_APPLY);

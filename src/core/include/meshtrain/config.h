@@ -17,7 +17,7 @@ typedef struct mt_config {
     /* optimisation */
     int batch, microbatches, steps, warmup;
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
-    double loss_scale, loss_scale_min; /* fp16's dynamic loss scaler: initial and least scale */
+    double loss_scale_min; /* fp16's dynamic loss scaler: its least scale */
     int loss_scale_window, loss_scale_hysteresis; /* clean steps to double; overflows to halve */
     double spike_guard;  /* K: skip a loss above mean + K std (0: off) */
     int spike_rollbacks; /* N consecutive spike skips roll back to the last checkpoint (0: never) */
