@@ -51,6 +51,17 @@ static const config_key KEYS[] = {
     {"onebit_warmup", KEY_INT, FIELD(onebit_warmup), "10", 0, 1e9,
      "1-bit SGD: steps of plain all-reduce first"},
     {"clip", KEY_REAL, FIELD(clip), "1.0", 0, 1e30, "global gradient-norm clip (0: off)"},
+    {"loss_scale_window", KEY_INT, FIELD(loss_scale_window), "2000", 1, 1e9,
+     "fp16: steps without an overflow after which the loss scale doubles"},
+    {"loss_scale_hysteresis", KEY_INT, FIELD(loss_scale_hysteresis), "1", 1, 1e6,
+     "fp16: overflows since the scale last grew before each halving (1: every overflow)"},
+    {"loss_scale_min", KEY_REAL, FIELD(loss_scale_min), "1", 1e-30, 1e30,
+     "fp16: a loss scale halved below this stops the run, naming the overflowing tensors"},
+    {"spike_guard", KEY_REAL, FIELD(spike_guard), "0", 0, 1e6,
+     "skip a step whose loss exceeds the running mean by K running standard deviations (0: off)"},
+    {"spike_rollbacks", KEY_INT, FIELD(spike_rollbacks), "0", 0, 64,
+     "after N consecutive spike skips, reload the last checkpoint and leave their batches out "
+     "(0: never)"},
     {"seed", KEY_U64, FIELD(seed), "1337", 0, 0, "seed of initialisation, batch order and sampling"},
     {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: OMP_NUM_THREADS, else CPUs/local ranks)"},
     {"nproc", KEY_INT, FIELD(nproc), "1", 1, 4096, "local worker processes to launch"},
@@ -73,6 +84,9 @@ static const config_key KEYS[] = {
     {"attention", KEY_TEXT, FIELD(attention), "fused", 0, 0,
      "attention kernels: fused (blocked, online softmax, keeps no T x T probabilities; head "
      "sizes 4 to 256 in steps of 4) or plain (keeps the probabilities)"},
+    {"precision", KEY_TEXT, FIELD(precision), "fp32", 0, 0,
+     "precision of forward and backward: fp32, bf16 or fp16 (fp32 master parameters, "
+     "gradients and AdamW moments in every one)"},
     {"sp", KEY_SWITCH, FIELD(sp), "off", 0, 1,
      "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,
