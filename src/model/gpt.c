@@ -119,9 +119,22 @@ mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               mt_gpt_recompute recompute, int max_sequences,
                               mt_memory_ledger *ledger)
 {
+    mt_gpt_options options = {.recompute = recompute, .attention = MT_ATTENTION_PLAIN};
+    return mt_gpt_create_with(gpt, shape, tp, stage, &options, max_sequences, ledger);
+}
+
+mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
+                             const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
+                             const mt_gpt_options *options, int max_sequences,
+                             mt_memory_ledger *ledger)
+{
     memset(gpt, 0, sizeof *gpt);
+    mt_gpt_recompute recompute = options->recompute;
     gpt->recompute = recompute;
+    gpt->attention = options->attention;
     mt_status status = mt_gpt_shape_check(shape);
+    if (status == MT_OK)
+        status = mt_gpt_attention_check(shape, options->attention);
     gpt->tp = tp ? *tp : (mt_gpt_tensor_parallel){.size = 1};
     gpt->stage = stage ? *stage
                        : (mt_gpt_stage){.chunks = 1, .layer_count = {shape->layers}, .slots = {1}};
@@ -129,6 +142,8 @@ mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
         status = tp_check(shape, &gpt->tp);
     if (status == MT_OK)
         status = stage_check(shape, &gpt->stage);
+    if (status == MT_OK)
+        status = gpt_split_check(gpt);
     if (status == MT_OK && (recompute < MT_RECOMPUTE_NONE || recompute > MT_RECOMPUTE_FULL))
         status = mt_fail(MT_EINVAL, "activation recomputation mode %d is not none, selective or "
                                     "full", (int)recompute);
@@ -226,7 +241,7 @@ static const float *block_input(const mt_gpt *gpt, int layer)
 static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a, int to_output)
 {
     int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
-    int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
+    int c_tp = c / gpt->tp.size;
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
     const float *x = block_input(gpt, layer), *ln;
     mt_status status;
@@ -235,7 +250,7 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a, i
     if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
         return status;
     mt_linear_forward(a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
-    mt_attention_forward(a->atty, a->probs, a->qkv, gpt->b, gpt->t, c_tp, heads_tp);
+    gpt_attention_forward(gpt, a);
     if ((status = gpt_tp_row_parallel_forward(gpt, a->res2, x, a->atty, w.proj_w, w.proj_b, c_tp)))
         return status;
 
@@ -256,7 +271,7 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a, i
 static gpt_block_acts forward_buffers(const mt_gpt *gpt, int layer)
 {
     gpt_block_acts a = gpt->acts->blocks[layer];
-    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE)
+    if (gpt_attention_remakes_probs(gpt))
         a.probs = gpt->acts->probs;
     if (gpt->recompute == MT_RECOMPUTE_FULL) {
         float *kept = a.res3;
@@ -470,7 +485,7 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
 static mt_status recompute_for_backward(mt_gpt *gpt, int layer, gpt_block_acts *a)
 {
     *a = gpt->acts->blocks[layer];
-    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE) {
+    if (gpt_attention_remakes_probs(gpt)) {
         a->probs = gpt->acts->probs;
         mt_attention_forward(NULL, a->probs, a->qkv, gpt->b, gpt->t,
                              gpt->shape.width / gpt->tp.size, gpt->shape.heads / gpt->tp.size);
@@ -493,7 +508,7 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
     if (status)
         return status;
     int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
-    int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
+    int c_tp = c / gpt->tp.size;
     gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
     gpt_block_view g = gpt_block_view_at(gpt, gpt->unit_grad, layer);
     gpt_block_acts recomputed, *a = &recomputed;
@@ -506,13 +521,13 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    mt_linear_backward(s->dfch, g.fcproj_w, g.fcproj_b, dy, a->fch_gelu, w.fcproj_w, n,
-                       4 * c_tp, c);
+    gpt_linear_backward(gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy, a->fch_gelu,
+                        w.fcproj_w, n, 4 * c_tp, c);
     mt_gelu_backward(s->dfch, s->dfch, a->fch, (long)n * 4 * c_tp);
     if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, s->gathered, &ln)))
         return status;
-    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch, ln, w.fc_w, n, c,
-                       4 * c_tp);
+    gpt_linear_backward(gpt, a->w_dfch, gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch,
+                        ln, w.fc_w, n, c, 4 * c_tp);
     if ((status = gpt_tp_sum_input_grad(gpt)))
         return status;
     mt_layernorm_backward(s->dresidual, pass[0], pass[1], s->dln, a->res2, a->ln2_mean,
@@ -520,13 +535,13 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    mt_linear_backward(s->datty, g.proj_w, g.proj_b, dy, a->atty, w.proj_w, n, c_tp, c);
-    mt_attention_backward(s->dqkv, s->dprobs, s->datty, a->probs, a->qkv, gpt->b, gpt->t, c_tp,
-                          heads_tp);
+    gpt_linear_backward(gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy, a->atty, w.proj_w,
+                        n, c_tp, c);
+    gpt_attention_backward(gpt, a);
     if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, s->gathered, &ln)))
         return status;
-    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv, ln, w.qkv_w, n,
-                       c, 3 * c_tp);
+    gpt_linear_backward(gpt, a->w_dqkv, gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv,
+                        ln, w.qkv_w, n, c, 3 * c_tp);
     /* The key bias adds q.b to every score of a query's row, which softmax ignores: its true
      * gradient is exactly zero. Computed, it is rounding noise that differs with the order of
      * the sums (layout, threads), and AdamW would turn that noise into steps of up to lr / 100
@@ -538,7 +553,8 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
                           a->ln1_mean, a->ln1_rstd, w.ln1_w, local, c);
     if ((status = gpt_tp_norm_grads_finish(gpt, norm, 4)))
         return status;
-    return leave(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
+    /* a split backward's weight pass ends the unit's backward */
+    return gpt->input_only ? MT_OK : leave(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
 }
 
 mt_status mt_gpt_embed_backward(mt_gpt *gpt)
@@ -548,7 +564,9 @@ mt_status mt_gpt_embed_backward(mt_gpt *gpt)
     if (status)
         return status;
     status = gpt_tp_embed_backward(gpt, grad_of(gpt, unit, 0), grad_of(gpt, unit, 1));
-    return status ? status : leave(gpt, unit, MT_GPT_BACKWARD);
+    /* a split backward's weight pass ends the unit's backward: data parallelism's buckets
+     * expect the embeddings to finish after the blocks */
+    return status || gpt->input_only ? status : leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
 mt_status mt_gpt_backward(mt_gpt *gpt, float loss_scale)

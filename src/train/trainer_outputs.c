@@ -172,6 +172,21 @@ static void json_real(FILE *f, double value)
         fputs("null", f);
 }
 
+/* Skipped steps and rollbacks: the updates applied, why others were not, the batches left
+ * out, and fp16's final loss scale. */
+static void write_training_json(const trainer *tr, FILE *f)
+{
+    const mt_ckpt_training *t = &tr->state.training;
+    fprintf(f, ", \"optimizer_steps\": %d, \"overflow_skips\": %d, \"spike_skips\": %d, "
+               "\"rollbacks\": %d, \"left_out_batches\": [", t->applied, t->overflow_skips,
+            t->spike.skips, t->spike.rollbacks);
+    for (int i = 0; i < t->skipped_count; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", t->skipped[i]);
+    fputc(']', f);
+    if (tr->state.scaler.active)
+        fprintf(f, ", \"loss_scale\": %.9g", tr->state.scaler.state.scale);
+}
+
 mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
 {
     const mt_config *cfg = tr->cfg;
@@ -214,6 +229,11 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share,
             tr->out.timed_steps ? 1e3 * tr->out.timed_data / tr->out.timed_steps : 0.0,
             tr->out.timed_seconds > 0 ? tr->out.timed_data / tr->out.timed_seconds : 0.0);
+    double per = tr->out.dp_byte_steps ? 1.0 / tr->out.dp_byte_steps : 0.0;
+    fprintf(f, ", \"grad_comm\": \"%s\", \"comm_bytes_per_step\": {\"dp\": %.17g}, "
+               "\"wire_bytes_per_step\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}",
+            cfg->grad_comm, tr->out.dp_bytes * per, tr->out.wire_bytes[0] * per,
+            tr->out.wire_bytes[1] * per, tr->out.wire_bytes[2] * per);
     fputs(", \"rank_threads\": [", f);
     for (int r = 0; r < tr->plan->world_size; r++)
         fprintf(f, "%s%d", r ? ", " : "", (int)tr->out.rank_threads[r]);
@@ -236,6 +256,7 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
                    "\"checkpoint_seconds\": %.6f, \"checkpoint_stall_seconds\": %.6f",
                 tr->state.start_step, tr->out.saves, tr->out.saved_bytes, tr->out.save_seconds,
                 tr->out.save_stall_seconds);
+    write_training_json(tr, f);
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);

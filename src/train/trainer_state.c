@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "meshtrain/clock.h"
+#include "ckpt_internal.h"
 #include "meshtrain/kernels.h"
 #include "trainer_internal.h"
 
@@ -15,14 +16,17 @@
 static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
 {
     mt_gpt_shape shape = {cfg->vocab, cfg->context, 1, cfg->heads, cfg->width};
-    mt_gpt_recompute recompute;
+    mt_gpt_options run = {0};
     mt_gpt gpt = {0};
     mt_dp_model *model = NULL;
     mt_dp_options options = {.seed = cfg->seed};
-    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
-    /* under the run's recomputation, which makes a block's backward rerun its forward */
+    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &run.recompute);
     if (status == MT_OK)
-        status = mt_gpt_create_stage(&gpt, &shape, NULL, NULL, recompute, sequences, NULL);
+        status = mt_gpt_attention_parse(cfg->attention, &run.attention);
+    /* under the run's recomputation (which makes a block's backward rerun its forward) and
+     * attention kernels */
+    if (status == MT_OK)
+        status = mt_gpt_create_with(&gpt, &shape, NULL, NULL, &run, sequences, NULL);
     if (status == MT_OK)
         status = mt_dp_model_create(&gpt, NULL, &options, &model);
     size_t n = (size_t)sequences * cfg->context;
@@ -162,13 +166,15 @@ static mt_status build_model(trainer *tr, int parameters_only)
     mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
     mt_gpt_tensor_parallel split = mt_tensor_parallel_over(st->tp, cfg->sp);
     mt_gpt_stage stage;
-    mt_gpt_recompute recompute;
-    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    mt_gpt_options kernels = {0};
+    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &kernels.recompute);
+    if (status == MT_OK)
+        status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
     if (status == MT_OK && pipelined)
         status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
     if (status == MT_OK)
-        status = mt_gpt_create_stage(&st->gpt, &shape, &split, pipelined ? &stage : NULL,
-                                     recompute, tr->plan->micro_sequences, &st->ledger);
+        status = mt_gpt_create_with(&st->gpt, &shape, &split, pipelined ? &stage : NULL,
+                                    &kernels, tr->plan->micro_sequences, &st->ledger);
     if (status)
         return status;
     mt_dp_options options = {.zero = cfg->zero,
@@ -179,8 +185,16 @@ static mt_status build_model(trainer *tr, int parameters_only)
                              .pipeline_group = pipelined ? st->mesh->pp_group : NULL,
                              .embedding_group = pipelined ? st->mesh->embedding_group : NULL,
                              .parameters_only = parameters_only,
-                             .keep_params = cfg->zero3_keep_params};
-    return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
+                             .keep_params = cfg->zero3_keep_params,
+                             .grad_comm = {.powersgd_rank = cfg->powersgd_rank,
+                                           .powersgd_start = cfg->powersgd_start,
+                                           .onebit_warmup = cfg->onebit_warmup,
+                                           .seed = cfg->seed}};
+    if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
+        return mt_fail_context(status, "config key 'grad_comm'");
+    /* local steps: the gradients stay inside a replica (a rank, or a host's ranks) */
+    mt_comm *group = st->local ? trainer_local_inner(tr) : st->dp;
+    return mt_dp_model_create(&st->gpt, group, &options, &st->model);
 }
 
 /* The state of a run (with_corpus) or of a generation (the model alone). */
@@ -201,13 +215,22 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     /* before the mesh: a slow_comm rank's groups inherit its world's delay */
     if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
         (status = place_rank(tr)) || (with_corpus && (status = open_corpus(tr))) ||
+        (with_corpus && (status = trainer_local_begin(tr))) ||
         (status = build_model(tr, !with_corpus)))
         return status;
     if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
         return status;
     if (init->file && (status = trainer_load_init(tr, init)))
         return status;
+    if (with_corpus && (status = trainer_local_open(tr, resume)))
+        return status;
     st->start_step = resume->step > 0 ? resume->step : 0;
+    if (resume->step >= 0 && !trainer_ckpt_training_copy(&st->training, &resume->training))
+        return mt_fail(MT_ENOMEM, "out of memory for the checkpoint's training state");
+    trainer_loss_scaler_init(&st->scaler, cfg, resume->step >= 0 ? &resume->training.scaler : NULL);
+    trainer_spike_guard_init(&st->spike, cfg, resume->step >= 0 ? &resume->training.spike : NULL);
+    st->training.scaler = st->scaler.state;
+    st->training.spike = st->spike.state;
     st->passes = tr->plan->shape.pp > 1 ? &trainer_pipeline_passes : &trainer_plain_passes;
     if (tr->plan->shape.pp > 1 && (status = trainer_pipeline_start(tr)))
         return status;
@@ -238,6 +261,7 @@ void trainer_state_close(trainer *tr)
     trainer_prefetch_stop(st->prefetch); /* first: its thread reads the corpus and the plan */
     st->prefetch = NULL;
     trainer_pipeline_stop(tr);
+    trainer_local_close(tr);
     mt_dp_model_destroy(st->model);
     mt_gpt_destroy(&st->gpt);
     mt_mesh_destroy(st->mesh);
@@ -246,6 +270,8 @@ void trainer_state_close(trainer *tr)
     free(st->inputs);
     free(st->targets);
     free(st->finite_checks);
+    free(st->training.skipped);
+    st->training.skipped = NULL;
 }
 
 int trainer_step_is_timed(const trainer *tr, int step)

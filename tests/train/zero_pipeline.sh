@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ZeRO 2 and 3 under pipeline parallelism train the same model as one process: dp 2 x pp 2 on
-# GPipe, 1F1B and interleaved, and dp 2 x pp 2 x tp 2 with sequence parallelism and ZeRO 3, each
-# a 20-step run's losses, gradient norms and final parameters within 1e-5 relative of the
-# one-process run; --zero3_keep_params on is bitwise the run without (the same gathered values,
-# fewer gathers); a checkpoint saved under pp with ZeRO 3 loads on dp 4 and back bitwise.
+# GPipe, 1F1B and interleaved (zb1 is refused: test_run_plan), and dp 2 x pp 2 x tp 2 with
+# sequence parallelism and ZeRO 3, each a 20-step run's losses, gradient norms and final
+# parameters within 1e-5 relative of the one-process run; --zero3_keep_params on is bitwise the
+# run without (the same gathered values, fewer gathers); a checkpoint saved under pp with ZeRO 3
+# loads on dp 4 and back bitwise.
 # usage: zero_pipeline.sh MESHTRAIN   (Release only: up to 8 ranks on the test machine's cores)
 set -euo pipefail
 meshtrain=$1

@@ -1,6 +1,7 @@
 /* Failures become errors on every rank, never hangs: a peer killed mid all-reduce, a silent
  * peer, mismatched calls and transfers; and no shared-memory segment is left behind. */
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -217,16 +218,39 @@ static int run_rank(const char *scenario)
 
 /* ---- launcher side ---------------------------------------------------------------------- */
 
-static int count_segments(void)
+/* Segments are named "mt-<creator pid>-<nonce>". A scenario leaked one when a segment that was
+ * not there before it started outlives its creator: other jobs on the machine create and remove
+ * their own meanwhile, but theirs belong to live processes. */
+typedef struct segment_list {
+    char names[256][256]; /* d_name's capacity */
+    int count;
+} segment_list;
+
+static void list_segments(segment_list *list)
 {
+    list->count = 0;
     DIR *d = opendir("/dev/shm");
-    int n = 0;
     struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += strncmp(e->d_name, "mt-", 3) == 0;
+    while (d && (e = readdir(d)) && list->count < 256)
+        if (strncmp(e->d_name, "mt-", 3) == 0)
+            snprintf(list->names[list->count++], sizeof list->names[0], "%s", e->d_name);
     if (d)
         closedir(d);
-    return n;
+}
+
+static int orphaned_since(const segment_list *before)
+{
+    static segment_list now;
+    list_segments(&now);
+    int orphans = 0;
+    for (int i = 0; i < now.count; i++) {
+        int known = 0;
+        for (int j = 0; j < before->count && !known; j++)
+            known = strcmp(now.names[i], before->names[j]) == 0;
+        pid_t creator = (pid_t)atoi(now.names[i] + 3);
+        orphans += !known && creator > 0 && kill(creator, 0) != 0 && errno == ESRCH;
+    }
+    return orphans;
 }
 
 /* Runs a scenario and checks every listed survivor reported "ok". */
@@ -238,7 +262,8 @@ static void scenario(const char *name, int nproc, int victim, int victim_signal,
         return;
     }
     setenv("FAULT_DIR", dir, 1);
-    int before = count_segments();
+    static segment_list before;
+    list_segments(&before);
     double start = mt_clock_seconds();
     mt_launch_result result;
     mt_status st = harness_launch(nproc, name, 20.0, &result);
@@ -273,9 +298,8 @@ static void scenario(const char *name, int nproc, int victim, int victim_signal,
             printf("  rank %d saw: %s\n", r, message);
     }
     rmdir(dir);
-    int after = count_segments();
-    CHECK_MSG(after <= before, "%s: %d shared-memory segments left in /dev/shm", name,
-              after - before);
+    int orphans = orphaned_since(&before);
+    CHECK_MSG(orphans == 0, "%s: %d shared-memory segments left in /dev/shm", name, orphans);
     printf("%-22s %d ranks: %.2f s\n", name, nproc, took);
     fflush(stdout);
 }

@@ -52,5 +52,8 @@ int main(void)
             "config keys 'zero3_keep_params' and 'zero': keeping gathered parameters is a ZeRO 3 "
             "setting, and zero is 2",
             "zero", "2", "zero3_keep_params", "on");
+    for (int zero = 2; zero <= 3; zero++)
+        REFUSED(4, "config keys 'zero' and 'schedule': ZeRO", "pp", "2", "microbatches", "4",
+                "batch", "8", "layers", "2", "schedule", "zb1", "zero", zero == 2 ? "2" : "3");
     return check_summary("test_run_plan");
 }
