@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_GPT_INTERNAL_H
 #define MESHTRAIN_GPT_INTERNAL_H
 
+#include "meshtrain/half.h"
 #include "meshtrain/model.h"
 
 /* A block's tensors inside one state arena (parameters or gradients). */
@@ -26,6 +27,13 @@ typedef struct gpt_block_acts {
     float *res3;                      /* [local, c]: the block's output */
 } gpt_block_acts;
 
+/* In bf16 and fp16, what a slot keeps of a block's activations in half precision, in place of
+ * the same fields of gpt_block_acts (NULL where the slot keeps nothing: probs under selective
+ * recomputation). Passes compute on fp32 operands widened from these into shared scratch. */
+typedef struct gpt_block_half {
+    mt_half *ln1, *qkv, *atty, *probs, *ln2, *fch, *fch_gelu;
+} gpt_block_half;
+
 /* What one micro-batch keeps from a chunk's forward to its backward: a slot. The embeddings'
  * and head's buffers exist only in chunks that run them (NULL elsewhere). */
 typedef struct gpt_slot {
@@ -33,6 +41,7 @@ typedef struct gpt_slot {
     float *input;                     /* [local, c]: the chunk's input (the embeddings' output
                                        * in the first chunk, else received) */
     gpt_block_acts *blocks;           /* [the chunk's layer count] */
+    gpt_block_half *half_blocks;      /* [the chunk's layer count]; half precision only */
     float *lnf, *lnf_mean, *lnf_rstd, *lnf_full, *logits, *losses; /* as below */
     float *dresidual;                 /* [local, c]: the residual stream's gradient */
 } gpt_slot;
@@ -44,6 +53,7 @@ struct mt_gpt_activations {
     int32_t *tokens, *targets;        /* [n] */
     float *encoded;                   /* [local, c]: the current chunk's input */
     gpt_block_acts *blocks;           /* [layers]: the current slot's, for its chunk's layers */
+    gpt_block_half *half_blocks;      /* [layers]: likewise, in half precision (else NULL) */
     float *lnf, *lnf_mean, *lnf_rstd; /* [local, c], [local], [local] */
     float *lnf_full;                  /* [n, c]: the final norm of every row (lnf without sp) */
     float *logits;                    /* [n, vocab_local]: logits, then probabilities, then
@@ -59,7 +69,11 @@ struct mt_gpt_activations {
     float *dprobs;                    /* [b, heads / tp, t, t] */
     /* recomputation scratch: the one block whose activations are being remade */
     gpt_block_acts work;              /* full: every buffer of a block (NULL otherwise) */
-    float *probs;                     /* selective: [b, heads / tp, t, t] (NULL otherwise) */
+    float *probs;                     /* selective, or half precision without full
+                                       * recomputation: [b, heads / tp, t, t] (else NULL) */
+    float *operand;                   /* half precision without full recomputation:
+                                       * [n, max(c, 4 c_tp)], a kept activation widened to
+                                       * fp32 (one at a time; else NULL) */
     /* tensor-parallel scratch (NULL when unused) */
     float *gathered;                  /* sp: [n, c], every rank's rows of a norm or gradient */
     float *partial;                   /* sp: [n, c], this rank's addend of a row-parallel output
@@ -79,6 +93,13 @@ static inline mt_status gpt_hook_before(mt_gpt *gpt, int unit, mt_gpt_pass pass)
 static inline mt_status gpt_hook_after(mt_gpt *gpt, int unit, mt_gpt_pass pass)
 {
     return gpt->hooks.after ? gpt->hooks.after(gpt->hooks.context, gpt, unit, pass) : MT_OK;
+}
+
+/* Half precision: whether the model computes in it, and in which format. */
+static inline int gpt_half(const mt_gpt *gpt) { return gpt->precision != MT_PRECISION_FP32; }
+static inline mt_half_format gpt_half_format(const mt_gpt *gpt)
+{
+    return gpt->precision == MT_PRECISION_FP16 ? MT_HALF_F16 : MT_HALF_BF16;
 }
 
 /* Fills gpt->params and gpt->units; returns the number of parameters. */

@@ -78,8 +78,12 @@ static mt_status check_names(const mt_config *c, mt_run_plan *p)
     mt_gpt_recompute recompute;
     if (mt_pp_schedule_parse(c->schedule, &p->schedule_kind))
         return mt_fail_context(MT_EINVAL, "config key 'schedule'");
+    mt_gpt_precision precision;
     mt_status status = mt_gpt_recompute_parse(c->recompute, &recompute);
-    return status ? mt_fail_context(status, "config key 'recompute'") : MT_OK;
+    if (status)
+        return mt_fail_context(status, "config key 'recompute'");
+    status = mt_gpt_precision_parse(c->precision, &precision);
+    return status ? mt_fail_context(status, "config key 'precision'") : MT_OK;
 }
 
 mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan *out)

@@ -16,13 +16,17 @@ static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
 {
     mt_gpt_shape shape = {cfg->vocab, cfg->context, 1, cfg->heads, cfg->width};
     mt_gpt_recompute recompute;
+    mt_gpt_precision precision;
     mt_gpt gpt = {0};
     mt_dp_model *model = NULL;
     mt_dp_options options = {.seed = cfg->seed};
     mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    if (status == MT_OK)
+        status = mt_gpt_precision_parse(cfg->precision, &precision);
     /* under the run's recomputation, which makes a block's backward rerun its forward */
     if (status == MT_OK)
-        status = mt_gpt_create_stage(&gpt, &shape, NULL, NULL, recompute, sequences, NULL);
+        status = mt_gpt_create_stage(&gpt, &shape, NULL, NULL, recompute, precision, sequences,
+                                     NULL);
     if (status == MT_OK)
         status = mt_dp_model_create(&gpt, NULL, &options, &model);
     size_t n = (size_t)sequences * cfg->context;
@@ -163,12 +167,16 @@ static mt_status build_model(trainer *tr, int parameters_only)
     mt_gpt_tensor_parallel split = mt_tensor_parallel_over(st->tp, cfg->sp);
     mt_gpt_stage stage;
     mt_gpt_recompute recompute;
+    mt_gpt_precision precision;
     mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    if (status == MT_OK)
+        status = mt_gpt_precision_parse(cfg->precision, &precision);
     if (status == MT_OK && pipelined)
         status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
     if (status == MT_OK)
         status = mt_gpt_create_stage(&st->gpt, &shape, &split, pipelined ? &stage : NULL,
-                                     recompute, tr->plan->micro_sequences, &st->ledger);
+                                     recompute, precision, tr->plan->micro_sequences,
+                                     &st->ledger);
     if (status)
         return status;
     mt_dp_options options = {.zero = cfg->zero,

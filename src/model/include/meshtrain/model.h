@@ -85,6 +85,23 @@ typedef enum mt_gpt_recompute {
 mt_status mt_gpt_recompute_parse(const char *text, mt_gpt_recompute *out);
 const char *mt_gpt_recompute_name(mt_gpt_recompute recompute);
 
+/* The precision of forward and backward. The parameters, their gradients (accumulated over
+ * micro-batches) and the optimizer's moments stay fp32 in every precision. In bf16 and fp16
+ * the matrix products read half-precision compute copies of the weight matrices (rounded from
+ * the parameters as each pass begins: the gathered ones under ZeRO-3) and activations rounded
+ * to half precision; the activations a slot keeps inside a block are stored in half precision
+ * (the residual stream, the norms' statistics and the head's logits stay fp32). Products,
+ * norms, softmax, the loss and every gradient are computed and accumulated in fp32. */
+typedef enum mt_gpt_precision {
+    MT_PRECISION_FP32,
+    MT_PRECISION_BF16,
+    MT_PRECISION_FP16,
+} mt_gpt_precision;
+
+/* "fp32", "bf16" or "fp16"; anything else is an error naming the text. */
+mt_status mt_gpt_precision_parse(const char *text, mt_gpt_precision *out);
+const char *mt_gpt_precision_name(mt_gpt_precision precision);
+
 /* Whether this rank holds a unit's state. The last pipeline stage holds a copy of the
  * embeddings for the tied LM head: its gradients are summed with the first stage's, and it is
  * counted once (on the first stage) in the gradient norm and in what is saved. */
@@ -139,6 +156,7 @@ struct mt_gpt {
     mt_gpt_stage stage;  /* this rank's chunks and slots (by default the whole model: one
                           * chunk of every layer, one slot) */
     mt_gpt_recompute recompute;
+    mt_gpt_precision precision;
     int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
      * units[u].offset), its gradient likewise in unit_grad[u]. The state's owner sets them,
@@ -152,6 +170,8 @@ struct mt_gpt {
     size_t *tp_counts;   /* scratch: per-rank element counts of a gather or reduce-scatter */
     double tp_seconds;   /* spent in tensor-parallel collectives, since creation */
     mt_arena activation_arena;
+    mt_arena compute_arena; /* half precision: the compute copy of one pass's weight matrices */
+    float *compute_weights; /* their values rounded to half precision (fp32 storage) */
     mt_gpt_activations *acts;
     int b, t;            /* geometry of the last forward */
     int has_targets;     /* the last forward computed a loss */
@@ -172,12 +192,12 @@ void mt_gpt_destroy(mt_gpt *gpt);
 
 /* The same for one pipeline stage (`stage` NULL: the whole model): the table still names every
  * tensor of the model, but only the units the stage runs are held, and the activation arena
- * holds each chunk's slots, each keeping what `recompute` leaves of its blocks' activations.
- * Errors name what is wrong with the stage. */
+ * holds each chunk's slots, each keeping what `recompute` leaves of its blocks' activations,
+ * in `precision`. Errors name what is wrong with the stage. */
 mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
-                              mt_gpt_recompute recompute, int max_sequences,
-                              mt_memory_ledger *ledger);
+                              mt_gpt_recompute recompute, mt_gpt_precision precision,
+                              int max_sequences, mt_memory_ledger *ledger);
 
 /* Sets every held parameter from (seed, parameter name, element index): layout-invariant. */
 void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed);
