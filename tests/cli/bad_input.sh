@@ -93,6 +93,10 @@ run_case "lr not a number" error "lr" "abc" -- "$MT" train "${TINY[@]}" --lr abc
 run_case "zero layers" error "layers" -- "$MT" train "${TINY[@]}" --layers 0
 run_case "unknown recomputation mode" error "config key 'recompute': 'most' is not none, selective or full" -- \
     "$MT" train "${TINY[@]}" --recompute most
+# refused by the run plan, before any worker starts
+run_case "unknown precision" error "config key 'precision': 'fp8' is not a training precision: fp32, bf16 or fp16" -- \
+    "$MT" train "${TINY[@]}" --precision fp8 --nproc 2
+run_case "control: a valid tiny run in bf16 succeeds" 0 "done" -- "$MT" train "${TINY[@]}" --precision bf16
 run_case "fractional layers" error "layers" -- "$MT" train "${TINY[@]}" --layers=1.5
 run_case "negative steps" error "steps" -- "$MT" train "${TINY[@]}" --steps -3
 run_case "flag without a value" error "seed" -- "$MT" train "${TINY[@]}" --seed
