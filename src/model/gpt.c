@@ -134,7 +134,7 @@ const char *mt_gpt_precision_name(mt_gpt_precision precision)
 }
 
 /* The weight matrices a block's products read (QKV, attention output, MLP up and down), by
- * their place in the block's unit, and the LM head's (wte, unit 0's first). */
+ * their place in the block's unit. The LM head's is wte, unit 0's first. */
 static const int BLOCK_MATRICES[4] = {2, 4, 8, 10};
 
 static size_t local_numel(const mt_gpt *gpt, int unit, int i)
