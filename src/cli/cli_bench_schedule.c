@@ -8,17 +8,20 @@
 #include "meshtrain/pipeline.h"
 
 static const char USAGE[] =
-    "usage: meshtrain bench schedule --pp P --microbatches M [--schedule gpipe|1f1b|interleaved]\n"
-    "                                [--chunks V] [--forward SEC] [--backward SEC]\n"
+    "usage: meshtrain bench schedule --pp P --microbatches M\n"
+    "                                [--schedule gpipe|1f1b|interleaved|zb1] [--chunks V]\n"
+    "                                [--forward SEC] [--backward SEC] [--weight SEC]\n"
     "                                [--transfer SEC] [--show]\n"
     "\n"
     "Generates the schedule, checks it (each pass once, dependencies, every receive matching\n"
     "its send, no deadlock), and replays it with every stage's chunk forward taking --forward\n"
     "seconds (default 1), backward --backward (default 2) and each message --transfer (default\n"
-    "0); --forward and --backward may list one time per stage (0.03,0.032). It prints each\n"
+    "0); --weight (default 0) is the weight-gradient pass, which zb1 runs apart from the\n"
+    "backward (then the input gradients alone) and the other schedules inside it. --forward,\n"
+    "--backward and --weight may list one time per stage (0.03,0.032). It prints each\n"
     "stage's idle share (the bubble), the activations it holds at once, and the textbook\n"
     "bubble. --show prints every stage's passes in order (F3.1: forward of micro-batch 3 on\n"
-    "chunk 1).\n";
+    "chunk 1; W3: weight gradients of micro-batch 3).\n";
 
 enum { MAX_LISTED = 64 };
 
@@ -30,7 +33,7 @@ typedef struct durations {
 
 typedef struct options {
     int pp, micros, chunks, show;
-    durations forward, backward;
+    durations forward, backward, weight;
     double transfer;
     mt_pp_schedule_kind kind;
 } options;
@@ -64,7 +67,8 @@ static int parse_durations(const char *flag, const char *text, durations *out)
 /* Returns 0 on success, else the exit code. */
 static int parse(int argc, char **argv, options *o)
 {
-    *o = (options){.chunks = 1, .forward = {{1}, 1}, .backward = {{2}, 1}, .kind = MT_PP_1F1B};
+    *o = (options){.chunks = 1, .forward = {{1}, 1}, .backward = {{2}, 1}, .weight = {{0}, 1},
+                   .kind = MT_PP_1F1B};
     for (int i = 0; i < argc; i++) {
         const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(flag, "--show") == 0) {
@@ -87,6 +91,8 @@ static int parse(int argc, char **argv, options *o)
             ok = parse_durations(flag, value, &o->forward);
         else if (strcmp(flag, "--backward") == 0)
             ok = parse_durations(flag, value, &o->backward);
+        else if (strcmp(flag, "--weight") == 0)
+            ok = parse_durations(flag, value, &o->weight);
         else if (strcmp(flag, "--transfer") == 0)
             ok = parse_seconds(flag, value, &o->transfer);
         else if (strcmp(flag, "--schedule") == 0) {
@@ -113,9 +119,10 @@ static void show(const mt_pp_schedule *s)
         printf("stage %d:", st);
         for (int i = 0; i < s->counts[st]; i++) {
             const mt_pp_action *a = &s->actions[st][i];
-            if (a->op != MT_PP_FORWARD && a->op != MT_PP_BACKWARD)
+            if (a->op != MT_PP_FORWARD && a->op != MT_PP_BACKWARD && a->op != MT_PP_WEIGHT)
                 continue; /* each pass's messages sit right next to it */
-            printf(" %c%d", a->op == MT_PP_FORWARD ? 'F' : 'B', a->micro);
+            printf(" %c%d", a->op == MT_PP_FORWARD ? 'F' : a->op == MT_PP_WEIGHT ? 'W' : 'B',
+                   a->micro);
             if (s->chunks > 1) /* as the trace names them: F3.1 is micro-batch 3 on chunk 1 */
                 printf(".%d", a->chunk);
         }
@@ -128,17 +135,19 @@ static int report(const mt_pp_schedule *s, const options *o)
     int p = s->stages;
     double *forward = malloc((size_t)p * sizeof *forward), *backward = malloc((size_t)p * sizeof *backward);
     double *busy = malloc((size_t)p * sizeof *busy), makespan = 0;
-    if (!forward || !backward || !busy) {
-        free(forward), free(backward), free(busy);
+    double *weight = malloc((size_t)p * sizeof *weight);
+    if (!forward || !backward || !busy || !weight) {
+        free(forward), free(backward), free(busy), free(weight);
         fprintf(stderr, "meshtrain bench schedule: error: out of memory\n");
         return 1;
     }
     for (int st = 0; st < p; st++) {
         forward[st] = o->forward.listed[st % o->forward.count];
         backward[st] = o->backward.listed[st % o->backward.count];
+        weight[st] = o->weight.listed[st % o->weight.count];
     }
     int code = 0;
-    if (mt_pp_schedule_replay(s, forward, backward, o->transfer, busy, &makespan)) {
+    if (mt_pp_schedule_replay_split(s, forward, backward, weight, o->transfer, busy, &makespan)) {
         code = cli_report_error("bench schedule");
     } else {
         printf("%s, pp %d, %d micro-batches, %d chunk%s: makespan %.6g s\n",
@@ -151,7 +160,7 @@ static int report(const mt_pp_schedule *s, const options *o)
         printf("textbook bubble: %.1f%%\n",
                100 * mt_pp_bubble_expected(s->kind, p, s->micros, s->chunks));
     }
-    free(forward), free(backward), free(busy);
+    free(forward), free(backward), free(busy), free(weight);
     return code;
 }
 

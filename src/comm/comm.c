@@ -301,6 +301,12 @@ size_t mt_comm_buffer_bytes(const mt_comm *comm)
                : 0;
 }
 
+uint64_t mt_comm_bytes_sent(const mt_comm *comm)
+{
+    return comm && comm->backend && comm->backend->bytes_sent ? comm->backend->bytes_sent(comm->impl)
+                                                              : 0;
+}
+
 mt_status mt_comm_alloc_shared(mt_comm *comm, size_t bytes, void **out)
 {
     if (!comm || !out)

@@ -132,6 +132,8 @@ typedef struct mt_comm_backend {
     /* Bytes of communication buffers this rank owns (its block of a shared segment); NULL
      * when the back end keeps none between calls. */
     size_t (*buffer_bytes)(void *impl);
+    /* Bytes this rank has sent over a network in collectives; NULL: none (shared memory). */
+    uint64_t (*bytes_sent)(void *impl);
 } mt_comm_backend;
 
 /* Work handed to the progress thread. */

@@ -1,6 +1,7 @@
 /* Which host a rank runs on, as a string: ranks with equal strings can share memory. Hier
  * groups ranks by it, and the shm world refuses ranks on different hosts. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,4 +44,38 @@ mt_status comm_host_identity(const char *kind, char *out, size_t capacity)
     size_t used = strlen(out);
     snprintf(out + used, capacity - used, "/netns:%llu", (unsigned long long)ns.st_ino);
     return MT_OK;
+}
+
+/* The largest of the first n host numbers. */
+static int host_max(const int *host_of, int n)
+{
+    int most = 0;
+    for (int r = 0; r < n; r++)
+        most = host_of[r] > most ? host_of[r] : most;
+    return most;
+}
+
+mt_status mt_comm_host_numbers(mt_comm *comm, int *host_of)
+{
+    enum { BYTES = 160 };
+    int n = mt_comm_size(comm);
+    const char *kind = getenv("MT_COMM_HOST_IDENTITY");
+    char mine[BYTES] = "";
+    char *ids = calloc((size_t)n, BYTES);
+    mt_status status = ids ? comm_host_identity(kind && kind[0] ? kind : "boot", mine, sizeof mine)
+                           : mt_fail(MT_ENOMEM, "host numbers: allocating %d host names", n);
+    /* every member joins the exchange, even after a local failure, so that none waits */
+    mt_status exchanged = mt_comm_allgather(comm, mine, ids, ids ? BYTES : 0, MT_U8);
+    if (status == MT_OK)
+        status = exchanged;
+    for (int r = 0; status == MT_OK && r < n; r++) {
+        host_of[r] = -1;
+        for (int q = 0; q < r && host_of[r] < 0; q++)
+            if (strcmp(ids + (size_t)q * BYTES, ids + (size_t)r * BYTES) == 0)
+                host_of[r] = host_of[q];
+        if (host_of[r] < 0)
+            host_of[r] = r == 0 ? 0 : 1 + host_max(host_of, r);
+    }
+    free(ids);
+    return status;
 }

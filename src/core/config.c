@@ -39,6 +39,17 @@ static const config_key KEYS[] = {
     {"beta1", KEY_REAL, FIELD(beta1), "0.9", 0, 0.999999, "AdamW first-moment decay"},
     {"beta2", KEY_REAL, FIELD(beta2), "0.95", 0, 0.999999999, "AdamW second-moment decay"},
     {"eps", KEY_REAL, FIELD(eps), "1e-8", 0, 1, "AdamW epsilon"},
+    {"optimizer", KEY_TEXT, FIELD(optimizer), "adamw", 0, 0,
+     "adamw, or sgd (torch.optim.SGD: momentum, weight decay coupled as L2)"},
+    {"momentum", KEY_REAL, FIELD(momentum), "0.9", 0, 0.999999, "SGD momentum (0: plain SGD)"},
+    {"grad_comm", KEY_TEXT, FIELD(grad_comm), "allreduce", 0, 0,
+     "how data parallelism sends gradients (zero 0 or 1): allreduce, powersgd, signsgd (majority "
+     "vote), onebit (sign x scale with error feedback; --optimizer sgd)"},
+    {"powersgd_rank", KEY_INT, FIELD(powersgd_rank), "2", 1, 4096, "PowerSGD: the rank R of the factors"},
+    {"powersgd_start", KEY_INT, FIELD(powersgd_start), "10", 0, 1e9,
+     "PowerSGD: steps before this one take the plain all-reduce"},
+    {"onebit_warmup", KEY_INT, FIELD(onebit_warmup), "10", 0, 1e9,
+     "1-bit SGD: steps of plain all-reduce first"},
     {"clip", KEY_REAL, FIELD(clip), "1.0", 0, 1e30, "global gradient-norm clip (0: off)"},
     {"seed", KEY_U64, FIELD(seed), "1337", 0, 0, "seed of initialisation, batch order and sampling"},
     {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: OMP_NUM_THREADS, else CPUs/local ranks)"},
@@ -48,7 +59,8 @@ static const config_key KEYS[] = {
     {"tp", KEY_INT, FIELD(tp), "1", 1, 4096, "tensor-parallel ranks per layer (must divide heads)"},
     {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (the layers cut into pp runs; see balance, schedule)"},
     {"schedule", KEY_TEXT, FIELD(schedule), "1f1b", 0, 0,
-     "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved"},
+     "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved, zb1 (zero "
+     "bubble: backwards split into input and weight gradients)"},
     {"chunks", KEY_INT, FIELD(chunks), "1", 1, 8,
      "model chunks per pipeline stage (interleaved schedule; layers >= pp x chunks)"},
     {"balance", KEY_TEXT, FIELD(balance), "even", 0, 0,
@@ -61,12 +73,27 @@ static const config_key KEYS[] = {
     {"precision", KEY_TEXT, FIELD(precision), "fp32", 0, 0,
      "precision of forward and backward: fp32, bf16 or fp16 (fp32 master parameters, "
      "gradients and AdamW moments in every one)"},
+    {"attention", KEY_TEXT, FIELD(attention), "fused", 0, 0,
+     "attention kernels: fused (blocked, online softmax, keeps no T x T probabilities; head "
+     "sizes 4 to 256 in steps of 4) or plain (keeps the probabilities)"},
     {"sp", KEY_SWITCH, FIELD(sp), "off", 0, 1,
      "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,
      "ZeRO stage over the data-parallel ranks: 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
+    {"local_steps", KEY_INT, FIELD(local_steps), "1", 1, 1e9,
+     "local SGD / DiLoCo: optimizer steps each data-parallel replica takes on its own data "
+     "between synchronisations (above 1 with outer_optimizer none: avg)"},
+    {"outer_optimizer", KEY_TEXT, FIELD(outer_optimizer), "none", 0, 0,
+     "how replicas synchronise every local_steps: none (DDP: gradients every step), avg "
+     "(parameters averaged), sgd or nesterov (DiLoCo: the mean displacement is an outer gradient)"},
+    {"diloco_group", KEY_TEXT, FIELD(diloco_group), "replica", 0, 0,
+     "local steps: what steps alone between synchronisations: replica (each data-parallel "
+     "rank) or host (the data-parallel ranks of a host, DDP among them)"},
+    {"outer_lr", KEY_REAL, FIELD(outer_lr), "0.7", 0, 100, "DiLoCo: the outer optimizer's learning rate"},
+    {"outer_momentum", KEY_REAL, FIELD(outer_momentum), "0.9", 0, 0.999999,
+     "DiLoCo: the outer optimizer's momentum"},
     {"check_every", KEY_INT, FIELD(check_every), "50", 0, 1e9,
      "steps between checksums of the data-parallel replicas' parameters (0: never)"},
     {"save_model", KEY_SWITCH, FIELD(save_model), "on", 0, 1,
@@ -101,7 +128,7 @@ static const config_key KEYS[] = {
 };
 #undef FIELD
 enum { KEY_COUNT = sizeof KEYS / sizeof KEYS[0] };
-_Static_assert(KEY_COUNT <= 64, "mt_config.given has one bit per key");
+_Static_assert(KEY_COUNT <= 64 * MT_CONFIG_GIVEN_WORDS, "mt_config.given has one bit per key");
 
 static const config_key *find_key(const char *name)
 {
@@ -155,7 +182,8 @@ mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, con
         return mt_fail(MT_EINVAL, "unknown config key '%s' (%s); see --help for the keys", name,
                        where);
     char *field = (char *)cfg + key->offset;
-    cfg->given |= 1ull << (key - KEYS); /* mt_config_defaults clears it again */
+    /* mt_config_defaults clears it again */
+    cfg->given[(key - KEYS) / 64] |= 1ull << ((key - KEYS) % 64);
     double number;
     mt_status status;
     switch (key->type) {
@@ -202,7 +230,7 @@ void mt_config_defaults(mt_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < KEY_COUNT; i++)
         mt_config_set(cfg, KEYS[i].name, KEYS[i].default_value, "built-in default");
-    cfg->given = 0;
+    memset(cfg->given, 0, sizeof cfg->given);
 }
 
 int mt_config_key_count(void) { return KEY_COUNT; }
@@ -215,7 +243,7 @@ const char *mt_config_key_name(int index)
 int mt_config_given(const mt_config *cfg, const char *name)
 {
     const config_key *key = find_key(name);
-    return key && (cfg->given >> (key - KEYS) & 1);
+    return key && (cfg->given[(key - KEYS) / 64] >> ((key - KEYS) % 64) & 1);
 }
 
 void mt_config_format(const mt_config *cfg, const char *name, char *out, size_t capacity)
@@ -384,6 +412,21 @@ mt_status mt_config_validate(const mt_config *c)
     if (strcmp(c->balance, "even") && strcmp(c->balance, "cost"))
         return mt_fail(MT_EINVAL, "config key 'balance': '%s' is neither even nor cost",
                        c->balance);
+    if (strcmp(c->optimizer, "adamw") && strcmp(c->optimizer, "sgd"))
+        return mt_fail(MT_EINVAL, "config key 'optimizer': '%s' is neither adamw nor sgd",
+                       c->optimizer);
+    if (strcmp(c->grad_comm, "allreduce") && strcmp(c->grad_comm, "powersgd") &&
+        strcmp(c->grad_comm, "signsgd") && strcmp(c->grad_comm, "onebit"))
+        return mt_fail(MT_EINVAL, "config key 'grad_comm': '%s' is not allreduce, powersgd, "
+                                  "signsgd or onebit", c->grad_comm);
+    if (strcmp(c->grad_comm, "allreduce") && c->zero > 1)
+        return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'zero': --grad_comm %s needs zero "
+                                  "0 or 1 (zero %d's reduce-scatter owns the gradient)",
+                       c->grad_comm, c->zero);
+    if (strcmp(c->grad_comm, "onebit") == 0 && strcmp(c->optimizer, "adamw") == 0)
+        return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'optimizer': --grad_comm onebit "
+                                  "needs --optimizer sgd (error feedback on gradients that feed "
+                                  "Adam's variance is unsound: the carried error inflates it)");
     if (c->min_lr > c->lr)
         return mt_fail(MT_EINVAL, "config keys 'min_lr' and 'lr': min_lr %g exceeds lr %g", c->min_lr,
                        c->lr);

@@ -51,8 +51,9 @@ void mt_linear_backward(float *dx, float *dw, float *db, const float *dy, const 
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
                     0.0f, dx, in);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f,
-                dw, in);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+                    1.0f, dw, in);
     if (db)
         bias_backward(db, dy, n, out);
 }

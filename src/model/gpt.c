@@ -161,13 +161,28 @@ static mt_status create_compute_weights(mt_gpt *gpt, mt_memory_ledger *ledger)
 
 mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
-                              mt_gpt_recompute recompute, mt_gpt_precision precision,
-                              int max_sequences, mt_memory_ledger *ledger)
+                              mt_gpt_recompute recompute, int max_sequences,
+                              mt_memory_ledger *ledger)
+{
+    mt_gpt_options options = {.recompute = recompute, .attention = MT_ATTENTION_PLAIN,
+                              .precision = MT_PRECISION_FP32};
+    return mt_gpt_create_with(gpt, shape, tp, stage, &options, max_sequences, ledger);
+}
+
+mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
+                             const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
+                             const mt_gpt_options *options, int max_sequences,
+                             mt_memory_ledger *ledger)
 {
     memset(gpt, 0, sizeof *gpt);
+    mt_gpt_recompute recompute = options->recompute;
+    mt_gpt_precision precision = options->precision;
     gpt->recompute = recompute;
     gpt->precision = precision;
+    gpt->attention = options->attention;
     mt_status status = mt_gpt_shape_check(shape);
+    if (status == MT_OK)
+        status = mt_gpt_attention_check(shape, options->attention);
     gpt->tp = tp ? *tp : (mt_gpt_tensor_parallel){.size = 1};
     gpt->stage = stage ? *stage
                        : (mt_gpt_stage){.chunks = 1, .layer_count = {shape->layers}, .slots = {1}};
@@ -175,6 +190,8 @@ mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
         status = tp_check(shape, &gpt->tp);
     if (status == MT_OK)
         status = stage_check(shape, &gpt->stage);
+    if (status == MT_OK)
+        status = gpt_split_check(gpt);
     if (status == MT_OK && (recompute < MT_RECOMPUTE_NONE || recompute > MT_RECOMPUTE_FULL))
         status = mt_fail(MT_EINVAL, "activation recomputation mode %d is not none, selective or "
                                     "full", (int)recompute);
@@ -212,8 +229,7 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
                                   const mt_gpt_tensor_parallel *tp, int max_sequences,
                                   mt_memory_ledger *ledger)
 {
-    return mt_gpt_create_stage(gpt, shape, tp, NULL, MT_RECOMPUTE_NONE, MT_PRECISION_FP32,
-                               max_sequences, ledger);
+    return mt_gpt_create_stage(gpt, shape, tp, NULL, MT_RECOMPUTE_NONE, max_sequences, ledger);
 }
 
 void mt_gpt_destroy(mt_gpt *gpt)
@@ -317,17 +333,6 @@ static void keep(const mt_gpt *gpt, float *x, mt_half *kept, size_t count)
     }
 }
 
-/* A kept activation as an fp32 operand: widened into `scratch` when the slot keeps it in half
- * precision (`kept`), else the fp32 buffer itself. */
-static const float *operand(const mt_gpt *gpt, const float *fp32, const mt_half *kept,
-                            float *scratch, size_t count)
-{
-    if (!kept)
-        return fp32;
-    mt_half_to_f32(gpt_half_format(gpt), scratch, kept, count);
-    return scratch;
-}
-
 /* ---- forward ---- */
 
 mt_status mt_gpt_embed_forward(mt_gpt *gpt)
@@ -369,9 +374,11 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a,
         return status;
     mt_linear_forward(a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
     keep(gpt, a->qkv, KEPT(qkv), rows * 3 * c_tp);
-    mt_attention_forward(a->atty, a->probs, a->qkv, gpt->b, gpt->t, c_tp, heads_tp);
+    gpt_attention_forward(gpt, a);
     keep(gpt, a->atty, KEPT(atty), rows * c_tp);
-    keep(gpt, a->probs, KEPT(probs), attention);
+    /* fused attention's log-sum-exps are statistics: fp32, as the norms' */
+    if (gpt->attention == MT_ATTENTION_PLAIN)
+        keep(gpt, a->probs, KEPT(probs), attention);
     if ((status = gpt_tp_row_parallel_forward(gpt, a->res2, x, a->atty, w.proj_w, w.proj_b, c_tp)))
         return status;
 
@@ -399,7 +406,7 @@ static gpt_block_acts forward_buffers(const mt_gpt *gpt, int layer, const gpt_bl
 {
     gpt_block_acts a = gpt->acts->blocks[layer];
     *kept = NULL;
-    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE)
+    if (gpt_attention_remakes_probs(gpt))
         a.probs = gpt->acts->probs;
     if (gpt->recompute == MT_RECOMPUTE_FULL) {
         float *output = a.res3;
@@ -622,10 +629,10 @@ static mt_status recompute_for_backward(mt_gpt *gpt, int layer, gpt_block_acts *
                                         const gpt_block_half *kept)
 {
     *a = gpt->acts->blocks[layer];
-    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE) {
+    if (gpt_attention_remakes_probs(gpt)) {
         int c_tp = gpt->shape.width / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
         a->probs = gpt->acts->probs;
-        const float *qkv = operand(gpt, a->qkv, kept ? kept->qkv : NULL, gpt->acts->dfch,
+        const float *qkv = gpt_operand(gpt, a->qkv, kept ? kept->qkv : NULL, gpt->acts->dfch,
                                    (size_t)gpt->b * gpt->t * 3 * c_tp);
         mt_attention_forward(NULL, a->probs, qkv, gpt->b, gpt->t, c_tp, heads_tp);
         keep(gpt, a->probs, NULL, (size_t)gpt->b * heads_tp * gpt->t * gpt->t);
@@ -666,18 +673,18 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    mt_linear_backward(s->dfch, g.fcproj_w, g.fcproj_b, dy,
-                       operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand, rows * 4 * c_tp),
-                       w.fcproj_w, n, 4 * c_tp, c);
+    gpt_linear_backward(gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy,
+                        gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand, rows * 4 * c_tp),
+                        w.fcproj_w, n, 4 * c_tp, c);
     mt_gelu_backward(s->dfch, s->dfch,
-                     operand(gpt, a->fch, KEPT(fch), s->operand, rows * 4 * c_tp),
+                     gpt_operand(gpt, a->fch, KEPT(fch), s->operand, rows * 4 * c_tp),
                      (long)n * 4 * c_tp);
-    if ((status = gpt_tp_gather_rows(gpt,
-                                     operand(gpt, a->ln2, KEPT(ln2), s->operand, (size_t)local * c),
-                                     c, s->gathered, &ln)))
+    if ((status = gpt_tp_gather_rows(
+             gpt, gpt_operand(gpt, a->ln2, KEPT(ln2), s->operand, (size_t)local * c), c,
+             s->gathered, &ln)))
         return status;
-    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch, ln, w.fc_w, n, c,
-                       4 * c_tp);
+    gpt_linear_backward(gpt, a->w_dfch, gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch,
+                        ln, w.fc_w, n, c, 4 * c_tp);
     if ((status = gpt_tp_sum_input_grad(gpt)))
         return status;
     mt_layernorm_backward(s->dresidual, pass[0], pass[1], s->dln, a->res2, a->ln2_mean,
@@ -685,21 +692,25 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    mt_linear_backward(s->datty, g.proj_w, g.proj_b, dy,
-                       operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), w.proj_w, n,
-                       c_tp, c);
-    /* the MLP gradient's buffer is idle from here on: it takes the widened qkv */
-    mt_attention_backward(s->dqkv, s->dprobs, s->datty,
-                          operand(gpt, a->probs, KEPT(probs), s->probs, attention),
-                          operand(gpt, a->qkv, KEPT(qkv), s->dfch, rows * 3 * c_tp), gpt->b,
-                          gpt->t, c_tp, heads_tp);
-    if ((status = gpt_tp_gather_rows(gpt,
-                                     operand(gpt, a->ln1, KEPT(ln1), s->operand, (size_t)local * c),
-                                     c, s->gathered, &ln)))
+    gpt_linear_backward(gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy,
+                        gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), w.proj_w, n,
+                        c_tp, c);
+    /* the MLP gradient's buffer is idle from here on: it takes the widened qkv; the operand
+     * buffer takes fused attention's widened output */
+    const float *qkv = gpt_operand(gpt, a->qkv, KEPT(qkv), s->dfch, rows * 3 * c_tp);
+    if (gpt->attention == MT_ATTENTION_FUSED)
+        gpt_attention_backward(
+            gpt, qkv, gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), a->lse);
+    else
+        gpt_attention_backward(gpt, qkv, NULL,
+                               gpt_operand(gpt, a->probs, KEPT(probs), s->probs, attention));
+    if ((status = gpt_tp_gather_rows(
+             gpt, gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, (size_t)local * c), c,
+             s->gathered, &ln)))
         return status;
 #undef KEPT
-    mt_linear_backward(gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv, ln, w.qkv_w, n,
-                       c, 3 * c_tp);
+    gpt_linear_backward(gpt, a->w_dqkv, gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv,
+                        ln, w.qkv_w, n, c, 3 * c_tp);
     /* The key bias adds q.b to every score of a query's row, which softmax ignores: its true
      * gradient is exactly zero. Computed, it is rounding noise that differs with the order of
      * the sums (layout, threads), and AdamW would turn that noise into steps of up to lr / 100
@@ -711,7 +722,8 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
                           a->ln1_mean, a->ln1_rstd, w.ln1_w, local, c);
     if ((status = gpt_tp_norm_grads_finish(gpt, norm, 4)))
         return status;
-    return leave(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
+    /* a split backward's weight pass ends the unit's backward */
+    return gpt->input_only ? MT_OK : leave(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);
 }
 
 mt_status mt_gpt_embed_backward(mt_gpt *gpt)
@@ -721,7 +733,9 @@ mt_status mt_gpt_embed_backward(mt_gpt *gpt)
     if (status)
         return status;
     status = gpt_tp_embed_backward(gpt, grad_of(gpt, unit, 0), grad_of(gpt, unit, 1));
-    return status ? status : leave(gpt, unit, MT_GPT_BACKWARD);
+    /* a split backward's weight pass ends the unit's backward: data parallelism's buckets
+     * expect the embeddings to finish after the blocks */
+    return status || gpt->input_only ? status : leave(gpt, unit, MT_GPT_BACKWARD);
 }
 
 mt_status mt_gpt_backward(mt_gpt *gpt, float loss_scale)

@@ -41,8 +41,11 @@ static void plan_half(planner *p, mt_half **target, size_t count)
 
 /* Sizes of one micro-batch's buffers on this rank. */
 typedef struct geometry {
-    size_t n, local, c, c_tp, attention, vocab_local;
+    size_t n, local, c, c_tp, vocab_local;
+    size_t attention; /* plain attention's probabilities; 0 under fused attention */
+    size_t lse;       /* fused attention's log-sum-exps; 0 under plain attention */
     int sp;
+    int split;        /* the stage splits its backwards */
 } geometry;
 
 static geometry geometry_of(const mt_gpt *gpt)
@@ -52,8 +55,12 @@ static geometry geometry_of(const mt_gpt *gpt)
     geometry g = {.n = (size_t)gpt->max_sequences * s->context, .c = s->width,
                   .sp = gpt->tp.sequence_parallel && tp > 1};
     g.c_tp = g.c / (size_t)tp;
+    g.split = gpt->stage.split_backward;
     g.local = g.sp ? (g.n + (size_t)tp - 1) / (size_t)tp : g.n; /* rows this rank keeps */
-    g.attention = (size_t)gpt->max_sequences * (size_t)(s->heads / tp) * s->context * s->context;
+    size_t rows = (size_t)gpt->max_sequences * (size_t)(s->heads / tp) * s->context;
+    int fused = gpt->attention == MT_ATTENTION_FUSED;
+    g.attention = fused ? 0 : rows * s->context;
+    g.lse = fused ? rows : 0;
     g.vocab_local = (size_t)gpt->vocab_local;
     return g;
 }
@@ -70,13 +77,18 @@ static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_
     }
     plan(p, &b->ln1, local * c), plan(p, &b->ln1_mean, local), plan(p, &b->ln1_rstd, local);
     plan(p, &b->qkv, 3 * n * c_tp), plan(p, &b->atty, n * c_tp);
-    if (keep == MT_RECOMPUTE_NONE)
+    if (keep == MT_RECOMPUTE_NONE && g->attention)
         plan(p, &b->probs, g->attention);
+    if (g->lse) /* small: kept under selective recomputation too */
+        plan(p, &b->lse, g->lse);
     plan(p, &b->res2, local * c);
     plan(p, &b->ln2, local * c), plan(p, &b->ln2_mean, local), plan(p, &b->ln2_rstd, local);
     plan(p, &b->fch, 4 * n * c_tp), plan(p, &b->fch_gelu, 4 * n * c_tp);
     if (with_output)
         plan(p, &b->res3, local * c);
+    if (g->split) /* what a split backward's weight pass reads besides the activations */
+        plan(p, &b->w_dy_mlp, n * c), plan(p, &b->w_dfch, 4 * n * c_tp),
+            plan(p, &b->w_dy_attn, n * c), plan(p, &b->w_dqkv, 3 * n * c_tp);
 }
 
 /* A block's buffers in half precision: what it keeps in half precision, and the residual
@@ -91,12 +103,17 @@ static void plan_block_half(planner *p, gpt_block_acts *b, gpt_block_half *h, co
     }
     plan_half(p, &h->ln1, local * c), plan(p, &b->ln1_mean, local), plan(p, &b->ln1_rstd, local);
     plan_half(p, &h->qkv, 3 * n * c_tp), plan_half(p, &h->atty, n * c_tp);
-    if (keep == MT_RECOMPUTE_NONE)
+    if (keep == MT_RECOMPUTE_NONE && g->attention)
         plan_half(p, &h->probs, g->attention);
+    if (g->lse) /* fp32 statistics, as the norms' */
+        plan(p, &b->lse, g->lse);
     plan(p, &b->res2, local * c);
     plan_half(p, &h->ln2, local * c), plan(p, &b->ln2_mean, local), plan(p, &b->ln2_rstd, local);
     plan_half(p, &h->fch, 4 * n * c_tp), plan_half(p, &h->fch_gelu, 4 * n * c_tp);
     plan(p, &b->res3, local * c);
+    if (g->split) /* the weight pass's output gradients, fp32 (it widens the activations) */
+        plan(p, &b->w_dy_mlp, n * c), plan(p, &b->w_dfch, 4 * n * c_tp),
+            plan(p, &b->w_dy_attn, n * c), plan(p, &b->w_dqkv, 3 * n * c_tp);
 }
 
 /* One slot of a chunk: its input, its blocks, the embeddings' tokens in the first chunk and the
@@ -133,11 +150,12 @@ static void plan_scratch(planner *p, const mt_gpt *gpt, const geometry *g)
     size_t n = g->n, c = g->c, c_tp = g->c_tp;
     plan(p, &a->dln, n * c), plan(p, &a->datty, n * c_tp);
     plan(p, &a->dqkv, 3 * n * c_tp), plan(p, &a->dfch, 4 * n * c_tp);
-    plan(p, &a->dprobs, g->attention);
+    if (g->attention)
+        plan(p, &a->dprobs, g->attention);
     if (gpt->recompute == MT_RECOMPUTE_FULL)
         plan_block(p, &a->work, g, MT_RECOMPUTE_NONE, 0);
     int widened = gpt_half(gpt) && gpt->recompute != MT_RECOMPUTE_FULL;
-    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE || widened)
+    if ((gpt->recompute == MT_RECOMPUTE_SELECTIVE || widened) && g->attention)
         plan(p, &a->probs, g->attention);
     if (widened)
         plan(p, &a->operand, n * (c > 4 * c_tp ? c : 4 * c_tp));

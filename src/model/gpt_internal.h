@@ -20,11 +20,16 @@ typedef struct gpt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [local, c], [local], [local] */
     float *qkv;                       /* [n, 3 c_tp]: this rank's heads of q, k and v */
     float *atty;                      /* [n, c_tp]: attention output before the projection */
-    float *probs;                     /* [b, heads / tp, t, t] */
+    float *probs;                     /* [b, heads / tp, t, t]: plain attention's */
+    float *lse;                       /* [b, heads / tp, t]: fused attention's log-sum-exps */
     float *res2;                      /* [local, c]: input + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu;            /* [n, 4 c_tp] */
     float *res3;                      /* [local, c]: the block's output */
+    /* A split backward's output gradients of the block's four linear layers, kept by the
+     * input-gradient pass for the weight-gradient pass (NULL unless the stage splits) */
+    float *w_dy_mlp, *w_dfch;         /* [n, c], [n, 4 c_tp]: of the MLP's down and up */
+    float *w_dy_attn, *w_dqkv;        /* [n, c], [n, 3 c_tp]: of the projection and QKV */
 } gpt_block_acts;
 
 /* In bf16 and fp16, what a slot keeps of a block's activations in half precision, in place of
@@ -102,6 +107,17 @@ static inline mt_half_format gpt_half_format(const mt_gpt *gpt)
     return gpt->precision == MT_PRECISION_FP16 ? MT_HALF_F16 : MT_HALF_BF16;
 }
 
+/* A kept activation as an fp32 operand: widened into `scratch` when the slot keeps it in half
+ * precision (`kept`), else the fp32 buffer itself. */
+static inline const float *gpt_operand(const mt_gpt *gpt, const float *fp32, const mt_half *kept,
+                                       float *scratch, size_t count)
+{
+    if (!kept)
+        return fp32;
+    mt_half_to_f32(gpt_half_format(gpt), scratch, kept, count);
+    return scratch;
+}
+
 /* Fills gpt->params and gpt->units; returns the number of parameters. */
 size_t gpt_build_table(mt_gpt *gpt);
 
@@ -114,6 +130,23 @@ mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger);
 void gpt_activations_destroy(mt_gpt *gpt);
 /* Points the current buffers at slot `slot` of chunk `chunk` (both in range). */
 void gpt_activations_select(mt_gpt *gpt, int chunk, int slot);
+
+/* gpt_attention.c: the block's attention on the model's kernels (a's qkv into atty, keeping
+ * probs or lse), and its backward (datty into dqkv) on fp32 operands (widened in half
+ * precision): qkv, and the probabilities (plain; atty unused) or the output and its
+ * log-sum-exps (fused) in `saved`; whether the backward needs the probabilities made again
+ * first (plain attention under selective recomputation). */
+void gpt_attention_forward(const mt_gpt *gpt, gpt_block_acts *a);
+void gpt_attention_backward(const mt_gpt *gpt, const float *qkv, const float *atty,
+                            const float *saved);
+int gpt_attention_remakes_probs(const mt_gpt *gpt);
+
+/* gpt_backward_split.c: a linear layer's backward inside a block's backward. Whole, or, in a
+ * split backward's input-gradient pass, dx alone with dy kept in `keep` for the weight pass. */
+void gpt_linear_backward(const mt_gpt *gpt, float *keep, float *dx, float *dw, float *db,
+                         const float *dy, const float *x, const float *w, int n, int in, int out);
+/* Whether a stage's split backward can run with these settings (error naming what cannot). */
+mt_status gpt_split_check(const mt_gpt *gpt);
 
 /* gpt_tensor_parallel.c: the conjugate operators of Megatron's regions, each the identity on
  * one rank. They report failures of the group's collectives with what was being done. */

@@ -115,8 +115,9 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
     const mt_unit *u = &m->gpt->units[unit];
     float *grad = m->full_grad + u->offset;
     m->local_sum_squares += mt_sum_squares(grad, (long)u->numel);
-    if (!m->group)
+    if (!m->group || m->grad_comm) /* a hook takes every bucket once backward is done */
         return MT_OK;
+    m->comm_bytes += 4.0 * (double)u->numel;
     mt_work *work = NULL;
     mt_status status = MT_OK;
     if (m->zero == 1) {

@@ -73,6 +73,12 @@ struct mt_dp_model {
                          * their sync starts as each finishes */
     double local_sum_squares;
     double wait_seconds; /* blocked on the group's communication, since creation */
+
+    /* --grad_comm other than the plain all-reduce (zero 0 and 1, more than one replica): the
+     * hook every bucket goes through once backward is done, and each of its tensors' unit */
+    struct dp_grad_comm *grad_comm;
+    int *grad_comm_unit;
+    double comm_bytes; /* gradients handed to the group in this step's sync */
 };
 
 /* dp_model.c */
@@ -105,6 +111,12 @@ mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, floa
                                  mt_work **work);
 /* Waits for *work if any and clears it, counting the time blocked. */
 mt_status dp_wait(mt_dp_model *m, mt_work **work);
+
+/* grad_comm.c's hook for the model (none for the plain all-reduce); destroyed with the model */
+mt_status dp_grad_comm_attach(mt_dp_model *m, const mt_grad_comm_options *options);
+void dp_grad_comm_detach(mt_dp_model *m);
+/* Every bucket through the hook, in bucket order (after the reductions in flight are done). */
+mt_status dp_grad_comm_sync(mt_dp_model *m);
 
 /* dp_hooks.c */
 mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);

@@ -299,7 +299,11 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     mt_status status = m->pending && m->checksums
                            ? plan_slices(m)
                            : mt_fail(MT_ENOMEM, "data parallel: out of memory");
-    if (status == MT_OK && m->zero == 0)
+    if (status == MT_OK && options->grad_comm.kind != MT_GRAD_COMM_ALLREDUCE && m->zero > 1)
+        status = mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'zero': a gradient-communication "
+                                    "hook needs zero 0 or 1 (zero %d's reduce-scatter owns the "
+                                    "gradient)", m->zero);
+    if (status == MT_OK && (m->zero == 0 || options->grad_comm.kind != MT_GRAD_COMM_ALLREDUCE))
         status = plan_buckets(m, options->bucket_bytes);
     if (status == MT_OK)
         status = allocate_state(m);
@@ -307,6 +311,12 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
      * plus a blocking call queued behind them: handles for all of them, once. */
     if (status == MT_OK && group)
         status = mt_comm_reserve_work(group, gpt->unit_count + 2);
+    if (status) {
+        mt_dp_model_destroy(m);
+        return status;
+    }
+    if (status == MT_OK && group && !m->parameters_only)
+        status = dp_grad_comm_attach(m, &options->grad_comm);
     if (status) {
         mt_dp_model_destroy(m);
         return status;
@@ -339,6 +349,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     free(m->slices);
     free(m->buckets);
     free(m->pending);
+    dp_grad_comm_detach(m);
     free(m);
 }
 

@@ -16,6 +16,7 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
     if (micro != 0)
         return;
     m->local_sum_squares = 0;
+    m->comm_bytes = 0;
     if (m->full_grad) /* zero 2 and 3: the first micro-batch's reduction overwrites the slice */
         memset(m->full_grad, 0, m->gpt->numel * sizeof(float));
 }
@@ -45,6 +46,8 @@ static mt_status sum_tied_embeddings(mt_dp_model *m)
 mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares)
 {
     mt_status status = dp_drain_pending(m);
+    if (status == MT_OK && m->grad_comm)
+        status = dp_grad_comm_sync(m);
     *local_sum_squares = m->local_sum_squares;
     /* even after a failed sync, so that the other stage is not left waiting in the sum */
     mt_status tied = sum_tied_embeddings(m);
@@ -103,9 +106,42 @@ static void adamw_slices(mt_dp_model *m, const mt_adamw_hyper *hyper)
     }
 }
 
+/* SGD over this rank's slice of every unit; the momentum buffer lives where AdamW's first
+ * moment does (so ZeRO 1-3 shard it alike), the second moment stays zero. */
+static void sgd_slices(mt_dp_model *m, const mt_sgd_hyper *hyper)
+{
+    const mt_gpt *gpt = m->gpt;
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        size_t lo, hi;
+        if (!dp_owned_range(m, i, &lo, &hi))
+            continue;
+        size_t at = dp_slice_index(m, p->unit, lo);
+        float *param = dp_param_at(m, p->unit, lo), *grad = dp_grad_at(m, p->unit, lo);
+        mt_sgd_hyper h = *hyper;
+        if (!p->decay)
+            h.weight_decay = 0;
+        mt_sgd_update(param, grad, m->moment_m + at, (long)(hi - lo), &h);
+    }
+}
+
+static mt_status after_update(mt_dp_model *m);
+
 mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
 {
     adamw_slices(m, hyper);
+    return after_update(m);
+}
+
+mt_status mt_dp_model_update_sgd(mt_dp_model *m, const mt_sgd_hyper *hyper)
+{
+    sgd_slices(m, hyper);
+    return after_update(m);
+}
+
+/* What follows every update: the gathers that bring the replicas' parameters up to date. */
+static mt_status after_update(mt_dp_model *m)
+{
     if (m->zero == 3) {
         m->root_valid = 0; /* the gathered root is now stale */
         return MT_OK;

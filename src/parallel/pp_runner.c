@@ -1,6 +1,7 @@
 /* The pipeline executor: runs one stage's actions of a checked schedule in order, each
- * micro-batch's chunk in an activation slot from its receive to its backward, sends never
- * waited for until their buffer is needed again, receives waited for by the pass that reads. */
+ * micro-batch's chunk in an activation slot from its receive to its backward (to its
+ * weight-gradient pass when the schedule splits backwards), sends never waited for until their
+ * buffer is needed again, receives waited for by the pass that reads. */
 #include <stdlib.h>
 
 #include "meshtrain/clock.h"
@@ -24,6 +25,8 @@ struct mt_pp_runner {
     int first_slot[MT_GPT_MAX_CHUNKS];
     int *slot_of;         /* [micro * chunks + chunk]: the slot's index in `slots`, or -1 */
     int *last_backward;   /* [chunks]: the index of each chunk's last backward in the list */
+    int *last_weight;     /* [chunks]: and of its last weight-gradient pass (-1: none) */
+    int split;            /* the schedule splits backwards: a slot lives until its W */
     mt_trace *trace;
     int live, peak;
 };
@@ -53,8 +56,10 @@ mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt 
         r->slots = calloc((size_t)total, sizeof *r->slots);
         r->slot_of = malloc((size_t)schedule->micros * (size_t)v * sizeof *r->slot_of);
         r->last_backward = malloc((size_t)v * sizeof *r->last_backward);
+        r->last_weight = malloc((size_t)v * sizeof *r->last_weight);
+        r->split = mt_pp_schedule_splits(schedule);
     }
-    if (!r || !r->slots || !r->slot_of || !r->last_backward) {
+    if (!r || !r->slots || !r->slot_of || !r->last_backward || !r->last_weight) {
         mt_pp_runner_destroy(r);
         return mt_fail(MT_ENOMEM, "pipeline stage %d: out of memory", stage);
     }
@@ -71,10 +76,20 @@ mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt 
     for (int i = 0; i < total; i++)
         r->slots[i].micro = -1;
     for (int c = 0; c < v; c++)
-        r->last_backward[c] = -1;
-    for (int i = 0; i < schedule->counts[stage]; i++)
-        if (schedule->actions[stage][i].op == MT_PP_BACKWARD)
-            r->last_backward[schedule->actions[stage][i].chunk] = i;
+        r->last_backward[c] = r->last_weight[c] = -1;
+    for (int i = 0; i < schedule->counts[stage]; i++) {
+        mt_pp_action a = schedule->actions[stage][i];
+        if (a.op == MT_PP_BACKWARD)
+            r->last_backward[a.chunk] = i;
+        if (a.op == MT_PP_WEIGHT)
+            r->last_weight[a.chunk] = i;
+    }
+    if (r->split != gpt->stage.split_backward) {
+        mt_pp_runner_destroy(r);
+        return mt_fail(MT_EINVAL, "pipeline stage %d: the schedule %s its backwards but the "
+                                  "model's stage was made %s", stage,
+                       r->split ? "splits" : "does not split", r->split ? "whole" : "split");
+    }
     *out = r;
     return MT_OK;
 }
@@ -198,6 +213,15 @@ static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_act
         status = mt_gpt_chunk_forward(r->gpt, &loss);
         if (mt_gpt_chunk_is_last(r->gpt))
             st->report->loss_sum += loss;
+    } else if (a->op == MT_PP_WEIGHT) {
+        /* the blocks' gradients are final after the chunk's last W */
+        mt_dp_model_set_last_backward(r->model, index == r->last_weight[a->chunk]);
+        status = mt_gpt_chunk_backward_weight(r->gpt);
+        free_slot(r, a->micro, a->chunk);
+    } else if (r->split) {
+        /* the head's and embeddings' gradients are final after the chunk's last B */
+        mt_dp_model_set_last_backward(r->model, index == r->last_backward[a->chunk]);
+        status = mt_gpt_chunk_backward_input(r->gpt, st->loss_scale);
     } else {
         mt_dp_model_set_last_backward(r->model, index == r->last_backward[a->chunk]);
         status = mt_gpt_chunk_backward(r->gpt, st->loss_scale);
@@ -240,12 +264,14 @@ static mt_status run_transfer(mt_pp_runner *r, const step_state *st, const mt_pp
         status = mt_comm_recv_async(r->gradients, mt_gpt_chunk_grad(r->gpt), count, MT_F32,
                                     r->next, tag_of(r, a->micro, vs), &slot->recv);
         break;
-    default: /* MT_PP_SEND_GRADIENT: the slot's last use; its send is waited for on reuse */
+    default: /* MT_PP_SEND_GRADIENT: the slot's last use unless a W follows; its send is
+              * waited for on reuse */
         status = wait_work(r, &slot->send, MT_TRACE_SEND, a->micro, trace_chunk(r, a->chunk));
         if (status == MT_OK)
             status = mt_comm_send_async(r->gradients, mt_gpt_chunk_grad(r->gpt), count, MT_F32,
                                         r->prev, tag_of(r, a->micro, vs - 1), &slot->send);
-        free_slot(r, a->micro, a->chunk);
+        if (!r->split)
+            free_slot(r, a->micro, a->chunk);
         break;
     }
     mt_trace_span(r->trace, kind, start, mt_clock_seconds(), a->micro, trace_chunk(r, a->chunk));
@@ -281,8 +307,9 @@ mt_status mt_pp_runner_step(mt_pp_runner *r, const mt_pp_batch *batch, int seque
     mt_status status = MT_OK;
     for (int i = 0; i < s->counts[r->stage] && status == MT_OK; i++) {
         const mt_pp_action *a = &s->actions[r->stage][i];
-        status = a->op == MT_PP_FORWARD || a->op == MT_PP_BACKWARD ? run_pass(r, &st, a, i)
-                                                                   : run_transfer(r, &st, a);
+        status = a->op == MT_PP_FORWARD || a->op == MT_PP_BACKWARD || a->op == MT_PP_WEIGHT
+                     ? run_pass(r, &st, a, i)
+                     : run_transfer(r, &st, a);
         if (status)
             status = mt_fail_context(status, "pipeline stage %d, %s of micro-batch %d, chunk %d",
                                      r->stage, mt_pp_op_name(a->op), a->micro, a->chunk);
@@ -303,5 +330,6 @@ void mt_pp_runner_destroy(mt_pp_runner *r)
     free(r->slots);
     free(r->slot_of);
     free(r->last_backward);
+    free(r->last_weight);
     free(r);
 }

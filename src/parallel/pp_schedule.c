@@ -1,6 +1,8 @@
 /* Pipeline schedules as data: names, the size rules, the GPipe, 1F1B and interleaved generators,
- * activation memory and the textbook bubble. Checking and timing live in pp_schedule_check.c. */
+ * activation memory and the textbook bubble. Checking and timing live in pp_schedule_check.c,
+ * the zero-bubble order in pp_schedule_zb.c. */
 #include "meshtrain/pipeline.h"
+#include "pp_schedule_internal.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -8,33 +10,34 @@
 
 /* ---- names ---------------------------------------------------------------------------------- */
 
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved"};
-static const char *const OP_NAMES[] = {"recv-activation", "forward", "send-activation",
-                                       "recv-gradient",   "backward", "send-gradient"};
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb1"};
+static const char *const OP_NAMES[] = {"recv-activation", "forward",       "send-activation",
+                                       "recv-gradient",   "backward",      "send-gradient",
+                                       "weight"};
 
 const char *mt_pp_schedule_name(mt_pp_schedule_kind kind)
 {
-    if ((int)kind < 0 || (int)kind > MT_PP_INTERLEAVED)
+    if ((int)kind < 0 || (int)kind > MT_PP_ZB1)
         return "unknown";
     return SCHEDULE_NAMES[kind];
 }
 
 const char *mt_pp_op_name(mt_pp_op op)
 {
-    if ((int)op < 0 || (int)op > MT_PP_SEND_GRADIENT)
+    if ((int)op < 0 || (int)op > MT_PP_WEIGHT)
         return "unknown";
     return OP_NAMES[op];
 }
 
 mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind)
 {
-    for (int k = 0; name && k <= MT_PP_INTERLEAVED; k++)
+    for (int k = 0; name && k <= MT_PP_ZB1; k++)
         if (strcmp(name, SCHEDULE_NAMES[k]) == 0) {
             *kind = (mt_pp_schedule_kind)k;
             return MT_OK;
         }
-    return mt_fail(MT_EINVAL, "pipeline schedule '%s' is not one of gpipe, 1f1b, interleaved",
-                   name ? name : "(none)");
+    return mt_fail(MT_EINVAL, "pipeline schedule '%s' is not one of gpipe, 1f1b, interleaved, "
+                              "zb1", name ? name : "(none)");
 }
 
 /* ---- sizes ---------------------------------------------------------------------------------- */
@@ -42,7 +45,7 @@ mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind)
 mt_pp_size_fault mt_pp_schedule_size_fault(mt_pp_schedule_kind kind, int stages, int micros,
                                            int chunks, int layers)
 {
-    if ((int)kind < 0 || (int)kind > MT_PP_INTERLEAVED)
+    if ((int)kind < 0 || (int)kind > MT_PP_ZB1)
         return MT_PP_FAULT_KIND;
     if (stages < 1)
         return MT_PP_FAULT_STAGES;
@@ -59,8 +62,8 @@ mt_pp_size_fault mt_pp_schedule_size_fault(mt_pp_schedule_kind kind, int stages,
     } else if (chunks != 1) {
         return MT_PP_FAULT_CHUNKS;
     }
-    /* Six actions per (micro, chunk) at most on one stage, counted in an int. */
-    if ((long long)micros * chunks > INT_MAX / 6)
+    /* Seven actions per (micro, chunk) at most on one stage, counted in an int. */
+    if ((long long)micros * chunks > INT_MAX / 7)
         return MT_PP_FAULT_PASSES;
     if (layers != 0 && layers < (long long)stages * chunks)
         return MT_PP_FAULT_LAYERS;
@@ -76,11 +79,17 @@ mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int m
     case MT_PP_FAULT_KIND:
         return mt_fail(MT_EINVAL,
                        "pipeline schedule kind %d is not one of gpipe, 1f1b, "
-                       "interleaved",
+                       "interleaved, zb1",
                        (int)kind);
     case MT_PP_FAULT_STAGES:
         return mt_fail(MT_EINVAL, "%d pipeline stages; there must be at least 1", stages);
     case MT_PP_FAULT_FILL:
+        if (kind == MT_PP_ZB1)
+            return mt_fail(MT_EINVAL,
+                           "%d micro-batches cannot fill %d pipeline stages: the %s schedule "
+                           "needs at least pp micro-batches (its weight-gradient passes fill "
+                           "the bubbles that later micro-batches leave)",
+                           micros, stages, mt_pp_schedule_name(kind));
         return mt_fail(MT_EINVAL,
                        "%d micro-batches cannot fill %d pipeline stages (the schedule "
                        "needs at least pp)",
@@ -112,8 +121,8 @@ mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int m
 
 /* ---- generators ----------------------------------------------------------------------------- */
 
-/* One stage's list under construction, allocated for the most it can need: 6 actions per
- * (micro, chunk), a pass pair with its four messages. */
+/* One stage's list under construction, allocated for the most it can need: 7 actions per
+ * (micro, chunk), a pass pair with its four messages and a weight-gradient pass. */
 typedef struct stage_list {
     mt_pp_action *actions;
     int count;
@@ -171,8 +180,27 @@ static int warmup_of(mt_pp_schedule_kind kind, int p, int m, int v, int s)
     return (int)(warmup < total ? warmup : total);
 }
 
-/* Every schedule is warm-up forwards, steady (forward, backward) pairs, cool-down backwards;
- * the kinds differ only in the warm-up length. */
+/* A zero-bubble order of passes, each with its messages. */
+static mt_status build_zero_bubble(mt_pp_schedule_kind kind, int p, int m, stage_list *list)
+{
+    mt_pp_action *passes = malloc((size_t)3 * (size_t)m * sizeof *passes);
+    if (!passes)
+        return mt_fail(MT_ENOMEM, "pipeline schedule: no memory for %d passes", 3 * m);
+    mt_status status = parallel_zb_passes(kind, p, m, list->stage, passes);
+    for (int i = 0; status == MT_OK && i < 3 * m; i++) {
+        if (passes[i].op == MT_PP_FORWARD)
+            push_forward(list, passes[i].micro, 0);
+        else if (passes[i].op == MT_PP_BACKWARD)
+            push_backward(list, passes[i].micro, 0);
+        else
+            push(list, MT_PP_WEIGHT, passes[i].micro, 0);
+    }
+    free(passes);
+    return status;
+}
+
+/* Every other schedule is warm-up forwards, steady (forward, backward) pairs, cool-down
+ * backwards; the kinds differ only in the warm-up length. */
 static void build_stage(mt_pp_schedule_kind kind, int p, int m, int v, stage_list *list)
 {
     int total = m * v, warmup = warmup_of(kind, p, m, v, list->stage), micro, chunk;
@@ -209,7 +237,7 @@ mt_status mt_pp_schedule_create(mt_pp_schedule_kind kind, int stages, int micros
         mt_pp_schedule_destroy(out);
         return mt_fail(MT_ENOMEM, "pipeline schedule: no memory for %d stages", stages);
     }
-    size_t capacity = (size_t)6 * (size_t)micros * (size_t)chunks;
+    size_t capacity = (size_t)7 * (size_t)micros * (size_t)chunks;
     for (int s = 0; s < stages; s++) {
         stage_list list = {malloc(capacity * sizeof(mt_pp_action)), 0, s, stages,
                            stages * chunks};
@@ -218,9 +246,16 @@ mt_status mt_pp_schedule_create(mt_pp_schedule_kind kind, int stages, int micros
             return mt_fail(MT_ENOMEM, "pipeline schedule: no memory for stage %d's %zu actions",
                            s, capacity);
         }
-        build_stage(kind, stages, micros, chunks, &list);
         out->actions[s] = list.actions;
+        if (kind == MT_PP_ZB1)
+            status = build_zero_bubble(kind, stages, micros, &list);
+        else
+            build_stage(kind, stages, micros, chunks, &list);
         out->counts[s] = list.count;
+        if (status) {
+            mt_pp_schedule_destroy(out);
+            return status;
+        }
     }
     return MT_OK;
 }
@@ -239,26 +274,35 @@ void mt_pp_schedule_destroy(mt_pp_schedule *schedule)
 
 /* ---- memory and the bubble ------------------------------------------------------------------ */
 
+int mt_pp_schedule_splits(const mt_pp_schedule *schedule)
+{
+    for (int s = 0; s < schedule->stages; s++)
+        for (int i = 0; i < schedule->counts[s]; i++)
+            if (schedule->actions[s][i].op == MT_PP_WEIGHT)
+                return 1;
+    return 0;
+}
+
 /* The change in held (micro, chunk) pairs an action makes: held from the moment the input
- * buffer is posted (or, on virtual stage 0, made by the forward) until the backward has used
- * the stored activations. */
-static int held_delta(mt_pp_action a, int stage)
+ * buffer is posted (or, on virtual stage 0, made by the forward) until the last pass that
+ * reads the stored activations (the backward, or the weight-gradient pass when split). */
+static int held_delta(mt_pp_action a, int stage, int split)
 {
     if (a.op == MT_PP_RECV_ACTIVATION || (a.op == MT_PP_FORWARD && a.chunk == 0 && stage == 0))
         return 1;
-    return a.op == MT_PP_BACKWARD ? -1 : 0;
+    return a.op == (split ? MT_PP_WEIGHT : MT_PP_BACKWARD) ? -1 : 0;
 }
 
 /* The peak over the actions of `chunk` only, or of every chunk when chunk is -1. A scan per
  * chunk instead of counters per chunk keeps this free of allocation (and of failure). */
 static int peak_of(const mt_pp_schedule *schedule, int stage, int chunk)
 {
-    int now = 0, peak = 0;
+    int now = 0, peak = 0, split = mt_pp_schedule_splits(schedule);
     for (int i = 0; i < schedule->counts[stage]; i++) {
         mt_pp_action a = schedule->actions[stage][i];
         if (chunk >= 0 && a.chunk != chunk)
             continue;
-        now += held_delta(a, stage);
+        now += held_delta(a, stage, split);
         if (now > peak)
             peak = now;
     }
@@ -279,5 +323,7 @@ double mt_pp_bubble_expected(mt_pp_schedule_kind kind, int stages, int micros, i
     double p = stages, work = micros;
     if (kind == MT_PP_INTERLEAVED)
         work *= chunks;
+    if (kind == MT_PP_ZB1) /* idle (p - 1) B-long passes against m F + B + W triples */
+        work *= 3;
     return (p - 1) / (work + p - 1);
 }

@@ -75,8 +75,10 @@ static const struct {
      "runs before the receive of its gradient (action %d)"},
     {MT_PP_BACKWARD, MT_PP_SEND_GRADIENT, "sends a gradient that no backward produces",
      "sends the gradient before its backward (action %d) produces it"},
+    {MT_PP_BACKWARD, MT_PP_WEIGHT, "computes weight gradients of a micro-batch with no backward",
+     "runs before its backward (action %d), whose output gradients it reads"},
 };
-enum { ORDER_RULES = sizeof ORDER / sizeof ORDER[0], OPS = MT_PP_SEND_GRADIENT + 1 };
+enum { ORDER_RULES = sizeof ORDER / sizeof ORDER[0], OPS = MT_PP_WEIGHT + 1 };
 
 /* at[] holds, per (op, micro, chunk), the index of that action in the stage's list, or -1. */
 static size_t slot(const mt_pp_schedule *sc, mt_pp_op op, int micro, int chunk)
@@ -128,6 +130,7 @@ static mt_status check_order(const mt_pp_schedule *sc, int s, const int *at)
  * altogether, and sends missing after a pass that is there. */
 static mt_status check_missing(const mt_pp_schedule *sc, int s, const int *at)
 {
+    int split = mt_pp_schedule_splits(sc);
     for (int u = 0; u < sc->micros; u++)
         for (int c = 0; c < sc->chunks; c++) {
             int vs = virtual_stage(sc, s, c);
@@ -144,6 +147,10 @@ static mt_status check_missing(const mt_pp_schedule *sc, int s, const int *at)
                 return fail_at(s, f, fa, "its activation is never sent");
             if (needed(sc, MT_PP_SEND_GRADIENT, vs) && at[slot(sc, MT_PP_SEND_GRADIENT, u, c)] < 0)
                 return fail_at(s, b, sc->actions[s][b], "its input gradient is never sent");
+            /* a schedule that splits one backward splits them all */
+            if (split && at[slot(sc, MT_PP_WEIGHT, u, c)] < 0)
+                return fail_at(s, b, sc->actions[s][b], "no weight-gradient pass of it follows "
+                                                        "(the schedule splits its backwards)");
         }
     return MT_OK;
 }
@@ -151,7 +158,7 @@ static mt_status check_missing(const mt_pp_schedule *sc, int s, const int *at)
 static mt_status check_shape(const mt_pp_schedule *sc)
 {
     if (sc->stages < 1 || sc->micros < 1 || sc->chunks < 1 ||
-        (long long)sc->micros * sc->chunks > INT_MAX / 6)
+        (long long)sc->micros * sc->chunks > INT_MAX / 7)
         return mt_fail(MT_EINVAL, "pipeline schedule: %d stages, %d micro-batches and %d chunks "
                        "must each be >= 1 (and not absurdly many)", sc->stages, sc->micros,
                        sc->chunks);
@@ -206,7 +213,8 @@ enum { ACTIVATION, GRADIENT };
  * With no durations every pass takes no time: the run then only proves the schedule. */
 typedef struct run {
     const mt_pp_schedule *sc;
-    const double *forward, *backward;
+    const double *forward, *backward, *weight; /* weight may be NULL: no time */
+    int split;                                 /* the schedule has weight-gradient passes */
     double transfer, first_start, last_end;
     int *pc;
     double *clock, *busy, *arrival;
@@ -280,7 +288,8 @@ static void run_pass(run *r, int s, mt_pp_action a, int *ran)
     const mt_pp_schedule *sc = r->sc;
     int vs = virtual_stage(sc, s, a.chunk), forward = a.op == MT_PP_FORWARD;
     double start = r->clock[s];
-    if (needed(sc, forward ? MT_PP_RECV_ACTIVATION : MT_PP_RECV_GRADIENT, vs)) {
+    if (a.op != MT_PP_WEIGHT &&
+        needed(sc, forward ? MT_PP_RECV_ACTIVATION : MT_PP_RECV_GRADIENT, vs)) {
         double due = *arrival_of(r, forward ? ACTIVATION : GRADIENT, a.micro, vs);
         if (due < 0) {
             *ran = 0;
@@ -288,8 +297,13 @@ static void run_pass(run *r, int s, mt_pp_action a, int *ran)
         }
         start = fmax(start, due);
     }
-    const double *durations = forward ? r->forward : r->backward;
-    double duration = durations ? durations[s] : 0;
+    double weight = r->weight ? r->weight[s] : 0, duration = 0;
+    if (a.op == MT_PP_WEIGHT)
+        duration = weight;
+    else if (forward)
+        duration = r->forward ? r->forward[s] : 0;
+    else /* a backward that is not split does the weight gradients too */
+        duration = (r->backward ? r->backward[s] : 0) + (r->split ? 0 : weight);
     r->clock[s] = start + duration;
     if (r->busy)
         r->busy[s] += duration;
@@ -308,7 +322,8 @@ static mt_status step(run *r, int s, int *ran)
     *ran = 1;
     switch (a.op) {
     case MT_PP_FORWARD:
-    case MT_PP_BACKWARD: run_pass(r, s, a, ran); break;
+    case MT_PP_BACKWARD:
+    case MT_PP_WEIGHT: run_pass(r, s, a, ran); break;
     case MT_PP_SEND_ACTIVATION:
     case MT_PP_SEND_GRADIENT: {
         int kind = a.op == MT_PP_SEND_ACTIVATION ? ACTIVATION : GRADIENT;
@@ -411,14 +426,18 @@ mt_status mt_pp_schedule_check(const mt_pp_schedule *schedule)
 /* ---- timing --------------------------------------------------------------------------------- */
 
 static mt_status check_durations(int stages, const double *forward, const double *backward,
-                                 double transfer)
+                                 const double *weight, double transfer)
 {
     if (!forward || !backward)
         return mt_fail(MT_EINVAL, "pipeline replay: forward and backward durations are needed");
-    for (int s = 0; s < stages; s++)
-        if (!isfinite(forward[s]) || forward[s] < 0 || !isfinite(backward[s]) || backward[s] < 0)
-            return mt_fail(MT_EINVAL, "pipeline replay: stage %d's forward %g s and backward %g s "
-                           "must be finite and >= 0", s, forward[s], backward[s]);
+    for (int s = 0; s < stages; s++) {
+        double w = weight ? weight[s] : 0;
+        if (!isfinite(forward[s]) || forward[s] < 0 || !isfinite(backward[s]) ||
+            backward[s] < 0 || !isfinite(w) || w < 0)
+            return mt_fail(MT_EINVAL, "pipeline replay: stage %d's forward %g s, backward %g s "
+                           "and weight gradients %g s must be finite and >= 0", s, forward[s],
+                           backward[s], w);
+    }
     if (!isfinite(transfer) || transfer < 0)
         return mt_fail(MT_EINVAL, "pipeline replay: transfer %g s must be finite and >= 0",
                        transfer);
@@ -429,8 +448,17 @@ mt_status mt_pp_schedule_replay(const mt_pp_schedule *schedule, const double *fo
                                 const double *backward, double transfer, double *busy,
                                 double *makespan)
 {
+    return mt_pp_schedule_replay_split(schedule, forward, backward, NULL, transfer, busy,
+                                       makespan);
+}
+
+mt_status mt_pp_schedule_replay_split(const mt_pp_schedule *schedule, const double *forward,
+                                      const double *backward, const double *weight,
+                                      double transfer, double *busy, double *makespan)
+{
     mt_status status = check_stages(schedule);
-    if (status || (status = check_durations(schedule->stages, forward, backward, transfer)))
+    if (status || (status = check_durations(schedule->stages, forward, backward, weight,
+                                            transfer)))
         return status;
     if (!busy || !makespan)
         return mt_fail(MT_EINVAL, "pipeline replay: nowhere to write the busy times and makespan");
@@ -439,6 +467,8 @@ mt_status mt_pp_schedule_replay(const mt_pp_schedule *schedule, const double *fo
         return status;
     r.forward = forward;
     r.backward = backward;
+    r.weight = weight;
+    r.split = mt_pp_schedule_splits(schedule);
     r.transfer = transfer;
     r.busy = busy;
     for (int s = 0; s < schedule->stages; s++)

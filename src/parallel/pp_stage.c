@@ -69,7 +69,8 @@ mt_status mt_pp_stage_of(const mt_pp_schedule *schedule, int stage, const int *v
     int per_chunk[MT_GPT_MAX_CHUNKS];
     int peak = mt_pp_schedule_peak_in_flight(schedule, stage, per_chunk);
     /* Several chunks' peaks do not coincide: the stage's own peak bounds one shared pool. */
-    *out = (mt_gpt_stage){.chunks = v, .pool = v > 1 ? peak : 0};
+    *out = (mt_gpt_stage){.chunks = v, .pool = v > 1 ? peak : 0,
+                          .split_backward = mt_pp_schedule_splits(schedule)};
     int first = 0;
     for (int k = 0; k < p * v; k++) {
         if (k % p == stage) {

@@ -12,6 +12,29 @@ mt_status mt_forward_loss(const mt_forward *f, const int32_t *tokens, const int3
     return mt_gpt_forward(f->gpt, tokens, targets, b, t, loss);
 }
 
+mt_status mt_forward_loss_sum(const mt_forward *f, int batches, int t, mt_pp_load load,
+                              void *context, double *sum)
+{
+    if (f->schedule)
+        return mt_pp_forward_batches(f->schedule, f->stage, f->gpt, f->activations, batches, t,
+                                     load, context, sum);
+    double total = 0;
+    for (int j = 0; j < batches; j++) {
+        const int32_t *tokens, *targets;
+        int b;
+        double weight;
+        float loss;
+        mt_status status = load(context, j, &tokens, &targets, &b, &weight);
+        if (status == MT_OK)
+            status = mt_gpt_forward(f->gpt, tokens, targets, b, t, &loss);
+        if (status)
+            return status;
+        total += (double)loss * weight;
+    }
+    *sum = total;
+    return MT_OK;
+}
+
 mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int t,
                                  float *logits)
 {

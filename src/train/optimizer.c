@@ -1,6 +1,7 @@
-/* The optimizer: PyTorch's clipping coefficient, AdamW's hyperparameters, and the one step
- * every run and test takes (norm, clip, update over the data-parallel state). */
+/* The optimizer: PyTorch's clipping coefficient, AdamW's and SGD's hyperparameters, and the
+ * one step every run and test takes (norm, clip, update over the data-parallel state). */
 #include <math.h>
+#include <string.h>
 
 #include "meshtrain/train.h"
 
@@ -24,6 +25,14 @@ mt_adamw_hyper mt_adamw_settings(const mt_config *cfg, int step, double lr, doub
     };
 }
 
+mt_sgd_hyper mt_sgd_settings(const mt_config *cfg, double lr, double grad_scale)
+{
+    return (mt_sgd_hyper){
+        .lr = (float)lr, .momentum = (float)cfg->momentum,
+        .weight_decay = (float)cfg->weight_decay, .grad_scale = (float)grad_scale,
+    };
+}
+
 mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, double lr,
                             mt_optimizer_report *report)
 {
@@ -37,6 +46,10 @@ mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, 
         return mt_fail(MT_ENUMERIC, "step %d: the gradient norm is %g; stopping before the "
                                     "update (lower lr or raise warmup)", step, norm);
     report->clip_scale = mt_clip_coefficient(cfg->clip, norm);
+    if (strcmp(cfg->optimizer, "sgd") == 0) {
+        mt_sgd_hyper hyper = mt_sgd_settings(cfg, lr, report->clip_scale);
+        return mt_dp_model_update_sgd(model, &hyper);
+    }
     mt_adamw_hyper hyper = mt_adamw_settings(cfg, step, lr, report->clip_scale);
     return mt_dp_model_update(model, &hyper);
 }

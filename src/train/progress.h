@@ -17,6 +17,8 @@ typedef struct step_record {
     int step;
     double loss, lr, grad_norm, tokens_per_s;
     double data_ms;  /* what the step waited for its micro-batches, on this rank */
+    double dp_bytes; /* gradient bytes this rank handed to the data-parallel group */
+    double wire[3];  /* bytes this rank sent over the network on the dp, tp and pp groups */
     double val_loss; /* NAN when not evaluated this step */
     double val_bpb;  /* bits per byte of text; NAN also when the corpus has no byte counts */
     double elapsed;  /* seconds since the first step began */

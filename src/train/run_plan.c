@@ -7,6 +7,7 @@
 
 #include "meshtrain/model.h"
 #include "meshtrain/pipeline_stage.h"
+#include "local_sgd.h"
 
 /* The mesh against the world: dp x pp x tp must be the world (dp 0 takes the rest), tp must
  * divide the heads and pp the layers. mt_mesh_shape_resolve says which; this names the keys. */
@@ -65,6 +66,13 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     if (shape->pp > 1 && c->zero >= 2)
         return mt_fail(MT_EINVAL, "config keys 'zero' and 'pp': ZeRO %d cannot run under "
                                   "pipeline parallelism (use zero 0 or 1 with pp > 1)", c->zero);
+    /* the zero-bubble schedule's weight pass reads the activations a slot keeps */
+    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0 &&
+        (strcmp(c->recompute, "full") == 0 || (c->sp && shape->tp > 1)))
+        return mt_fail(MT_EINVAL, "config keys 'schedule', 'recompute' and 'sp': the zb1 "
+                                  "schedule's weight-gradient pass reads activations that %s",
+                       c->sp && shape->tp > 1 ? "sequence parallelism would gather again"
+                                              : "full recomputation does not keep");
     if (c->sp && shape->tp > 1 && c->context % shape->tp)
         return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
                                   "splits the sequence into tp %d parts, which context %d does "
@@ -82,8 +90,13 @@ static mt_status check_names(const mt_config *c, mt_run_plan *p)
     mt_status status = mt_gpt_recompute_parse(c->recompute, &recompute);
     if (status)
         return mt_fail_context(status, "config key 'recompute'");
-    status = mt_gpt_precision_parse(c->precision, &precision);
-    return status ? mt_fail_context(status, "config key 'precision'") : MT_OK;
+    if ((status = mt_gpt_precision_parse(c->precision, &precision)))
+        return mt_fail_context(status, "config key 'precision'");
+    mt_gpt_attention attention;
+    mt_gpt_shape shape = {c->vocab, c->context, c->layers, c->heads, c->width};
+    if ((status = mt_gpt_attention_parse(c->attention, &attention)) == MT_OK)
+        status = mt_gpt_attention_check(&shape, attention);
+    return status ? mt_fail_context(status, "config key 'attention'") : MT_OK;
 }
 
 mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan *out)
@@ -98,6 +111,8 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
         status = check_batch_and_schedule(cfg, out);
     if (status == MT_OK)
         status = check_state_layout(cfg, &out->shape);
+    if (status == MT_OK)
+        status = trainer_local_check_config(cfg);
     if (status == MT_OK && out->shape.pp > 1)
         status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, cfg->microbatches,
                                        out->chunks, &out->schedule);

@@ -148,6 +148,9 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
     float loss_scale = 1.0f / ((float)cfg->batch * cfg->context);
+    /* local steps: a replica's gradient is its own mean, not summed with the other replicas' */
+    if (st->local)
+        loss_scale *= (float)trainer_local_replicas(tr);
     trainer_fault_hook(&st->fault, FAULT_AT_LOSS_SCALE, step, &loss_scale);
     double loss_sum;
     mt_status status = st->passes->run(tr, step, loss_scale, &loss_sum);
@@ -168,6 +171,17 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     if (status)
         return status;
     trainer_fault_hook(&st->fault, FAULT_AT_UPDATED, step, &st->gpt);
+    if (st->local) {
+        /* between synchronisations the replicas differ by design: checked right after each */
+        if (!trainer_local_syncs(tr, step))
+            return MT_OK;
+        double synced = mt_clock_seconds();
+        status = trainer_local_sync(tr, step);
+        mt_trace_span(tr->out.trace, MT_TRACE_COLLECTIVE, synced, mt_clock_seconds(), -1, -1);
+        if (status == MT_OK && cfg->check_every > 0)
+            status = agree_on_check(tr, step, trainer_local_check(tr, step));
+        return status;
+    }
     if (cfg->check_every > 0 && step % cfg->check_every == 0)
         status = agree_on_check(tr, step, mt_dp_model_check_replicas(st->model, step));
     return status;

@@ -18,6 +18,10 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     double step_start = mt_clock_seconds();
     double waited = out->wait_seconds + mt_dp_model_wait_seconds(st->model);
     double in_tp = st->gpt.tp_seconds, data = out->data_seconds;
+    mt_comm *groups[3] = {st->dp, st->tp, st->mesh ? st->mesh->pp_group : NULL};
+    uint64_t sent[3];
+    for (int g = 0; g < 3; g++)
+        sent[g] = mt_comm_bytes_sent(groups[g]);
     mt_status status = trainer_step(tr, step, record);
     if (status)
         return status;
@@ -32,6 +36,13 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
         out->timed_steps++;
     }
     record->data_ms = 1e3 * (out->data_seconds - data);
+    record->dp_bytes = mt_dp_model_comm_bytes(st->model);
+    out->dp_bytes += record->dp_bytes;
+    out->dp_byte_steps++;
+    for (int g = 0; g < 3; g++) {
+        record->wire[g] = (double)(mt_comm_bytes_sent(groups[g]) - sent[g]);
+        out->wire_bytes[g] += record->wire[g];
+    }
     record->tokens_per_s = (double)tr->cfg->batch * tr->cfg->context / seconds;
     return MT_OK;
 }
@@ -49,8 +60,14 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
             return status;
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
             mt_forward forward = st->passes->forward(tr);
+            /* between synchronisations, the synchronised model (the anchor) is measured */
+            int between = st->local && !trainer_local_syncs(tr, step);
+            if (between)
+                trainer_local_swap(tr);
             status = mt_evaluate(&forward, &st->val, cfg, st->dp, st->inputs, st->targets,
                                  &record.val_loss);
+            if (between)
+                trainer_local_swap(tr);
             if (status)
                 return status;
             record.val_bpb = record.val_loss * st->val_bpb_per_loss;
@@ -115,6 +132,11 @@ static void print_start(const trainer *tr, const char *resumed_from, int initial
             cfg->precision);
     if (tr->plan->shape.pp > 1)
         print_pipeline(tr, out);
+    if (st->local)
+        fprintf(out, "local steps: %d per round on %d replica(s), outer optimizer %s (lr %g, "
+                     "momentum %g)\n", cfg->local_steps, trainer_local_replicas(tr),
+                strcmp(cfg->outer_optimizer, "none") ? cfg->outer_optimizer : "avg",
+                cfg->outer_lr, cfg->outer_momentum);
     if (st->start_step > 0)
         fprintf(out, "resumed from '%s' at step %d\n", resumed_from, st->start_step);
     else if (initialised)

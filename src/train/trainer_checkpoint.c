@@ -90,7 +90,10 @@ static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
 static mt_status plan_shard(trainer *tr, trainer_save *s)
 {
     const mt_gpt *gpt = &tr->state.gpt;
-    for (int i = 0; i < gpt->param_count; i++) {
+    /* local steps: the shared shards hold the anchor and the first replica's moments (its
+     * ranks share the writing as DDP's do); each rank's own is in its local file */
+    int writes = !tr->state.local || trainer_local_in_first_replica(tr);
+    for (int i = 0; writes && i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         if (gpt->holding[p->unit] != MT_UNIT_OWNED || (p->shard.split_dim < 0 && gpt->tp.rank))
             continue;
@@ -100,8 +103,11 @@ static mt_status plan_shard(trainer *tr, trainer_save *s)
             continue;
         mt_ckpt_box boxes[MT_CKPT_RANGE_BOXES];
         int n = mt_ckpt_range_boxes(&p->shard, state.save_first, state.save_count, boxes);
+        /* local steps: the synchronised model's parameters (the anchor), which export,
+         * generation and a resume without local steps read */
+        float *param = tr->state.local ? trainer_local_anchor_of(tr, state.param) : state.param;
         struct { float *data; size_t first; } held[MT_CKPT_STATES] = {
-            {state.param, state.param_first}, {state.exp_avg, state.moment_first},
+            {param, state.param_first}, {state.exp_avg, state.moment_first},
             {state.exp_avg_sq, state.moment_first}};
         for (int k = 0; k < MT_CKPT_STATES; k++) {
             mt_ckpt_view view = mt_ckpt_shard_view(&p->shard, held[k].data, held[k].first);
@@ -412,8 +418,16 @@ static mt_status save(trainer *tr, int step)
         status = s->counts ? plan_shard(tr, s) : mt_fail(MT_ENOMEM, "out of memory");
         if (status == MT_OK && s->rank == 0)
             status = describe_run(tr, s);
+        if (status == MT_OK && tr->state.local)
+            status = trainer_local_save(tr, s->partial, step);
         if (status == MT_OK && cfg->async_save)
             status = snapshot(s);
+        if (status == MT_OK && mt_dp_model_has_comm_state(tr->state.model)) {
+            /* small and per rank: written at once, so training may change it afterwards */
+            char path[MT_PATH_MAX + 80];
+            snprintf(path, sizeof path, "%s/grad_comm.rank%d.bin", s->partial, s->rank);
+            status = mt_dp_model_save_comm_state(tr->state.model, path);
+        }
         /* on the training thread, so a failure stops every rank's training alike */
         status = agree(s, status, "planning the shards");
     }

@@ -14,6 +14,7 @@
 #include "meshtrain/thread_count.h"
 #include "meshtrain/trace.h"
 #include "meshtrain/train.h"
+#include "local_sgd.h"
 #include "prefetch.h"
 #include "progress.h"
 #include "trainer_fault.h"
@@ -64,6 +65,7 @@ typedef struct trainer_state {
     mt_comm *pp_gradients;
     int pp_step;
     trainer_fault fault;
+    trainer_local *local; /* local steps' anchor and outer state (local_sgd.c), NULL: DDP */
     int start_step;   /* the step the run resumed from (0: a fresh start) */
 } trainer_state;
 
@@ -83,6 +85,9 @@ typedef struct trainer_outputs {
     /* Seconds the step waited for its micro-batches (drawing them, without prefetch), and
      * over the timed steps. */
     double data_seconds, timed_data;
+    double dp_bytes;   /* gradient bytes handed to the data-parallel group, over dp_byte_steps */
+    int dp_byte_steps;
+    double wire_bytes[3]; /* sent over the network on the dp, tp and pp groups, likewise */
     int timed_steps;
     /* Every rank's memory after the run: MEMORY_COLUMNS figures per world rank. */
     long long *memory;

@@ -214,6 +214,11 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share,
             tr->out.timed_steps ? 1e3 * tr->out.timed_data / tr->out.timed_steps : 0.0,
             tr->out.timed_seconds > 0 ? tr->out.timed_data / tr->out.timed_seconds : 0.0);
+    double per = tr->out.dp_byte_steps ? 1.0 / tr->out.dp_byte_steps : 0.0;
+    fprintf(f, ", \"grad_comm\": \"%s\", \"comm_bytes_per_step\": {\"dp\": %.17g}, "
+               "\"wire_bytes_per_step\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}",
+            cfg->grad_comm, tr->out.dp_bytes * per, tr->out.wire_bytes[0] * per,
+            tr->out.wire_bytes[1] * per, tr->out.wire_bytes[2] * per);
     fputs(", \"rank_threads\": [", f);
     for (int r = 0; r < tr->plan->world_size; r++)
         fprintf(f, "%s%d", r ? ", " : "", (int)tr->out.rank_threads[r]);

@@ -15,6 +15,11 @@ static const char *const CHECKPOINT_KEYS[] = {
     "vocab", "context", "layers", "heads", "width", "batch", "warmup", "lr", "min_lr",
     "weight_decay", "beta1", "beta2", "eps", "clip", "seed"};
 
+/* Keys a checkpoint fixes that older checkpoints lack: missing, they take these values. */
+static const char *const OPTIONAL_CHECKPOINT_KEYS[][2] = {
+    {"optimizer", "adamw"}, {"momentum", "0.9"}, {"grad_comm", "allreduce"},
+    {"powersgd_rank", "2"}, {"powersgd_start", "10"}, {"onebit_warmup", "10"}};
+
 static mt_status agree(mt_comm *world, mt_status mine)
 {
     return mt_comm_agree_outcome(world, mine, "resuming");
@@ -51,9 +56,10 @@ static mt_status find_latest(const mt_config *cfg, mt_comm *world, char *dir, si
 /* Sets key from the checkpoint's value, leaving the key marked as the user left it. */
 static mt_status take_key(mt_config *cfg, const char *key, const char *value, const char *where)
 {
-    uint64_t given = cfg->given;
+    uint64_t given[MT_CONFIG_GIVEN_WORDS];
+    memcpy(given, cfg->given, sizeof given);
     mt_status status = mt_config_set(cfg, key, value, where);
-    cfg->given = given;
+    memcpy(cfg->given, given, sizeof given);
     return status;
 }
 
@@ -86,6 +92,14 @@ static mt_status adopt_config(mt_config *cfg, const mt_ckpt_meta *meta)
                                        "is missing", meta->dir, key);
         mt_status status = trainer_adopt_key(cfg, key, saved, where,
                                              "the model shape and optimizer settings");
+        if (status)
+            return status;
+    }
+    for (size_t i = 0; i < sizeof OPTIONAL_CHECKPOINT_KEYS / sizeof OPTIONAL_CHECKPOINT_KEYS[0];
+         i++) {
+        const char *key = OPTIONAL_CHECKPOINT_KEYS[i][0], *saved = mt_ckpt_meta_config(meta, key);
+        mt_status status = trainer_adopt_key(cfg, key, saved ? saved : OPTIONAL_CHECKPOINT_KEYS[i][1],
+                                             where, "the optimizer and its state");
         if (status)
             return status;
     }
@@ -224,6 +238,11 @@ mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta)
     if (status == MT_OK) {
         status = load_state(tr, &reader);
         mt_ckpt_reader_close(&reader);
+    }
+    if (status == MT_OK && mt_dp_model_has_comm_state(tr->state.model)) {
+        char path[MT_PATH_MAX + 340];
+        snprintf(path, sizeof path, "%s/grad_comm.rank%d.bin", meta->dir, tr->state.rank);
+        status = mt_dp_model_load_comm_state(tr->state.model, path);
     }
     mt_dp_model_state_changed(tr->state.model);
     return agree(tr->state.world, status);

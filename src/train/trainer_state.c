@@ -15,18 +15,19 @@
 static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
 {
     mt_gpt_shape shape = {cfg->vocab, cfg->context, 1, cfg->heads, cfg->width};
-    mt_gpt_recompute recompute;
-    mt_gpt_precision precision;
+    mt_gpt_options run = {0};
     mt_gpt gpt = {0};
     mt_dp_model *model = NULL;
     mt_dp_options options = {.seed = cfg->seed};
-    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &run.recompute);
     if (status == MT_OK)
-        status = mt_gpt_precision_parse(cfg->precision, &precision);
-    /* under the run's recomputation, which makes a block's backward rerun its forward */
+        status = mt_gpt_attention_parse(cfg->attention, &run.attention);
     if (status == MT_OK)
-        status = mt_gpt_create_stage(&gpt, &shape, NULL, NULL, recompute, precision, sequences,
-                                     NULL);
+        status = mt_gpt_precision_parse(cfg->precision, &run.precision);
+    /* under the run's recomputation (which makes a block's backward rerun its forward),
+     * attention kernels and precision */
+    if (status == MT_OK)
+        status = mt_gpt_create_with(&gpt, &shape, NULL, NULL, &run, sequences, NULL);
     if (status == MT_OK)
         status = mt_dp_model_create(&gpt, NULL, &options, &model);
     size_t n = (size_t)sequences * cfg->context;
@@ -166,17 +167,17 @@ static mt_status build_model(trainer *tr, int parameters_only)
     mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
     mt_gpt_tensor_parallel split = mt_tensor_parallel_over(st->tp, cfg->sp);
     mt_gpt_stage stage;
-    mt_gpt_recompute recompute;
-    mt_gpt_precision precision;
-    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &recompute);
+    mt_gpt_options kernels = {0};
+    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &kernels.recompute);
     if (status == MT_OK)
-        status = mt_gpt_precision_parse(cfg->precision, &precision);
+        status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
+    if (status == MT_OK)
+        status = mt_gpt_precision_parse(cfg->precision, &kernels.precision);
     if (status == MT_OK && pipelined)
         status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
     if (status == MT_OK)
-        status = mt_gpt_create_stage(&st->gpt, &shape, &split, pipelined ? &stage : NULL,
-                                     recompute, precision, tr->plan->micro_sequences,
-                                     &st->ledger);
+        status = mt_gpt_create_with(&st->gpt, &shape, &split, pipelined ? &stage : NULL,
+                                    &kernels, tr->plan->micro_sequences, &st->ledger);
     if (status)
         return status;
     mt_dp_options options = {.zero = cfg->zero,
@@ -186,8 +187,16 @@ static mt_status build_model(trainer *tr, int parameters_only)
                              .tensor_group = st->tp,
                              .pipeline_group = pipelined ? st->mesh->pp_group : NULL,
                              .embedding_group = pipelined ? st->mesh->embedding_group : NULL,
-                             .parameters_only = parameters_only};
-    return mt_dp_model_create(&st->gpt, st->dp, &options, &st->model);
+                             .parameters_only = parameters_only,
+                             .grad_comm = {.powersgd_rank = cfg->powersgd_rank,
+                                           .powersgd_start = cfg->powersgd_start,
+                                           .onebit_warmup = cfg->onebit_warmup,
+                                           .seed = cfg->seed}};
+    if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
+        return mt_fail_context(status, "config key 'grad_comm'");
+    /* local steps: the gradients stay inside a replica (a rank, or a host's ranks) */
+    mt_comm *group = st->local ? trainer_local_inner(tr) : st->dp;
+    return mt_dp_model_create(&st->gpt, group, &options, &st->model);
 }
 
 /* The state of a run (with_corpus) or of a generation (the model alone). */
@@ -208,11 +217,14 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     /* before the mesh: a slow_comm rank's groups inherit its world's delay */
     if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
         (status = place_rank(tr)) || (with_corpus && (status = open_corpus(tr))) ||
+        (with_corpus && (status = trainer_local_begin(tr))) ||
         (status = build_model(tr, !with_corpus)))
         return status;
     if (resume->step >= 0 && (status = trainer_load_checkpoint(tr, resume)))
         return status;
     if (init->file && (status = trainer_load_init(tr, init)))
+        return status;
+    if (with_corpus && (status = trainer_local_open(tr, resume)))
         return status;
     st->start_step = resume->step > 0 ? resume->step : 0;
     st->passes = tr->plan->shape.pp > 1 ? &trainer_pipeline_passes : &trainer_plain_passes;
@@ -245,6 +257,7 @@ void trainer_state_close(trainer *tr)
     trainer_prefetch_stop(st->prefetch); /* first: its thread reads the corpus and the plan */
     st->prefetch = NULL;
     trainer_pipeline_stop(tr);
+    trainer_local_close(tr);
     mt_dp_model_destroy(st->model);
     mt_gpt_destroy(&st->gpt);
     mt_mesh_destroy(st->mesh);

@@ -93,10 +93,26 @@ run_case "lr not a number" error "lr" "abc" -- "$MT" train "${TINY[@]}" --lr abc
 run_case "zero layers" error "layers" -- "$MT" train "${TINY[@]}" --layers 0
 run_case "unknown recomputation mode" error "config key 'recompute': 'most' is not none, selective or full" -- \
     "$MT" train "${TINY[@]}" --recompute most
+run_case "unknown optimizer" error "config key 'optimizer': 'lamb' is neither adamw nor sgd" -- \
+    "$MT" train "${TINY[@]}" --optimizer lamb
+run_case "unknown attention kernels" error "config key 'attention': 'flash' is not plain or fused" -- \
+    "$MT" train "${TINY[@]}" --attention flash
+run_case "fused attention with head size 6, before workers start" error \
+    "config key 'attention'" "width 12 / heads 2 is 6" -- \
+    "$MT" train "${TINY[@]}" --attention fused --width 12 --heads 2 --nproc 2
+run_case "zb1 with fewer micro-batches than stages" error \
+    "1 micro-batches cannot fill 2 pipeline stages: the zb1 schedule needs at least pp" -- \
+    "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --microbatches 1
+run_case "zb1 under full recomputation" error \
+    "the zb1 schedule's weight-gradient pass reads activations that full recomputation" -- \
+    "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --recompute full --microbatches 2
 # refused by the run plan, before any worker starts
 run_case "unknown precision" error "config key 'precision': 'fp8' is not a training precision: fp32, bf16 or fp16" -- \
     "$MT" train "${TINY[@]}" --precision fp8 --nproc 2
 run_case "control: a valid tiny run in bf16 succeeds" 0 "done" -- "$MT" train "${TINY[@]}" --precision bf16
+run_case "control: zb1 in bf16 with fused attention succeeds" 0 "done" -- \
+    "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --microbatches 2 \
+    --precision bf16 --attention fused
 run_case "fractional layers" error "layers" -- "$MT" train "${TINY[@]}" --layers=1.5
 run_case "negative steps" error "steps" -- "$MT" train "${TINY[@]}" --steps -3
 run_case "flag without a value" error "seed" -- "$MT" train "${TINY[@]}" --seed

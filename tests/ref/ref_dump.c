@@ -67,7 +67,8 @@ int main(int argc, char **argv)
     mt_gpt_tensor_parallel whole = mt_tensor_parallel_over(NULL, 0);
     mt_dp_options options = {.zero = 0, .bucket_bytes = 1 << 20, .seed = 4242};
     mt_dp_model *model = NULL;
-    if (mt_gpt_create_stage(&gpt, &shape, &whole, NULL, MT_RECOMPUTE_NONE, precision, b, NULL) ||
+    mt_gpt_options run = {.precision = precision};
+    if (mt_gpt_create_with(&gpt, &shape, &whole, NULL, &run, b, NULL) ||
         mt_dp_model_create(&gpt, NULL, &options, &model)) {
         fprintf(stderr, "mt_ref_dump: %s\n", mt_last_error());
         return 1;

@@ -3,7 +3,8 @@
 and validation losses (relative), and every tensor of OUT/model.safetensors by norm,
 |p - p_ref| / |p_ref|. Standard library only.
 
-usage: compare_runs.py REFERENCE_OUT RUN_OUT [TOLERANCE]    (exit 1 past the tolerance)
+usage: compare_runs.py REFERENCE_OUT RUN_OUT [TOLERANCE [KEYS]]    (exit 1 past the tolerance)
+KEYS: the metrics compared, comma-separated (default loss,grad_norm,val_loss)
 """
 import array
 import json
@@ -47,8 +48,8 @@ def main():
     ref_steps, run_steps = metrics(reference), metrics(run)
     if len(ref_steps) != len(run_steps):
         sys.exit(f"{run}: {len(run_steps)} steps, the reference has {len(ref_steps)}")
-    worst_loss = max(worst_relative(ref_steps, run_steps, key)
-                     for key in ("loss", "grad_norm", "val_loss"))
+    keys = sys.argv[4].split(",") if len(sys.argv) > 4 else ("loss", "grad_norm", "val_loss")
+    worst_loss = max(worst_relative(ref_steps, run_steps, key) for key in keys)
     ref_tensors, run_tensors = tensors(reference), tensors(run)
     if ref_tensors.keys() != run_tensors.keys():
         sys.exit(f"{run}: the model's tensors differ from the reference's")

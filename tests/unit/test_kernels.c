@@ -277,6 +277,31 @@ static void test_adamw(void)
     CHECK_NEAR(mt_sum_squares(g, N), squares, 1e-12);
 }
 
+/* ---- SGD with momentum: five steps against torch.optim.SGD's update in double ---- */
+static void test_sgd(void)
+{
+    enum { N = 9 };
+    float p[N], g[N], buf[N] = {0};
+    double pd[N], bd[N] = {0};
+    fill_normal(p, N, "p", 0, 1), fill_normal(g, N, "g", 0, 0.1);
+    for (int i = 0; i < N; i++)
+        pd[i] = p[i];
+    double lr = 0.05, mu = 0.9, wd = 0.1, scale = 0.5;
+    for (int step = 1; step <= 5; step++) {
+        mt_sgd_hyper h = {(float)lr, (float)mu, (float)wd, (float)scale};
+        mt_sgd_update(p, g, buf, N, &h);
+        for (int i = 0; i < N; i++) {
+            double gi = g[i] * scale + wd * pd[i];
+            bd[i] = step == 1 ? gi : mu * bd[i] + gi; /* PyTorch copies the first gradient */
+            pd[i] -= lr * bd[i];
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK_NEAR(p[i], pd[i], 1e-6);
+        CHECK_NEAR(buf[i], bd[i], 1e-6);
+    }
+}
+
 /* A transpose of shapes around and across the tile size, element by element. */
 static void test_transpose(void)
 {
@@ -309,5 +334,6 @@ int main(void)
     test_crossentropy();
     test_embedding();
     test_adamw();
+    test_sgd();
     return check_summary("test_kernels");
 }

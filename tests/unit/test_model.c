@@ -175,7 +175,7 @@ static void test_recompute(void)
     size_t bytes[3] = {0};
     for (mt_gpt_recompute mode = MT_RECOMPUTE_NONE; mode <= MT_RECOMPUTE_FULL; mode++) {
         mt_gpt gpt;
-        CHECK(mt_gpt_create_stage(&gpt, &shape, NULL, NULL, mode, MT_PRECISION_FP32, B, NULL) == MT_OK);
+        CHECK(mt_gpt_create_stage(&gpt, &shape, NULL, NULL, mode, B, NULL) == MT_OK);
         CHECK(gpt_arrays_bind(&gpt) == MT_OK);
         memcpy(gpt_params(&gpt), gpt_params(&reference), reference.numel * sizeof(float));
         for (int micro = 0; micro < 2; micro++) {

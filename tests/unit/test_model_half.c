@@ -30,11 +30,14 @@ static void fill_tokens(int32_t *x, int n, uint64_t seed)
 
 /* Two micro-batches accumulated from the same parameters (std 0.3: far from initialisation,
  * so every gradient is well above rounding noise). */
-static result run(mt_gpt_precision precision, mt_gpt_recompute recompute)
+static result run(mt_gpt_precision precision, mt_gpt_recompute recompute,
+                  mt_gpt_attention attention)
 {
     result r = {0};
     mt_gpt gpt;
-    CHECK(mt_gpt_create_stage(&gpt, &SHAPE, NULL, NULL, recompute, precision, B, NULL) == MT_OK);
+    mt_gpt_options options = {.recompute = recompute, .attention = attention,
+                              .precision = precision};
+    CHECK(mt_gpt_create_with(&gpt, &SHAPE, NULL, NULL, &options, B, NULL) == MT_OK);
     CHECK(gpt_arrays_bind(&gpt) == MT_OK);
     for (int i = 0; i < gpt.param_count; i++) {
         const mt_param_info *p = &gpt.params[i];
@@ -85,48 +88,62 @@ int main(void)
     mt_gpt table;
     CHECK(mt_gpt_create_stateless(&table, &SHAPE, NULL, B, NULL) == MT_OK);
     size_t numel = table.numel;
-    result fp32 = run(MT_PRECISION_FP32, MT_RECOMPUTE_NONE);
-    /* One rounding to half precision is 2^-9 (bf16) or 2^-12 (fp16) relative at most; the
-     * gradients go through a few dozen of them, mostly uncorrelated: 4% and 0.5% leave room
-     * above what they are (about 1% and 0.1%) while a missing or doubled rounding, or a wrong
-     * operand, shows as errors of order one. */
-    const double tolerance[] = {0, 4e-2, 5e-3};
-    for (mt_gpt_precision precision = MT_PRECISION_BF16; precision <= MT_PRECISION_FP16;
-         precision++) {
-        const char *name = mt_gpt_precision_name(precision);
-        result none = run(precision, MT_RECOMPUTE_NONE);
-        const char *worst = "";
-        double error = worst_tensor_error(&table, &none, &fp32, &worst);
-        printf("%s: worst gradient error %.3g (%s), losses %.6f %.6f (fp32 %.6f %.6f)\n", name,
-               error, worst, none.loss[0], none.loss[1], fp32.loss[0], fp32.loss[1]);
-        CHECK_MSG(error < tolerance[precision] && error > 0,
-                  "%s gradients off fp32's by %g (%s)", name, error, worst);
-        for (int m = 0; m < MICRO; m++)
-            CHECK_MSG(fabsf(none.loss[m] - fp32.loss[m]) < 4 * tolerance[precision] * fp32.loss[m],
-                      "%s loss %g, fp32 %g", name, none.loss[m], fp32.loss[m]);
-        result again = run(precision, MT_RECOMPUTE_NONE);
-        CHECK_MSG(same(&none, &again, numel), "%s: a rerun is not bitwise the same", name);
-        for (mt_gpt_recompute mode = MT_RECOMPUTE_SELECTIVE; mode <= MT_RECOMPUTE_FULL; mode++) {
-            result r = run(precision, mode);
-            CHECK_MSG(same(&none, &r, numel), "%s: recompute %s changes the losses or gradients",
-                      name, mt_gpt_recompute_name(mode));
-            free(r.grad);
+    /* fused attention reads the same widened operands as plain (its output, not the
+     * probabilities), against fp32 on the same kernels */
+    for (mt_gpt_attention attention = MT_ATTENTION_PLAIN; attention <= MT_ATTENTION_FUSED;
+         attention++) {
+        result fp32 = run(MT_PRECISION_FP32, MT_RECOMPUTE_NONE, attention);
+        /* One rounding to half precision is 2^-9 (bf16) or 2^-12 (fp16) relative at most; the
+         * gradients go through a few dozen of them, mostly uncorrelated: 4% and 0.5% leave
+         * room above what they are (about 1% and 0.1%) while a missing or doubled rounding, or
+         * a wrong operand, shows as errors of order one. */
+        const double tolerance[] = {0, 4e-2, 5e-3};
+        for (mt_gpt_precision precision = MT_PRECISION_BF16; precision <= MT_PRECISION_FP16;
+             precision++) {
+            const char *name = mt_gpt_precision_name(precision);
+            const char *kernels = mt_gpt_attention_name(attention);
+            result none = run(precision, MT_RECOMPUTE_NONE, attention);
+            const char *worst = "";
+            double error = worst_tensor_error(&table, &none, &fp32, &worst);
+            printf("%s, %s attention: worst gradient error %.3g (%s), losses %.6f %.6f (fp32 "
+                   "%.6f %.6f)\n", name, kernels, error, worst, none.loss[0], none.loss[1],
+                   fp32.loss[0], fp32.loss[1]);
+            CHECK_MSG(error < tolerance[precision] && error > 0,
+                      "%s, %s attention: gradients off fp32's by %g (%s)", name, kernels, error,
+                      worst);
+            for (int m = 0; m < MICRO; m++)
+                CHECK_MSG(fabsf(none.loss[m] - fp32.loss[m]) <
+                              4 * tolerance[precision] * fp32.loss[m],
+                          "%s, %s attention: loss %g, fp32 %g", name, kernels, none.loss[m],
+                          fp32.loss[m]);
+            result again = run(precision, MT_RECOMPUTE_NONE, attention);
+            CHECK_MSG(same(&none, &again, numel),
+                      "%s, %s attention: a rerun is not bitwise the same", name, kernels);
+            for (mt_gpt_recompute mode = MT_RECOMPUTE_SELECTIVE; mode <= MT_RECOMPUTE_FULL;
+                 mode++) {
+                result r = run(precision, mode, attention);
+                CHECK_MSG(same(&none, &r, numel),
+                          "%s, %s attention: recompute %s changes the losses or gradients", name,
+                          kernels, mt_gpt_recompute_name(mode));
+                free(r.grad);
+            }
+            /* Blocks keep 16 of their 18 activations per row of width (the residuals are fp32)
+             * in half the bytes; the one-block fp32 operand and probabilities scratch comes
+             * back. */
+            printf("%s, %s attention: activations %zu bytes, fp32 %zu\n", name, kernels,
+                   none.activation_bytes, fp32.activation_bytes);
+            CHECK_MSG(none.activation_bytes < fp32.activation_bytes * 3 / 4,
+                      "%s, %s attention: activations take %zu bytes, fp32 %zu", name, kernels,
+                      none.activation_bytes, fp32.activation_bytes);
+            free(none.grad);
+            free(again.grad);
         }
-        /* Blocks keep 16 of their 18 activations per row of width (the residuals are fp32) in
-         * half the bytes; the one-block fp32 operand and probabilities scratch comes back. */
-        printf("%s: activations %zu bytes, fp32 %zu\n", name, none.activation_bytes,
-               fp32.activation_bytes);
-        CHECK_MSG(none.activation_bytes < fp32.activation_bytes * 3 / 4,
-                  "%s activations take %zu bytes, fp32 %zu", name, none.activation_bytes,
-                  fp32.activation_bytes);
-        free(none.grad);
-        free(again.grad);
+        free(fp32.grad);
     }
     mt_gpt_precision parsed;
     CHECK(mt_gpt_precision_parse("bf16", &parsed) == MT_OK && parsed == MT_PRECISION_BF16);
     CHECK(mt_gpt_precision_parse("fp8", &parsed) == MT_EINVAL);
     CHECK(check_contains(mt_last_error(), "'fp8' is not a training precision: fp32, bf16 or fp16"));
-    free(fp32.grad);
     mt_gpt_destroy(&table);
     return check_summary("test_model_half");
 }

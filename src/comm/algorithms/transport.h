@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_COMM_TRANSPORT_H
 #define MESHTRAIN_COMM_TRANSPORT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +64,9 @@ struct comm_transport {
     /* Reused between collectives (the collective thread only); freed by the transport. */
     uint8_t *scratch;
     size_t scratch_bytes;
+    /* Bytes this rank has written to its peers in collectives (frame headers included), for
+     * mt_comm_bytes_sent; counted where a transport sends. */
+    _Atomic uint64_t sent_bytes;
 };
 
 /* The collectives of every transport: direct exchange for small messages, pipelined rings for

@@ -427,6 +427,12 @@ static size_t hier_buffer_bytes(void *impl)
            mt_comm_buffer_bytes(g->flat);
 }
 
+static uint64_t hier_bytes_sent(void *impl)
+{
+    hier_group *g = impl;
+    return mt_comm_bytes_sent(g->local) + mt_comm_bytes_sent(g->cross) + mt_comm_bytes_sent(g->flat);
+}
+
 const mt_comm_backend comm_hier_backend = {
     .name = "hier",
     .collectives = &hier_collectives,
@@ -437,6 +443,7 @@ const mt_comm_backend comm_hier_backend = {
     .abort = hier_abort,
     .destroy = hier_destroy,
     .buffer_bytes = hier_buffer_bytes,
+    .bytes_sent = hier_bytes_sent,
 };
 
 const mt_comm_world_builder comm_hier_world = {

@@ -139,6 +139,11 @@ static void tcp_abort_group(void *impl, const char *message)
 
 static void tcp_destroy(void *impl) { comm_tcp_group_free(impl); }
 
+static uint64_t tcp_bytes_sent(void *impl)
+{
+    return atomic_load(&((tcp_group *)impl)->transport.sent_bytes);
+}
+
 const mt_comm_backend comm_tcp_backend = {
     .name = "tcp",
     .collectives = &comm_transport_collectives,
@@ -148,6 +153,7 @@ const mt_comm_backend comm_tcp_backend = {
     .free_shared = comm_free_ordinary,
     .abort = tcp_abort_group,
     .destroy = tcp_destroy,
+    .bytes_sent = tcp_bytes_sent,
 };
 
 const mt_comm_world_builder comm_tcp_world = {

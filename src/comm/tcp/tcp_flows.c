@@ -123,6 +123,7 @@ static mt_status advance_send(tcp_run *r, comm_flow *f, flow_state *fs, int *mov
         }
         *moved = 1;
         fs->moved += k;
+        atomic_fetch_add(&g->transport.sent_bytes, (uint64_t)k);
         if (fs->moved == TCP_FRAME_BYTES + bytes)
             f->next++, fs->moved = 0;
     }

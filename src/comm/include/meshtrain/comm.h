@@ -48,6 +48,11 @@ void mt_comm_remove_stale_segments(void);
 /* Waits for operations in flight, then frees. Not collective: a broken group still tears down. */
 void mt_comm_destroy(mt_comm *comm);
 
+/* Every member's host, numbered in order of first appearance (host_of[size]): the identity
+ * hier groups ranks by (MT_COMM_HOST_IDENTITY: boot, netns or name:<host>; boot when unset).
+ * Collective. */
+mt_status mt_comm_host_numbers(mt_comm *comm, int *host_of);
+
 int mt_comm_rank(const mt_comm *comm);
 int mt_comm_size(const mt_comm *comm);
 const char *mt_comm_backend_name(const mt_comm *comm);
@@ -55,6 +60,10 @@ const char *mt_comm_backend_name(const mt_comm *comm);
 /* Bytes of communication buffers this rank owns for `comm` (its block of a shm segment; 0
  * for back ends that keep none between calls, and for NULL), for memory reports. */
 size_t mt_comm_buffer_bytes(const mt_comm *comm);
+
+/* Bytes this rank has sent to its peers over a network (tcp, hier's tcp part) in collectives
+ * on `comm` since its creation, frame headers included; 0 for shared memory, MPI and NULL. */
+uint64_t mt_comm_bytes_sent(const mt_comm *comm);
 
 /* Memory that peers on this host can read directly (registered): collectives whose buffers
  * live here skip the copy into staging buffers. Collective: every rank of `comm` allocates

@@ -9,7 +9,7 @@
 
 #include "meshtrain/status.h"
 
-enum { MT_PATH_MAX = 512, MT_TEXT_MAX = 256 };
+enum { MT_PATH_MAX = 512, MT_TEXT_MAX = 256, MT_CONFIG_GIVEN_WORDS = 2 };
 
 typedef struct mt_config {
     /* model shape */
@@ -17,6 +17,10 @@ typedef struct mt_config {
     /* optimisation */
     int batch, microbatches, steps, warmup;
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip;
+    char optimizer[MT_TEXT_MAX]; /* adamw or sgd */
+    double momentum;             /* sgd's */
+    char grad_comm[MT_TEXT_MAX]; /* allreduce, powersgd, signsgd or onebit */
+    int powersgd_rank, powersgd_start, onebit_warmup;
     uint64_t seed;
     /* machinery */
     int threads; /* 0: the available cores divided by the local ranks */
@@ -30,9 +34,17 @@ typedef struct mt_config {
     char balance[MT_TEXT_MAX];  /* layers per stage: even, or cost (measured) */
     char recompute[MT_TEXT_MAX]; /* activation recomputation: none, selective or full */
     char precision[MT_TEXT_MAX]; /* forward and backward: fp32, bf16 or fp16 */
+    char attention[MT_TEXT_MAX]; /* attention kernels: fused or plain */
     char trace[MT_PATH_MAX]; /* each rank's Chrome trace (empty: none) */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */
+    /* local SGD / DiLoCo: replicas step alone local_steps times, then synchronise by the outer
+     * optimizer (none: DDP, avg, sgd or nesterov) with outer_lr and outer_momentum; a replica
+     * is one data-parallel rank, or under diloco_group host the ranks of one host */
+    int local_steps;
+    char outer_optimizer[MT_TEXT_MAX];
+    char diloco_group[MT_TEXT_MAX]; /* replica, or host (DDP inside each host) */
+    double outer_lr, outer_momentum;
     int save_model;    /* write OUT/model.safetensors at the end */
     /* checkpoints (OUT/ckpt/step_<N>/): every save_every steps and at the end (0: never),
      * the newest `keep` committed ones kept; resume from a step folder, "auto" (the newest
@@ -48,9 +60,9 @@ typedef struct mt_config {
     int sample_tokens, top_k;
     double temperature;
     char prompt[MT_TEXT_MAX];
-    /* which keys a file or flag set (bit i: the table's key i), so a checkpoint can tell a
-     * key that contradicts it from a default */
-    uint64_t given;
+    /* which keys a file or flag set (bit i % 64 of word i / 64: the table's key i), so a
+     * checkpoint can tell a key that contradicts it from a default */
+    uint64_t given[MT_CONFIG_GIVEN_WORDS];
 } mt_config;
 
 /* Fills every key with its built-in default. */

@@ -17,7 +17,8 @@ void mt_linear_forward(float *y, const float *x, const float *w, const float *b,
  * small, else mt_linear_forward. */
 void mt_linear_forward_few(float *y, const float *x, const float *w, const float *b, int n,
                            int in, int out, int accumulate);
-/* dx[n,in] = dy W (overwritten, skipped if dx is NULL); dw += dy^T x; db += column sums of dy. */
+/* dx[n,in] = dy W (overwritten, skipped if dx is NULL); dw += dy^T x (skipped if dw is NULL);
+ * db += column sums of dy (skipped if db is NULL). */
 void mt_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                         const float *w, int n, int in, int out);
 
@@ -51,6 +52,19 @@ size_t mt_attention_cached_scratch(int capacity, int heads);
 /* dqkv is overwritten; dprobs is scratch of the same size as probs. */
 void mt_attention_backward(float *dqkv, float *dprobs, const float *dy, const float *probs,
                            const float *qkv, int b, int t, int c, int heads);
+
+/* The same attention, fused: blocks of 64 queries against blocks of 64 keys with an online
+ * softmax, so no T x T matrix exists. The forward keeps only y and lse [b, heads, t] (each
+ * row's log-sum-exp of its scaled scores); the backward makes each block's probabilities again
+ * from them. Threads own whole (pair, query block) items in the forward and whole (sequence,
+ * head) pairs in the backward, so results do not depend on the thread count. Agrees with the
+ * plain kernels to rounding. Head sizes (c / heads) of 4 to 256 in steps of 4 only. */
+int mt_attention_fused_supports(int head_size);
+void mt_attention_fused_forward(float *y, float *lse, const float *qkv, int b, int t, int c,
+                                int heads);
+/* dqkv is overwritten; y and lse are the forward's. */
+void mt_attention_fused_backward(float *dqkv, const float *dy, const float *y, const float *lse,
+                                 const float *qkv, int b, int t, int c, int heads);
 
 /* Replaces each row of logits [n, v] by its softmax and writes each row's cross-entropy
  * against targets into losses[n]. */
@@ -97,6 +111,16 @@ typedef struct mt_adamw_hyper {
 /* One AdamW update of n elements, with PyTorch's order of operations. */
 void mt_adamw_update(float *param, const float *grad, float *m, float *v, long n,
                      const mt_adamw_hyper *h);
+
+typedef struct mt_sgd_hyper {
+    float lr, momentum, weight_decay; /* weight decay: coupled L2, added to the gradient */
+    float grad_scale;                 /* multiplies every gradient first: the clipping coefficient */
+} mt_sgd_hyper;
+
+/* One SGD-with-momentum update of n elements, torch.optim.SGD's (dampening 0, no Nesterov):
+ * g = grad grad_scale + weight_decay param; buffer = momentum buffer + g; param -= lr buffer.
+ * A zero buffer makes the first step plain SGD, as PyTorch's first-step copy does. */
+void mt_sgd_update(float *param, const float *grad, float *buffer, long n, const mt_sgd_hyper *h);
 
 /* Sum of squares of n elements, accumulated in double. */
 double mt_sum_squares(const float *x, long n);

@@ -68,6 +68,8 @@ typedef struct mt_gpt_stage {
     int slots[MT_GPT_MAX_CHUNKS];
     int pool;
     int shared_slots;
+    int split_backward; /* backwards run as an input-gradient pass, then a weight-gradient pass
+                         * (zero-bubble schedules): each slot also keeps what the second reads */
 } mt_gpt_stage;
 
 /* Activation recomputation: what a block's forward keeps for its backward. Selective drops
@@ -101,6 +103,20 @@ typedef enum mt_gpt_precision {
 /* "fp32", "bf16" or "fp16"; anything else is an error naming the text. */
 mt_status mt_gpt_precision_parse(const char *text, mt_gpt_precision *out);
 const char *mt_gpt_precision_name(mt_gpt_precision precision);
+/* Which attention kernels a block runs. Plain keeps the probabilities [b, heads, t, t] for the
+ * backward; fused keeps only each row's log-sum-exp [b, heads, t] and makes the probabilities
+ * again block by block in the backward (so selective recomputation has nothing left to drop).
+ * Fused takes head sizes (width / heads) of 4 to 256 in steps of 4. */
+typedef enum mt_gpt_attention {
+    MT_ATTENTION_PLAIN,
+    MT_ATTENTION_FUSED,
+} mt_gpt_attention;
+
+/* "plain" or "fused"; anything else is an error naming the text. */
+mt_status mt_gpt_attention_parse(const char *text, mt_gpt_attention *out);
+const char *mt_gpt_attention_name(mt_gpt_attention attention);
+/* Whether a model of this shape can run `attention`: the error names the head size. */
+mt_status mt_gpt_attention_check(const mt_gpt_shape *shape, mt_gpt_attention attention);
 
 /* Whether this rank holds a unit's state. The last pipeline stage holds a copy of the
  * embeddings for the tied LM head: its gradients are summed with the first stage's, and it is
@@ -157,6 +173,7 @@ struct mt_gpt {
                           * chunk of every layer, one slot) */
     mt_gpt_recompute recompute;
     mt_gpt_precision precision;
+    mt_gpt_attention attention;
     int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
      * units[u].offset), its gradient likewise in unit_grad[u]. The state's owner sets them,
@@ -174,6 +191,7 @@ struct mt_gpt {
     float *compute_weights; /* their values rounded to half precision (fp32 storage) */
     mt_gpt_activations *acts;
     int b, t;            /* geometry of the last forward */
+    int input_only;      /* inside mt_gpt_chunk_backward_input: blocks skip weight gradients */
     int has_targets;     /* the last forward computed a loss */
 };
 
@@ -192,12 +210,25 @@ void mt_gpt_destroy(mt_gpt *gpt);
 
 /* The same for one pipeline stage (`stage` NULL: the whole model): the table still names every
  * tensor of the model, but only the units the stage runs are held, and the activation arena
- * holds each chunk's slots, each keeping what `recompute` leaves of its blocks' activations,
- * in `precision`. Errors name what is wrong with the stage. */
+ * holds each chunk's slots, each keeping what `recompute` leaves of its blocks' activations.
+ * Plain attention, fp32. Errors name what is wrong with the stage. */
 mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
-                              mt_gpt_recompute recompute, mt_gpt_precision precision,
-                              int max_sequences, mt_memory_ledger *ledger);
+                              mt_gpt_recompute recompute, int max_sequences,
+                              mt_memory_ledger *ledger);
+
+/* How a model computes, beyond its shape and layout: mt_gpt_create_stage takes plain
+ * attention in fp32; this takes every choice (zeroed options: no recomputation, plain
+ * attention, fp32). The slots keep their activations in `precision`. */
+typedef struct mt_gpt_options {
+    mt_gpt_recompute recompute;
+    mt_gpt_attention attention;
+    mt_gpt_precision precision;
+} mt_gpt_options;
+mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
+                             const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
+                             const mt_gpt_options *options, int max_sequences,
+                             mt_memory_ledger *ledger);
 
 /* Sets every held parameter from (seed, parameter name, element index): layout-invariant. */
 void mt_gpt_init_params(mt_gpt *gpt, uint64_t seed);
@@ -280,6 +311,15 @@ mt_status mt_gpt_begin_micro(mt_gpt *gpt, const int32_t *tokens, const int32_t *
                              int t);
 mt_status mt_gpt_chunk_forward(mt_gpt *gpt, float *loss);
 mt_status mt_gpt_chunk_backward(mt_gpt *gpt, float loss_scale);
+/* The chunk's backward in two passes, on a stage made with split_backward (zero-bubble
+ * schedules; not under full recomputation or sequence parallelism): _input runs every unit's
+ * backward but the blocks' linear weight gradients (B: it leaves the input gradient to send, and
+ * the head's, embeddings' and norms' gradients), keeping each linear layer's output gradient in
+ * the slot; _weight then adds the blocks' linear weight gradients from what B kept (W), later,
+ * in the same slot. A block's (and the embeddings') before-hook runs in B and its after-hook
+ * in W, when its gradients are final, so units still finish in the whole backward's order. Together they add bitwise what mt_gpt_chunk_backward adds. */
+mt_status mt_gpt_chunk_backward_input(mt_gpt *gpt, float loss_scale);
+mt_status mt_gpt_chunk_backward_weight(mt_gpt *gpt);
 float *mt_gpt_chunk_input(mt_gpt *gpt);
 const float *mt_gpt_chunk_output(const mt_gpt *gpt);
 float *mt_gpt_chunk_grad(mt_gpt *gpt);

@@ -26,6 +26,31 @@
  * Each unit is split into dp contiguous slices, rank r taking [r n / dp, (r + 1) n / dp), so
  * slices need not be equal. Collectives run on the group's progress thread, in the order every
  * rank issues them. */
+/* How a bucket's gradients meet the network under ZeRO 0 and 1 (--grad_comm): the plain
+ * all-reduce (overlapped with backward), or a compressing hook run on every bucket once backward
+ * is done: PowerSGD (Vogels et al. 2019: rank-R factors P = MQ and Q = M^T P all-reduced, error
+ * feedback, warm-started Q), signSGD with majority vote (Bernstein et al. 2018: packed sign bits
+ * all-gathered, each element the sign most ranks sent, 0 on a tie) or 1-bit SGD (Seide et al.
+ * 2014: sign times each tensor's mean magnitude, the error carried to the next step). Each hook
+ * sums across the group as the all-reduce does; its state (errors, Q, its step) is per rank. */
+typedef enum mt_grad_comm_kind {
+    MT_GRAD_COMM_ALLREDUCE,
+    MT_GRAD_COMM_POWERSGD,
+    MT_GRAD_COMM_SIGNSGD,
+    MT_GRAD_COMM_ONEBIT,
+} mt_grad_comm_kind;
+
+typedef struct mt_grad_comm_options {
+    mt_grad_comm_kind kind;
+    int powersgd_rank;  /* R */
+    int powersgd_start; /* steps before it take the plain all-reduce */
+    int onebit_warmup;  /* steps of plain all-reduce before 1-bit */
+    uint64_t seed;      /* PowerSGD's initial Q, the same on every rank */
+} mt_grad_comm_options;
+
+/* "allreduce", "powersgd", "signsgd" or "onebit"; anything else is MT_EINVAL. */
+mt_status mt_grad_comm_parse(const char *name, mt_grad_comm_kind *kind);
+
 typedef struct mt_dp_options {
     int zero;                 /* 0, 1, 2 or 3 */
     size_t bucket_bytes;      /* DDP: gradients per all-reduce (at least one unit) */
@@ -40,6 +65,7 @@ typedef struct mt_dp_options {
                                * compared by the replica check */
     int parameters_only;      /* generation: the parameters alone, no gradients or optimizer
                                * state (a quarter of the memory); nothing may run backward */
+    mt_grad_comm_options grad_comm; /* zero 0 and 1 only; zeroed: the plain all-reduce */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
@@ -78,6 +104,9 @@ mt_status mt_dp_model_grad_norm(mt_dp_model *model, double *norm);
  * applied to matrices only, its grad_scale is the clipping factor); then zero 1 and 2
  * all-gather the parameters and zero 3 marks its gathered root stale. */
 mt_status mt_dp_model_update(mt_dp_model *model, const mt_adamw_hyper *hyper);
+/* The same with SGD and momentum (weight decay, coupled, on matrices only); the momentum
+ * buffer is the state mt_dp_tensor_state calls exp_avg, and exp_avg_sq stays zero. */
+mt_status mt_dp_model_update_sgd(mt_dp_model *model, const mt_sgd_hyper *hyper);
 
 /* Compares a checksum of the parameters every replica holds in full (zero 0, 1 and 2: all of
  * them; zero 3: none, each slice has one holder) across the group, and, with a tensor group,
@@ -108,6 +137,18 @@ void mt_dp_model_tensor_state(mt_dp_model *model, int index, mt_dp_tensor_state 
 
 /* After state was written in place (a checkpoint loaded): gathered copies are stale. */
 void mt_dp_model_state_changed(mt_dp_model *model);
+
+/* The gradient-communication hook's state on this rank (error feedback, PowerSGD's Q, the
+ * step it has reached), written to and read from one file per rank of a checkpoint, so that a
+ * resumed run equals an uninterrupted one bit for bit. Without a hook: nothing is written and
+ * reading is a no-op. Reading refuses a file of another hook, rank, group size or model. */
+int mt_dp_model_has_comm_state(const mt_dp_model *model);
+mt_status mt_dp_model_save_comm_state(const mt_dp_model *model, const char *path);
+mt_status mt_dp_model_load_comm_state(mt_dp_model *model, const char *path);
+
+/* Bytes of gradients this rank handed to the data-parallel group's collectives in the last
+ * step's sync (payload: 4 per float all-reduced, the packed bytes gathered). */
+double mt_dp_model_comm_bytes(const mt_dp_model *model);
 
 /* Seconds this rank has spent blocked on the group's communication (waiting for reductions
  * and gathers that overlap did not hide, and the norm's all-reduce). */

@@ -1,5 +1,5 @@
-/* Pipeline schedules as data: each stage's list of actions (receive, forward, send, backward)
- * for GPipe, 1F1B and interleaved 1F1B, a checker that proves a schedule complete and
+/* Pipeline schedules as data: each stage's list of actions (receive, forward, send, backward,
+ * weight gradients) for GPipe, 1F1B, interleaved 1F1B and zero bubble, a checker that proves a schedule complete and
  * deadlock-free before it runs, and a replay that times a schedule from action durations. */
 #ifndef MESHTRAIN_PIPELINE_H
 #define MESHTRAIN_PIPELINE_H
@@ -12,6 +12,8 @@ typedef enum mt_pp_schedule_kind {
     MT_PP_GPIPE,       /* every forward, then every backward */
     MT_PP_1F1B,        /* warm-up forwards, then one forward one backward, then cool-down */
     MT_PP_INTERLEAVED, /* 1F1B over v model chunks per stage (Megatron-LM's interleaving) */
+    MT_PP_ZB1,         /* zero bubble (Qi et al. 2023): backwards split into input and weight
+                        * gradients, ZB-H1's bubble (pp_schedule_zb.c) */
 } mt_pp_schedule_kind;
 
 /* A stage holds `chunks` model chunks: chunk c of stage s is virtual stage c * stages + s, and
@@ -31,6 +33,9 @@ typedef enum mt_pp_op {
     MT_PP_RECV_GRADIENT,   /* post the receive of the gradient of (micro, chunk)'s output */
     MT_PP_BACKWARD,        /* waits for that receive (when not the last virtual stage) */
     MT_PP_SEND_GRADIENT,   /* start sending the gradient of (micro, chunk)'s input */
+    MT_PP_WEIGHT,          /* the weight gradients of (micro, chunk): in a schedule that has
+                            * these, MT_PP_BACKWARD computes the input gradient alone (B) and
+                            * this pass the parameters' gradients (W), from what B kept */
 } mt_pp_op;
 
 typedef struct mt_pp_action {
@@ -45,8 +50,9 @@ typedef struct mt_pp_schedule {
     mt_pp_action **actions;     /* [stages][counts[s]] */
 } mt_pp_schedule;
 
-/* Names for messages and the CLI: "gpipe", "1f1b", "interleaved"; "recv-activation", "forward",
- * "send-activation", "recv-gradient", "backward", "send-gradient" ("unknown" out of range). */
+/* Names for messages and the CLI: "gpipe", "1f1b", "interleaved", "zb1";
+ * "recv-activation", "forward", "send-activation", "recv-gradient", "backward", "send-gradient",
+ * "weight" ("unknown" out of range). */
 const char *mt_pp_schedule_name(mt_pp_schedule_kind kind);
 const char *mt_pp_op_name(mt_pp_op op);
 /* Parses a schedule name; an unknown name is MT_EINVAL naming it and the choices. */
@@ -84,6 +90,8 @@ mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int m
  * backwards run in micro-batch order. On failure *out is left empty (destroy is harmless). */
 mt_status mt_pp_schedule_create(mt_pp_schedule_kind kind, int stages, int micros, int chunks,
                                 mt_pp_schedule *out);
+/* Whether the schedule splits its backwards: it has weight-gradient passes. */
+int mt_pp_schedule_splits(const mt_pp_schedule *schedule);
 void mt_pp_schedule_destroy(mt_pp_schedule *schedule);
 
 /* Proves a schedule runnable: every (micro, chunk) forward and backward exactly once per
@@ -92,15 +100,18 @@ void mt_pp_schedule_destroy(mt_pp_schedule *schedule);
  * with non-blocking sends and passes that block until their message was sent, every stage
  * finishes and every channel's receives name its messages in the order they are sent. A
  * failure is MT_EINVAL naming the stage, action index and what is wrong (a deadlock names
- * where each unfinished stage waits). Any schedule is checked, generated or not: the kind is
- * not consulted, the sizes need only be >= 1. */
+ * where each unfinished stage waits). A schedule with weight-gradient passes has one per
+ * (micro, chunk) on every stage, after its backward. Any schedule is checked, generated or not:
+ * the kind is not consulted, the sizes need only be >= 1. */
 mt_status mt_pp_schedule_check(const mt_pp_schedule *schedule);
 
 /* Activation memory: the most (micro, chunk) pairs stage `stage` holds at once, counted from
- * the receive (or the forward, on virtual stage 0) to the end of the backward, per chunk
+ * the receive (or the forward, on virtual stage 0) to the end of the backward (of the
+ * weight-gradient pass, in a schedule that splits: it reads the kept activations), per chunk
  * (per_chunk[chunks], may be NULL) and in total. For a checked schedule; -1 for a stage out of
  * range. Generated: m (GPipe), min(p - s, m) (1F1B), min(w + 1, m v) interleaved with w its
- * warm-up above, so v p + p - 1 chunk slots on stage 0 once m >= 2p. */
+ * warm-up above, so v p + p - 1 chunk slots on stage 0 once m >= 2p; min(2 p - 1 - s, m) (zb1:
+ * the paper's ZB-H2 bound, not 1F1B's: a slot is held whole until W). */
 int mt_pp_schedule_peak_in_flight(const mt_pp_schedule *schedule, int stage, int *per_chunk);
 
 /* Replays a schedule with durations: forward[s] and backward[s] seconds of one chunk's pass on
@@ -115,10 +126,17 @@ int mt_pp_schedule_peak_in_flight(const mt_pp_schedule *schedule, int stage, int
 mt_status mt_pp_schedule_replay(const mt_pp_schedule *schedule, const double *forward,
                                 const double *backward, double transfer, double *busy,
                                 double *makespan);
+/* The same with the backward in two parts: input[s] and weight[s] seconds of stage s's B and W
+ * passes. A schedule that splits runs them apart; one that does not runs both in its backward. */
+mt_status mt_pp_schedule_replay_split(const mt_pp_schedule *schedule, const double *forward,
+                                      const double *input, const double *weight,
+                                      double transfer, double *busy, double *makespan);
 
 /* The textbook bubble: (p - 1) / (m + p - 1), and (p - 1) / (v m + p - 1) interleaved. With
  * equal forward and backward times on every stage and no transfer time the replay gives exactly
- * this idle share on every stage, for all three kinds. */
+ * this idle share on every stage, for all three kinds. For zb1, the bubble with equal forward,
+ * input-gradient and weight-gradient times: (p - 1) / (3 m + p - 1), a third of 1F1B's idle
+ * time (the replay gives it on every stage). */
 double mt_pp_bubble_expected(mt_pp_schedule_kind kind, int stages, int micros, int chunks);
 
 #endif

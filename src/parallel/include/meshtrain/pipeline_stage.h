@@ -69,6 +69,19 @@ mt_status mt_pp_forward(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
                         mt_comm *activations, const int32_t *tokens, const int32_t *targets,
                         int b, int t, float *loss, float *logits);
 
+/* Batch `batch` of a pipelined forward, asked for on every stage: its b sequences of t tokens
+ * and their targets (read where the model embeds and where it ends) and the weight of its mean
+ * loss in the sum. */
+typedef mt_status (*mt_pp_load)(void *context, int batch, const int32_t **tokens,
+                                const int32_t **targets, int *b, double *weight);
+/* Forwards of `batches` batches through every stage, pipelined (pp_forward_batches.c): each
+ * stage takes the next batch while the later stages run the one before. Every stage gets the
+ * sum over batches of each mean loss times its weight, added in batch order (as a loop of
+ * mt_pp_forward calls would add them, without their per-batch broadcasts). Between steps. */
+mt_status mt_pp_forward_batches(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
+                                mt_comm *activations, int batches, int t, mt_pp_load load,
+                                void *context, double *sum);
+
 /* A generation step of n new tokens through every stage's key/value cache (kv_cache.h), on
  * every rank of the pipeline group at once: tokens where the model embeds (NULL elsewhere);
  * the step's hidden rows travel stage to stage; every stage gets the logits of the step's

@@ -14,6 +14,7 @@
 #include "meshtrain/mesh.h"
 #include "meshtrain/model.h"
 #include "meshtrain/pipeline.h"
+#include "meshtrain/pipeline_stage.h"
 
 /* Learning rate of optimizer step `step` (counted from 1): linear warm-up to lr over
  * `warmup` steps, then cosine decay to min_lr at the last step. */
@@ -31,10 +32,12 @@ double mt_clip_coefficient(double clip, double norm);
 /* AdamW's settings for step `step` at learning rate lr, gradients scaled by grad_scale (the
  * clipping coefficient); weight_decay is the matrices' (others take 0). */
 mt_adamw_hyper mt_adamw_settings(const mt_config *cfg, int step, double lr, double grad_scale);
+/* SGD's settings (--optimizer sgd) at learning rate lr, likewise. */
+mt_sgd_hyper mt_sgd_settings(const mt_config *cfg, double lr, double grad_scale);
 
 /* The optimizer step of every run, on any layout: the global gradient norm over every shard
  * (data-, tensor- and pipeline-parallel), PyTorch's clip_grad_norm_ coefficient and one AdamW
- * update of what this rank owns, with weight decay on matrices only. After
+ * (or, with --optimizer sgd, SGD) update of what this rank owns, with weight decay on matrices only. After
  * mt_dp_model_finish_gradients. A non-finite norm is an error naming the step, and leaves the
  * parameters untouched. Collective over the model's groups. */
 mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, double lr,
@@ -53,6 +56,11 @@ typedef struct mt_forward {
 /* The mean loss of b sequences of t tokens against their targets, on every rank. */
 mt_status mt_forward_loss(const mt_forward *f, const int32_t *tokens, const int32_t *targets,
                           int b, int t, float *loss);
+/* The sum over `batches` batches (each asked of `load`, as mt_pp_load) of each one's mean loss
+ * times its weight, on every rank; through a pipeline the batches flow through the stages one
+ * behind the other. */
+mt_status mt_forward_loss_sum(const mt_forward *f, int batches, int t, mt_pp_load load,
+                              void *context, double *sum);
 /* The logits (vocab floats) of the last of t tokens of one sequence, on every rank. */
 mt_status mt_forward_next_logits(const mt_forward *f, const int32_t *tokens, int t,
                                  float *logits);
