@@ -18,13 +18,15 @@ static const char CKPT_USAGE[] =
     "anything is damaged.\n";
 
 static const char EXPORT_USAGE[] =
-    "usage: meshtrain export --ckpt DIR --out FILE.safetensors\n"
+    "usage: meshtrain export --ckpt DIR --out FILE.safetensors [--dtype f32|bf16|f16]\n"
     "\n"
     "Writes the model of a checkpoint (any layout) as one safetensors file with Hugging Face\n"
     "GPT-2's tensor names and orientation (wte.weight, h.0.attn.c_attn.weight as (in, out),\n"
-    "...), float32, with GPT-2's config in its metadata (n_embd, n_head, n_layer, n_positions,\n"
+    "...), with GPT-2's config in its metadata (n_embd, n_head, n_layer, n_positions,\n"
     "vocab_size). DIR is a step_<N> folder, or a run's OUT or OUT/ckpt folder (its newest\n"
-    "checkpoint). `meshtrain train --init FILE` starts training from such a file.\n";
+    "checkpoint). --dtype: f32 (default: the checkpoint's fp32 values as they are), bf16 or\n"
+    "f16 (each value rounded to nearest even, NaN kept, beyond the range infinity).\n"
+    "`meshtrain train --init FILE` starts training from such a file, of any of the three.\n";
 
 __attribute__((format(printf, 3, 4))) static int usage_error(const char *command,
                                                              const char *usage,
@@ -45,7 +47,14 @@ static void print_layout(const mt_ckpt_meta *meta)
     printf("step %d, %lld sequences trained; written by %d rank%s: dp %d x pp %d x tp %d, sp %s, "
            "zero %d\n", meta->step, meta->sequences, l->world, l->world == 1 ? "" : "s", l->dp,
            l->pp, l->tp, l->sp ? "on" : "off", l->zero);
-    printf("config:");
+    const mt_ckpt_training *t = &meta->training;
+    printf("training: %d optimizer steps applied, data cursor at batch %lld, %d batch%s left out "
+           "by rollbacks, %d overflow skips, %d spike skips, %d rollbacks", t->applied, t->cursor,
+           t->skipped_count, t->skipped_count == 1 ? "" : "es", t->overflow_skips, t->spike.skips,
+           t->spike.rollbacks);
+    if (t->scaler.scale > 0)
+        printf(", loss scale %g", t->scaler.scale);
+    printf("\nconfig:");
     for (int i = 0; i < meta->config_count; i++)
         printf("%s %s = %s", i % 6 ? "," : "\n ", meta->config_keys[i], meta->config_values[i]);
     putchar('\n');
@@ -151,7 +160,7 @@ int cli_ckpt(int argc, char **argv)
 
 int cli_export(int argc, char **argv)
 {
-    const char *ckpt = NULL, *out = NULL;
+    const char *ckpt = NULL, *out = NULL, *dtype_name = "f32";
     for (int i = 0; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             fputs(EXPORT_USAGE, stdout);
@@ -159,7 +168,8 @@ int cli_export(int argc, char **argv)
         }
         const char **slot = strcmp(argv[i], "--ckpt") == 0  ? &ckpt
                             : strcmp(argv[i], "--out") == 0 ? &out
-                                                            : NULL;
+                            : strcmp(argv[i], "--dtype") == 0 ? &dtype_name
+                                                              : NULL;
         if (!slot)
             return usage_error("export", EXPORT_USAGE, "unknown argument '%s'", argv[i]);
         if (i + 1 >= argc)
@@ -168,16 +178,24 @@ int cli_export(int argc, char **argv)
     }
     if (!ckpt || !out)
         return usage_error("export", EXPORT_USAGE, "export needs --ckpt DIR and --out FILE");
+    mt_safetensors_dtype dtype = strcmp(dtype_name, "f32") == 0    ? MT_SAFETENSORS_F32
+                                 : strcmp(dtype_name, "bf16") == 0 ? MT_SAFETENSORS_BF16
+                                 : strcmp(dtype_name, "f16") == 0  ? MT_SAFETENSORS_F16
+                                                                   : MT_SAFETENSORS_BOOL;
+    if (dtype == MT_SAFETENSORS_BOOL)
+        return usage_error("export", EXPORT_USAGE, "--dtype '%s': expected f32, bf16 or f16",
+                           dtype_name);
     char dir[MT_PATH_MAX + 300];
     mt_ckpt_meta meta;
     if (mt_ckpt_locate(ckpt, dir, sizeof dir) || mt_ckpt_meta_read(dir, &meta))
         return cli_report_error("export");
     int tensors;
     size_t values;
-    mt_status status = mt_ckpt_export_safetensors(&meta, out, &tensors, &values);
+    mt_status status = mt_ckpt_export_safetensors(&meta, out, dtype, &tensors, &values);
     if (status == MT_OK)
-        printf("meshtrain export: wrote '%s': %d tensors, %zu parameters (GPT-2 names), step %d "
-               "of '%s'\n", out, tensors, values, meta.step, dir);
+        printf("meshtrain export: wrote '%s': %d tensors, %zu parameters (GPT-2 names, %s), "
+               "step %d of '%s'\n", out, tensors, values, mt_safetensors_dtype_name(dtype),
+               meta.step, dir);
     mt_ckpt_meta_free(&meta);
     return status ? cli_report_error("export") : 0;
 }

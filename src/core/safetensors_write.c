@@ -1,5 +1,6 @@
-/* Writing safetensors files tensor by tensor (float32): the header from the names and shapes
- * first, then each tensor's values as they come, into PATH.partial, renamed over PATH at the end. */
+/* Writing safetensors files tensor by tensor (float32, or every tensor in one other dtype): the
+ * header from the names and shapes first, then each tensor's values as they come, into
+ * PATH.partial, renamed over PATH at the end. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 struct mt_safetensors_writer {
     char path[MT_PATH_MAX], temporary[MT_PATH_MAX + 16];
     int fd;
+    mt_safetensors_dtype dtype; /* of every tensor */
     const mt_safetensors_spec *tensors;
     int count, current;
     uint64_t left; /* values still owed to the current tensor */
@@ -63,10 +65,10 @@ static mt_status build_header(const mt_safetensors_writer *w, const char *const 
     uint64_t at = 0;
     for (int i = 0; i < w->count; i++) {
         const mt_safetensors_spec *spec = &w->tensors[i];
-        uint64_t bytes = numel_of(spec) * sizeof(float);
+        uint64_t bytes = numel_of(spec) * mt_safetensors_dtype_size(w->dtype);
         mt_text_add(t, "%s", i || (metadata && metadata[0]) ? "," : "");
         put_string(t, spec->name);
-        mt_text_add(t, ":{\"dtype\":\"F32\",\"shape\":[");
+        mt_text_add(t, ":{\"dtype\":\"%s\",\"shape\":[", mt_safetensors_dtype_name(w->dtype));
         for (int d = 0; d < spec->ndim; d++)
             mt_text_add(t, "%s%lld", d ? "," : "", (long long)spec->shape[d]);
         mt_text_add(t, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
@@ -88,10 +90,20 @@ static void next_tensor(mt_safetensors_writer *w)
 mt_status mt_safetensors_create(const char *path, const mt_safetensors_spec *tensors, int count,
                                 const char *const *metadata, mt_safetensors_writer **out)
 {
+    return mt_safetensors_create_as(path, MT_SAFETENSORS_F32, tensors, count, metadata, out);
+}
+
+mt_status mt_safetensors_create_as(const char *path, mt_safetensors_dtype dtype,
+                                   const mt_safetensors_spec *tensors, int count,
+                                   const char *const *metadata, mt_safetensors_writer **out)
+{
     *out = NULL;
+    if (mt_safetensors_dtype_size(dtype) == 0)
+        return mt_fail(MT_EINVAL, "'%s': no dtype %d", path, (int)dtype);
     mt_safetensors_writer *w = calloc(1, sizeof *w);
     if (!w)
         return mt_fail(MT_ENOMEM, "'%s': out of memory", path);
+    w->dtype = dtype;
     if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path) {
         free(w);
         return mt_fail(MT_EINVAL, "'%s': path too long", path);
@@ -127,15 +139,26 @@ mt_status mt_safetensors_create(const char *path, const mt_safetensors_spec *ten
 
 mt_status mt_safetensors_write(mt_safetensors_writer *w, const float *values, size_t count)
 {
-    /* little-endian on every machine we build for: the floats go out as they are */
+    if (w->dtype != MT_SAFETENSORS_F32)
+        return mt_fail(MT_EINVAL, "'%s': floats written to a file of %s tensors", w->temporary,
+                       mt_safetensors_dtype_name(w->dtype));
+    return mt_safetensors_write_elements(w, values, count);
+}
+
+mt_status mt_safetensors_write_elements(mt_safetensors_writer *w, const void *elements,
+                                        size_t count)
+{
+    /* little-endian on every machine we build for: the elements go out as they are */
+    const unsigned char *values = elements;
+    size_t size = mt_safetensors_dtype_size(w->dtype);
     while (count > 0) {
         if (w->current >= w->count)
             return mt_fail(MT_EINVAL, "'%s': more values than the tensors hold", w->temporary);
         size_t n = (uint64_t)count < w->left ? count : (size_t)w->left;
-        mt_status status = mt_write_all(w->fd, values, n * sizeof *values, w->temporary);
+        mt_status status = mt_write_all(w->fd, values, n * size, w->temporary);
         if (status)
             return status;
-        values += n;
+        values += n * size;
         count -= n;
         if ((w->left -= n) == 0) {
             w->current++;

@@ -88,6 +88,19 @@ mt_status mt_dp_model_grad_norm(mt_dp_model *m, double *norm)
     return status;
 }
 
+int mt_dp_model_grad_finite(mt_dp_model *m, int index)
+{
+    size_t lo, hi;
+    if (m->gpt->holding[m->gpt->params[index].unit] == MT_UNIT_TIED_COPY ||
+        !dp_owned_range(m, index, &lo, &hi))
+        return 1;
+    const float *grad = dp_grad_at(m, m->gpt->params[index].unit, lo);
+    for (size_t i = 0; i < hi - lo; i++)
+        if (!isfinite(grad[i]))
+            return 0;
+    return 1;
+}
+
 /* AdamW over this rank's slice of every unit, tensor by tensor (decay on matrices only). */
 static void adamw_slices(mt_dp_model *m, const mt_adamw_hyper *hyper)
 {

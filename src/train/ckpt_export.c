@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "meshtrain/checkpoint.h"
+#include "meshtrain/half.h"
 #include "meshtrain/kernels.h"
 #include "meshtrain/safetensors.h"
 
@@ -55,9 +56,21 @@ static mt_status plan_export(const mt_ckpt_meta *meta, export_plan *plan)
     return MT_OK;
 }
 
+/* n floats appended to the file in its dtype: F32 as they are, BF16 and F16 rounded to
+ * nearest even (NaN kept) through `half`, which holds n. */
+static mt_status write_values(mt_safetensors_writer *file, mt_safetensors_dtype dtype,
+                              const float *values, size_t n, mt_half *half)
+{
+    if (dtype == MT_SAFETENSORS_F32)
+        return mt_safetensors_write(file, values, n);
+    mt_half_from_f32(dtype == MT_SAFETENSORS_BF16 ? MT_HALF_BF16 : MT_HALF_F16, half, values, n);
+    return mt_safetensors_write_elements(file, half, n);
+}
+
 /* Tensor t's parameters, whole, in the file's orientation, appended to the file. */
 static mt_status export_tensor(mt_ckpt_reader *reader, const export_plan *plan, int t,
-                               float *tensor, float *turned, mt_safetensors_writer *file)
+                               float *tensor, float *turned, mt_safetensors_dtype dtype,
+                               mt_half *half, mt_safetensors_writer *file)
 {
     const mt_ckpt_tensor *info = &reader->meta->tensors[t];
     mt_ckpt_box whole;
@@ -70,14 +83,14 @@ static mt_status export_tensor(mt_ckpt_reader *reader, const export_plan *plan, 
     if (status)
         return status;
     if (!plan->hf[t].transposed)
-        return mt_safetensors_write(file, tensor, volume);
+        return write_values(file, dtype, tensor, volume, half);
     size_t cols = (size_t)info->shape[info->dims - 1];
     mt_transpose(tensor, volume / cols, cols, turned);
-    return mt_safetensors_write(file, turned, volume);
+    return write_values(file, dtype, turned, volume, half);
 }
 
-mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path, int *tensors,
-                                     size_t *values)
+mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path,
+                                     mt_safetensors_dtype dtype, int *tensors, size_t *values)
 {
     *tensors = 0;
     *values = 0;
@@ -99,17 +112,24 @@ mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path,
     mt_status status = plan_export(meta, &plan);
     float *tensor = status ? NULL : malloc(plan.largest * sizeof *tensor);
     float *turned = status ? NULL : malloc((plan.turned + 1) * sizeof *turned);
-    if (status == MT_OK && (!tensor || !turned))
+    mt_half *half = status || dtype == MT_SAFETENSORS_F32 ? NULL
+                                                          : malloc(plan.largest * sizeof *half);
+    if (status == MT_OK && dtype != MT_SAFETENSORS_F32 && dtype != MT_SAFETENSORS_BF16 &&
+        dtype != MT_SAFETENSORS_F16)
+        status = mt_fail(MT_EINVAL, "exporting '%s': dtype %s; an export is F32, BF16 or F16",
+                         meta->dir, mt_safetensors_dtype_name(dtype));
+    if (status == MT_OK && (!tensor || !turned || (dtype != MT_SAFETENSORS_F32 && !half)))
         status = mt_fail(MT_ENOMEM, "exporting '%s': out of memory for a tensor of %zu values",
                          meta->dir, plan.largest);
     mt_safetensors_writer *file = NULL;
     if (status == MT_OK)
-        status = mt_safetensors_create(path, plan.specs, meta->tensor_count, metadata, &file);
+        status = mt_safetensors_create_as(path, dtype, plan.specs, meta->tensor_count, metadata,
+                                          &file);
     mt_ckpt_reader reader = {0};
     if (status == MT_OK)
         status = mt_ckpt_reader_open(&reader, meta);
     for (int t = 0; status == MT_OK && t < meta->tensor_count; t++) {
-        status = export_tensor(&reader, &plan, t, tensor, turned, file);
+        status = export_tensor(&reader, &plan, t, tensor, turned, dtype, half, file);
         *values += status ? 0 : (size_t)plan.specs[t].shape[0] *
                                     (size_t)(plan.specs[t].ndim > 1 ? plan.specs[t].shape[1] : 1);
     }
@@ -120,6 +140,7 @@ mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path,
     *tensors = status ? 0 : meta->tensor_count;
     free(tensor);
     free(turned);
+    free(half);
     free(plan.hf);
     free(plan.specs);
     return status;

@@ -26,6 +26,16 @@ mt_status trainer_ckpt_shard_write(const char *path, int rank, int step, ckpt_sh
  * folder `dir`, which errors name and meta->dir keeps): the same checks and messages. */
 mt_status trainer_ckpt_meta_parse(const char *dir, const char *text, size_t length,
                                   mt_ckpt_meta *meta);
+/* ckpt_training.c: the metadata's "training" object. */
+struct json_t;
+/* Reads root's "training" into meta->training (absent: the defaults of a run that never
+ * skipped, at meta->step); every field checked, errors naming `path`. */
+mt_status trainer_ckpt_training_read(const char *path, struct json_t *root, mt_ckpt_meta *meta);
+/* The object for `training`, or NULL when out of memory. */
+struct json_t *trainer_ckpt_training_json(const mt_ckpt_training *training);
+/* A deep copy of `from` into *to (whose list is replaced, freed first); 0 when out of memory. */
+int trainer_ckpt_training_copy(mt_ckpt_training *to, const mt_ckpt_training *from);
+
 /* N of a folder named step_<N>, else -1. */
 int trainer_ckpt_step_of_name(const char *name);
 

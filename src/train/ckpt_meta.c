@@ -608,7 +608,8 @@ static mt_status read_document(reader *r, json_t *root)
     if ((status = get_int(r, root, "step", 0, 1 << 30, "the document", &m->step)) ||
         (status = get_integer(r, root, "sequences", 0, 1ll << 60, "the document", &sequences)) ||
         (status = read_layout(r, root)) || (status = read_config(r, root)) ||
-        (status = read_tensors(r, root)) || (status = read_files(r, root)))
+        (status = read_tensors(r, root)) || (status = read_files(r, root)) ||
+        (status = trainer_ckpt_training_read(r->path, root, m)))
         return status;
     m->sequences = sequences;
     json_t *pieces = json_object_get(root, "pieces");
@@ -756,6 +757,7 @@ void mt_ckpt_meta_free(mt_ckpt_meta *meta)
     free(meta->tensors);
     free(meta->files);
     free(meta->pieces);
+    free(meta->training.skipped);
     char dir[MT_PATH_MAX];
     memcpy(dir, meta->dir, sizeof dir);
     *meta = (mt_ckpt_meta){0};
@@ -802,6 +804,9 @@ static json_t *build_document(const mt_ckpt_meta *m)
     json_object_set_new(layout, "sp", json_boolean(l->sp));
     json_object_set_new(layout, "zero", json_integer(l->zero));
     json_object_set_new(root, "layout", layout);
+    json_t *training = trainer_ckpt_training_json(&m->training);
+    if (training)
+        json_object_set_new(root, "training", training);
     for (int i = 0; i < m->config_count; i++)
         json_object_set_new(config, m->config_keys[i], json_string(m->config_values[i]));
     json_object_set_new(root, "config", config);
@@ -838,7 +843,7 @@ static int complete(json_t *root, const mt_ckpt_meta *m)
            json_array_size(json_object_get(root, "files")) == (size_t)m->file_count &&
            json_array_size(json_object_get(root, "pieces")) == (size_t)m->piece_count &&
            json_object_size(json_object_get(root, "config")) == (size_t)m->config_count &&
-           json_object_size(json_object_get(root, "layout")) == 6 && json_object_size(root) == 9;
+           json_object_size(json_object_get(root, "layout")) == 6 && json_object_size(root) == 10;
 }
 
 mt_status mt_ckpt_meta_write(const char *dir, const mt_ckpt_meta *meta)

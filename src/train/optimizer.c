@@ -36,8 +36,15 @@ mt_sgd_hyper mt_sgd_settings(const mt_config *cfg, double lr, double grad_scale)
 mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, double lr,
                             mt_optimizer_report *report)
 {
+    return mt_optimizer_step_scaled(model, cfg, step, lr, 1.0, report);
+}
+
+mt_status mt_optimizer_step_scaled(mt_dp_model *model, const mt_config *cfg, int step, double lr,
+                                   double loss_scale, mt_optimizer_report *report)
+{
     double norm = NAN;
     mt_status status = mt_dp_model_grad_norm(model, &norm);
+    norm /= loss_scale; /* a power of 2: exactly the unscaled gradient's norm */
     report->grad_norm = norm;
     report->clip_scale = 1.0;
     if (status)
@@ -47,9 +54,9 @@ mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, 
                                     "update (lower lr or raise warmup)", step, norm);
     report->clip_scale = mt_clip_coefficient(cfg->clip, norm);
     if (strcmp(cfg->optimizer, "sgd") == 0) {
-        mt_sgd_hyper hyper = mt_sgd_settings(cfg, lr, report->clip_scale);
+        mt_sgd_hyper hyper = mt_sgd_settings(cfg, lr, report->clip_scale / loss_scale);
         return mt_dp_model_update_sgd(model, &hyper);
     }
-    mt_adamw_hyper hyper = mt_adamw_settings(cfg, step, lr, report->clip_scale);
+    mt_adamw_hyper hyper = mt_adamw_settings(cfg, step, lr, report->clip_scale / loss_scale);
     return mt_dp_model_update(model, &hyper);
 }

@@ -48,12 +48,19 @@ void trainer_progress_step(progress *p, const step_record *r)
 
 int trainer_metrics_append(FILE *metrics, const step_record *r)
 {
-    fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                     "\"tokens_per_s\": %.9g, \"data_ms\": %.6g",
-            r->step, r->loss, r->lr, r->grad_norm, r->tokens_per_s, r->data_ms);
+    fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": ", r->step,
+            r->loss, r->lr);
+    fprintf(metrics, isfinite(r->grad_norm) ? "%.9g" : "null", r->grad_norm);
+    fprintf(metrics, ", \"tokens_per_s\": %.9g, \"data_ms\": %.6g", r->tokens_per_s, r->data_ms);
     fprintf(metrics, ", \"comm_bytes\": {\"dp\": %.17g}, \"wire_bytes\": {\"dp\": %.17g, "
                      "\"tp\": %.17g, \"pp\": %.17g}", r->dp_bytes, r->wire[0], r->wire[1],
             r->wire[2]);
+    if (!isnan(r->loss_scale))
+        fprintf(metrics, ", \"loss_scale\": %.9g", r->loss_scale);
+    if (r->guarded)
+        fprintf(metrics, ", \"skipped\": %s", r->skipped ? "true" : "false");
+    if (r->skipped)
+        fprintf(metrics, ", \"skip_reason\": \"%s\"", r->skipped);
     if (!isnan(r->val_loss))
         fprintf(metrics, ", \"val_loss\": %.9g", r->val_loss);
     if (!isnan(r->val_bpb))

@@ -22,12 +22,17 @@ typedef struct step_record {
     double val_loss; /* NAN when not evaluated this step */
     double val_bpb;  /* bits per byte of text; NAN also when the corpus has no byte counts */
     double elapsed;  /* seconds since the first step began */
+    double loss_scale;   /* fp16's loss scale this step, NAN without the scaler */
+    int guarded;         /* the scaler or the spike guard may skip steps: "skipped" is logged */
+    const char *skipped; /* why the step applied no update ("overflow", "spike"), or NULL */
+    int rollback;        /* the spike guard rolls back after this step */
 } step_record;
 
 void trainer_progress_init(progress *p, FILE *out, int every, int first_step, int total_steps);
 void trainer_progress_step(progress *p, const step_record *r);
 
-/* Appends one JSON line; floats with %.9g so that they round-trip. */
+/* Appends one JSON line; floats with %.9g so that they round-trip (a norm a skipped step did
+ * not compute is null). */
 int trainer_metrics_append(FILE *metrics, const step_record *r);
 
 #endif

@@ -9,17 +9,18 @@
 #include "meshtrain/clock.h"
 #include "trainer_internal.h"
 
-/* This rank's micro-batch number `key` = (step - 1) x microbatches + micro: its dp_rank-th
- * slice of the global batch's micro-th part, so the group together draws exactly the sequences
- * one process would. Reads only what the run never changes, so the prefetch thread calls it. */
+/* This rank's micro-batch number `key` = batch x microbatches + micro (batch: the global
+ * batch's number in the data, from 0): its dp_rank-th slice of the global batch's micro-th
+ * part, so the group together draws exactly the sequences one process would. Reads only what
+ * the run never changes, so the prefetch thread calls it. */
 static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, int32_t *targets)
 {
     const trainer *tr = context;
     const mt_config *cfg = tr->cfg;
     const trainer_state *st = &tr->state;
-    uint64_t step = key / (uint64_t)cfg->microbatches, micro = key % (uint64_t)cfg->microbatches;
+    uint64_t batch = key / (uint64_t)cfg->microbatches, micro = key % (uint64_t)cfg->microbatches;
     int t = cfg->context, sequences = tr->plan->micro_sequences;
-    uint64_t first = step * (uint64_t)cfg->batch + micro * (uint64_t)(cfg->batch / cfg->microbatches) +
+    uint64_t first = batch * (uint64_t)cfg->batch + micro * (uint64_t)(cfg->batch / cfg->microbatches) +
                      (uint64_t)st->at.dp * (uint64_t)sequences;
     mt_status status = MT_OK;
     for (int i = 0; status == MT_OK && i < sequences; i++)
@@ -31,7 +32,7 @@ static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, in
 mt_status trainer_draw_microbatch(trainer *tr, int step, int micro)
 {
     trainer_state *st = &tr->state;
-    uint64_t key = (uint64_t)(step - 1) * (uint64_t)tr->cfg->microbatches + (uint64_t)micro;
+    uint64_t key = (uint64_t)st->step_batch * (uint64_t)tr->cfg->microbatches + (uint64_t)micro;
     double start = mt_clock_seconds();
     mt_status status = st->prefetch
                            ? trainer_prefetch_take(st->prefetch, key, st->inputs, st->targets)
@@ -50,11 +51,13 @@ mt_status trainer_prefetch_begin(trainer *tr)
     /* on a pipeline, only the first stage (tokens) and the last (targets) read batches */
     if (cfg->prefetch <= 0 || (p > 1 && st->at.pp != 0 && st->at.pp != p - 1))
         return MT_OK;
-    uint64_t m = (uint64_t)cfg->microbatches;
+    /* the batches the remaining steps draw unless they meet left-out ones (a key the thread
+     * did not prepare is drawn when taken) */
+    uint64_t m = (uint64_t)cfg->microbatches, first = (uint64_t)st->training.cursor;
     return trainer_prefetch_start(&st->prefetch, cfg->prefetch,
                                   (size_t)tr->plan->micro_sequences * (size_t)cfg->context,
-                                  (uint64_t)st->start_step * m, (uint64_t)cfg->steps * m, draw_key,
-                                  tr);
+                                  first * m, (first + (uint64_t)(cfg->steps - st->start_step)) * m,
+                                  draw_key, tr);
 }
 
 /* Each rank's entry in the vector check_finite reduces: its loss, then its gradient's local
@@ -90,9 +93,10 @@ static int describe_ranks(const trainer *tr, const double *all, int n, enum fini
 /* Every rank's loss and local gradient square sum, so that all of them stop together and
  * name where a NaN or infinity appeared. Sets *loss to the job's mean loss (each data-parallel
  * replica's once: its tensor-parallel ranks share one loss, and only its last pipeline stage
- * has one; the other stages add 0). */
+ * has one; the other stages add 0). Under the loss scaler a gradient that is not finite on any
+ * rank is no error but *overflow, the one flag every rank of every group agrees on. */
 static mt_status check_finite(trainer *tr, int step, double loss_sum, double local_squares,
-                              double *loss)
+                              double *loss, int *overflow)
 {
     int n = tr->plan->world_size;
     double *all = tr->state.finite_checks; /* sized for the world once: a step allocates nothing */
@@ -111,6 +115,10 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
     for (enum finite_entry which = ENTRY_LOSS; status == MT_OK && which < ENTRIES; which++) {
         char ranks[512];
         int any_nan = 0, count = describe_ranks(tr, all, n, which, ranks, sizeof ranks, &any_nan);
+        if (which == ENTRY_GRADIENT && tr->state.scaler.active) {
+            *overflow = count > 0;
+            break;
+        }
         if (count)
             status = mt_fail(MT_ENUMERIC, "step %d: the %s is %s on rank%s %s; stopping every "
                                           "rank before the update (lower lr or raise warmup)",
@@ -143,11 +151,74 @@ static mt_status agree_on_check(trainer *tr, int step, mt_status mine)
     return MT_OK;
 }
 
+/* The batch the next step draws: the first from the cursor on that no rollback left out. */
+static long long next_batch(const mt_ckpt_training *t)
+{
+    long long batch = t->cursor;
+    for (int i = 0; i < t->skipped_count; i++) /* ascending */
+        if (t->skipped[i] == batch)
+            batch++;
+    return batch;
+}
+
+/* The loss scale fell below its minimum: the step and the tensors whose gradients this rank
+ * found not finite (the other ranks name theirs). */
+static mt_status below_minimum(trainer *tr, int step, double scale)
+{
+    const mt_gpt *gpt = &tr->state.gpt;
+    char names[600] = "";
+    size_t used = 0;
+    int count = 0;
+    for (int i = 0; i < gpt->param_count; i++) {
+        if (mt_dp_model_grad_finite(tr->state.model, i))
+            continue;
+        if (count++ < 8 && used < sizeof names)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", count > 1 ? ", " : "",
+                                     gpt->params[i].name);
+    }
+    if (count > 8 && used < sizeof names)
+        snprintf(names + used, sizeof names - used, " and %d more", count - 8);
+    return mt_fail(MT_ENUMERIC, "step %d: the fp16 loss scale fell below loss_scale_min %g (an "
+                                "overflow halved %g to %g); gradients overflowed in %s; stopping "
+                                "(lower lr, raise warmup, or train in bf16)", step,
+                   tr->cfg->loss_scale_min, scale, tr->state.scaler.state.scale,
+                   count ? names : "tensors of other ranks");
+}
+
+/* Whether the step applies its update: the scaler skips an overflow (or stops the run below
+ * its minimum), the spike guard a loss above its bar; either way the step is logged. */
+static mt_status judge(trainer *tr, int step, int overflow, double scale, step_record *record,
+                       int *apply)
+{
+    trainer_state *st = &tr->state;
+    record->guarded = st->scaler.active || st->spike.k > 0;
+    record->loss_scale = st->scaler.active ? scale : NAN;
+    trainer_scaler_verdict scaled = trainer_loss_scaler_update(&st->scaler, overflow);
+    trainer_spike_verdict spiked = SPIKE_PASS;
+    if (scaled == SCALER_BELOW_MIN)
+        return below_minimum(tr, step, scale);
+    if (scaled == SCALER_SKIP) {
+        record->skipped = "overflow";
+        st->training.overflow_skips++;
+    } else if ((spiked = trainer_spike_guard_judge(&st->spike, record->loss, st->step_batch))) {
+        record->skipped = "spike";
+        record->rollback = spiked == SPIKE_ROLLBACK;
+    }
+    st->training.scaler = st->scaler.state;
+    st->training.spike = st->spike.state;
+    *apply = !record->skipped;
+    return MT_OK;
+}
+
 mt_status trainer_step(trainer *tr, int step, step_record *record)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
-    float loss_scale = 1.0f / ((float)cfg->batch * cfg->context);
+    st->step_batch = next_batch(&st->training);
+    st->training.cursor = st->step_batch + 1;
+    /* the scaler's scale is a power of 2: the scaled gradients are the unscaled ones exactly */
+    double scale = trainer_loss_scaler_scale(&st->scaler);
+    float loss_scale = 1.0f / ((float)cfg->batch * cfg->context) * (float)scale;
     /* local steps: a replica's gradient is its own mean, not summed with the other replicas' */
     if (st->local)
         loss_scale *= (float)trainer_local_replicas(tr);
@@ -157,19 +228,27 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     if (status)
         return status;
     trainer_fault_hook(&st->fault, FAULT_AT_LOSS, step, &loss_sum);
+    trainer_fault_hook(&st->fault, FAULT_AT_BATCH_LOSS, (int)st->step_batch + 1, &loss_sum);
     double local_squares, start = mt_clock_seconds();
+    int overflow = 0, apply = 0;
     status = mt_dp_model_finish_gradients(st->model, &local_squares);
     if (status == MT_OK)
-        status = check_finite(tr, step, loss_sum, local_squares, &record->loss);
-    if (status)
+        status = check_finite(tr, step, loss_sum, local_squares, &record->loss, &overflow);
+    /* AdamW's bias correction and the schedule count the updates applied, not the steps */
+    int applied = st->training.applied + 1;
+    record->lr = mt_lr_at(cfg, applied);
+    record->grad_norm = NAN;
+    if (status == MT_OK)
+        status = judge(tr, step, overflow, scale, record, &apply);
+    if (status || !apply)
         return status;
-    record->lr = mt_lr_at(cfg, step);
     mt_optimizer_report report;
-    status = mt_optimizer_step(st->model, cfg, step, record->lr, &report);
+    status = mt_optimizer_step_scaled(st->model, cfg, applied, record->lr, scale, &report);
     record->grad_norm = report.grad_norm;
     mt_trace_span(tr->out.trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
     if (status)
         return status;
+    st->training.applied = applied;
     trainer_fault_hook(&st->fault, FAULT_AT_UPDATED, step, &st->gpt);
     if (st->local) {
         /* between synchronisations the replicas differ by design: checked right after each */

@@ -54,7 +54,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
     double start = mt_clock_seconds();
     for (int step = st->start_step + 1; step <= cfg->steps; step++) {
         trainer_fault_hook(&st->fault, FAULT_AT_STEP_START, step, NULL);
-        step_record record = {.step = step, .val_loss = NAN, .val_bpb = NAN};
+        step_record record = {.step = step, .val_loss = NAN, .val_bpb = NAN, .loss_scale = NAN};
         mt_status status = timed_step(tr, step, &record);
         if (status)
             return status;
@@ -80,6 +80,11 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         trainer_progress_step(&tr->out.progress, &record);
         if (tr->out.metrics && !trainer_metrics_append(tr->out.metrics, &record))
             return mt_fail(MT_EIO, "cannot append to '%s/metrics.jsonl'", cfg->out);
+        if (record.rollback) { /* the steps after the checkpoint are taken again */
+            if ((status = trainer_rollback(tr, step, &step)))
+                return status;
+            continue;
+        }
         if (cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps) &&
             (status = trainer_save_checkpoint(tr, step)))
             return status;

@@ -148,7 +148,9 @@ static mt_status describe_run(trainer *tr, trainer_save *s)
     const mt_gpt *gpt = &tr->state.gpt;
     mt_ckpt_meta *m = &s->meta;
     m->step = s->step;
-    m->sequences = (long long)s->step * cfg->batch;
+    m->sequences = tr->state.training.cursor * cfg->batch;
+    if (!trainer_ckpt_training_copy(&m->training, &tr->state.training))
+        return mt_fail(MT_ENOMEM, "checkpoint: out of memory");
     m->layout = (mt_ckpt_layout){s->size, tr->plan->shape.dp, tr->plan->shape.pp, tr->plan->shape.tp,
                                  trainer_sequence_parallel(tr), cfg->zero};
     int keys = mt_config_key_count();

@@ -28,6 +28,8 @@ static const struct {
     {"kill_before_commit", FAULT_KILL_BEFORE_COMMIT},
     {"slow_compute", FAULT_SLOW_COMPUTE},
     {"slow_comm", FAULT_SLOW_COMM},
+    {"inf_grad", FAULT_INF_GRAD},
+    {"spike", FAULT_SPIKE},
 };
 enum { KIND_COUNT = sizeof KINDS / sizeof KINDS[0] };
 
@@ -104,6 +106,12 @@ void trainer_fault_hook(const trainer_fault *fault, trainer_fault_point point, i
         }
         return;
     }
+    if (point == FAULT_AT_BATCH_LOSS) {
+        if (fault->kind == FAULT_SPIKE && step >= fault->number &&
+            step < fault->number + FAULT_SPIKE_BATCHES)
+            *(double *)subject *= 100;
+        return;
+    }
     fault_kind kind = fault_at(fault, step);
     switch (point) {
     case FAULT_AT_STEP_START:
@@ -117,6 +125,8 @@ void trainer_fault_hook(const trainer_fault *fault, trainer_fault_point point, i
     case FAULT_AT_LOSS_SCALE:
         if (kind == FAULT_NAN_GRAD)
             *(float *)subject = NAN;
+        if (kind == FAULT_INF_GRAD)
+            *(float *)subject = INFINITY;
         break;
     case FAULT_AT_LOSS:
         if (kind == FAULT_NAN_LOSS)
@@ -127,6 +137,7 @@ void trainer_fault_hook(const trainer_fault *fault, trainer_fault_point point, i
             skew(subject, kind);
         break;
     case FAULT_AT_FORWARD:
+    case FAULT_AT_BATCH_LOSS:
         break;
     }
 }

@@ -7,7 +7,8 @@
 #include "meshtrain/status.h"
 
 /* KIND@RANK:STEP (world rank, step) for nan_loss (that rank's loss becomes NaN), nan_grad (its
- * gradients do), skew (one of its parameters moves after the update, as a silent corruption
+ * gradients do), inf_grad (its loss scale becomes infinite, so its gradients overflow as an
+ * fp16 backward's would), skew (one of its parameters moves after the update, as a silent corruption
  * would) or skew_norm (the same for the final norm's weight, which every tensor-parallel rank
  * holds whole); kill (SIGKILL at the start of the step), kill_node (the same, to its parent
  * first: under meshtrain launch, the node's launcher, so the whole node is lost),
@@ -17,11 +18,13 @@
  * of a restarted job (MT_RESTART_COUNT 0 or unset) meets those. KIND@RANK:MS for a slow rank,
  * on every attempt: slow_compute (MS milliseconds of extra compute before each micro-batch's
  * forward) and slow_comm (a sleep of MS milliseconds before each of its collectives and
- * transfers). */
+ * transfers). KIND@RANK:BATCH for spike: that rank's loss is multiplied by 100 on the global
+ * batches BATCH to BATCH + 3 (counted from 1), a stretch of bad data wherever steps draw it. */
+enum { FAULT_SPIKE_BATCHES = 4 };
 typedef enum fault_kind {
     FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM, FAULT_KILL,
     FAULT_KILL_NODE, FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT,
-    FAULT_SLOW_COMPUTE, FAULT_SLOW_COMM
+    FAULT_SLOW_COMPUTE, FAULT_SLOW_COMM, FAULT_INF_GRAD, FAULT_SPIKE
 } fault_kind;
 
 typedef struct trainer_fault {
@@ -35,8 +38,9 @@ typedef struct trainer_fault {
 typedef enum trainer_fault_point {
     FAULT_AT_STEP_START, /* kill, kill_node: the process (or its node) dies; subject NULL */
     FAULT_AT_FORWARD,    /* slow_compute: extra compute before a micro-batch; subject NULL */
-    FAULT_AT_LOSS_SCALE, /* nan_grad: the float loss scale becomes NaN */
+    FAULT_AT_LOSS_SCALE, /* nan_grad, inf_grad: the float loss scale becomes NaN, infinite */
     FAULT_AT_LOSS,       /* nan_loss: the double loss sum becomes NaN */
+    FAULT_AT_BATCH_LOSS, /* spike: the double loss sum grows; `step` is the batch (from 1) */
     FAULT_AT_UPDATED,    /* skew, skew_norm: a parameter of the mt_gpt moves */
 } trainer_fault_point;
 

@@ -33,13 +33,13 @@ static int find_tensor(const trainer_init *init, const char *ours, mt_gpt_hf_ten
     return mt_safetensors_find(init->file, ours);
 }
 
-/* A 2-D float32 tensor's dimension `d` by its name in either form, or -1. */
+/* A 2-D float tensor's (F32, BF16, F16) dimension `d` by its name in either form, or -1. */
 static long long dimension(const trainer_init *init, const char *ours, int d)
 {
     mt_gpt_hf_tensor form;
     int as_gpt2, i = find_tensor(init, ours, &form, &as_gpt2);
     const mt_safetensors_tensor *t = i >= 0 ? mt_safetensors_tensor_at(init->file, i) : NULL;
-    return t && t->ndim == 2 && t->dtype == MT_SAFETENSORS_F32 ? t->shape[d] : -1;
+    return t && t->ndim == 2 && trainer_safetensors_is_float(t->dtype) ? t->shape[d] : -1;
 }
 
 /* The value of __metadata__ key `key`, or NULL. */
@@ -75,8 +75,8 @@ static mt_status adopt_shape(mt_config *cfg, const trainer_init *init)
     long long vocab = dimension(init, "wte.weight", 0), width = dimension(init, "wte.weight", 1);
     long long context = dimension(init, "wpe.weight", 0);
     if (vocab < 1 || width < 1 || context < 1)
-        return mt_fail(MT_EFORMAT, "'%s': no 2-D float32 wte.weight and wpe.weight (not a "
-                                   "GPT's parameters in float32)", path);
+        return mt_fail(MT_EFORMAT, "'%s': no 2-D wte.weight and wpe.weight of F32, BF16 or F16 "
+                                   "(not a GPT's parameters in floats)", path);
     int layers = 0;
     char ln[32];
     mt_gpt_hf_tensor form;
@@ -179,8 +179,8 @@ static mt_status read_tensor(const trainer_init *init, const mt_param_info *p, i
                        p->name, wanted);
     }
     if (!as_gpt2 || !form->transposed)
-        return mt_safetensors_read_f32(init->file, i, values);
-    mt_status status = mt_safetensors_read_f32(init->file, i, scratch);
+        return trainer_safetensors_read_floats(init->file, i, values);
+    mt_status status = trainer_safetensors_read_floats(init->file, i, scratch);
     if (status == MT_OK)
         mt_transpose(scratch, (size_t)want[0], (size_t)want[1], values);
     return status;

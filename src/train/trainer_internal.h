@@ -15,8 +15,10 @@
 #include "meshtrain/trace.h"
 #include "meshtrain/train.h"
 #include "local_sgd.h"
+#include "loss_scaler.h"
 #include "prefetch.h"
 #include "progress.h"
+#include "spike_guard.h"
 #include "trainer_fault.h"
 
 typedef struct trainer trainer;
@@ -67,6 +69,12 @@ typedef struct trainer_state {
     trainer_fault fault;
     trainer_local *local; /* local steps' anchor and outer state (local_sgd.c), NULL: DDP */
     int start_step;   /* the step the run resumed from (0: a fresh start) */
+    /* The applied-step counter, the data cursor and the batches left out, the scaler's and
+     * the spike guard's state: what a checkpoint carries besides the tensors. */
+    mt_ckpt_training training;
+    long long step_batch; /* the global batch the step in progress draws */
+    trainer_loss_scaler scaler; /* their states are copied into training after each step */
+    trainer_spike_guard spike;
 } trainer_state;
 
 /* What the run measures and leaves behind. World rank 0 writes the files. */
@@ -158,6 +166,13 @@ mt_status trainer_prefetch_begin(trainer *tr);
  * replica checks, clipping and the update. */
 mt_status trainer_step(trainer *tr, int step, step_record *record);
 
+/* trainer_rollback.c */
+/* After the spike guard's streak reached spike_rollbacks at `step`: waits for the save in
+ * flight, reloads the newest checkpoint (collective), keeps the run's skip counts and adds
+ * the streak's batches to those left out; *resumed is the checkpoint's step, the next step
+ * the run takes follows it. Logged in metrics.jsonl. */
+mt_status trainer_rollback(trainer *tr, int step, int *resumed);
+
 /* trainer_checkpoint.c */
 /* Saves OUT/ckpt/step_<step>/ from every rank (collective over the world): inline, or under
  * async_save from a copy in memory by a background thread while training goes on. Waits for
@@ -173,6 +188,10 @@ mt_status trainer_finish_save(trainer *tr);
  * start), and cfg with the model shape and optimizer settings taken from it (a key given that
  * contradicts the checkpoint is an error naming both). */
 mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *meta);
+/* The newest committed checkpoint under OUT/ckpt into dir, found by world rank 0 and broadcast
+ * so that every rank takes the same one; *step -1 when there is none (collective). */
+mt_status trainer_find_latest(const mt_config *cfg, mt_comm *world, char *dir, size_t capacity,
+                              int *step);
 /* Sets cfg's `key` to `value`, which `source` ("the checkpoint 'DIR'") fixes along with what
  * `fixes` says ("the model shape"); the key given with another value is an error naming both. */
 mt_status trainer_adopt_key(mt_config *cfg, const char *key, const char *value,
@@ -201,6 +220,13 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init);
  * config copies): what training and generation start from. On failure nothing is left open. */
 mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, mt_config *run,
                               mt_ckpt_meta *resume, trainer_init *init, mt_run_plan *plan);
+
+/* safetensors_floats.c */
+/* Whether `dtype` is one --init reads (F32, BF16, F16). */
+int trainer_safetensors_is_float(mt_safetensors_dtype dtype);
+/* Tensor i of `file` (F32, BF16 or F16) as numel floats in out; another dtype is an error
+ * naming the file, the tensor and its dtype. */
+mt_status trainer_safetensors_read_floats(const mt_safetensors *file, int i, float *out);
 
 /* run_outputs.c */
 /* After the state: OUT/config.ini, OUT/metrics.jsonl (continued when `resumed_dir`, the

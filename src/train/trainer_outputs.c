@@ -172,6 +172,21 @@ static void json_real(FILE *f, double value)
         fputs("null", f);
 }
 
+/* Skipped steps and rollbacks: the updates applied, why others were not, the batches left
+ * out, and fp16's final loss scale. */
+static void write_training_json(const trainer *tr, FILE *f)
+{
+    const mt_ckpt_training *t = &tr->state.training;
+    fprintf(f, ", \"optimizer_steps\": %d, \"overflow_skips\": %d, \"spike_skips\": %d, "
+               "\"rollbacks\": %d, \"left_out_batches\": [", t->applied, t->overflow_skips,
+            t->spike.skips, t->spike.rollbacks);
+    for (int i = 0; i < t->skipped_count; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", t->skipped[i]);
+    fputc(']', f);
+    if (tr->state.scaler.active)
+        fprintf(f, ", \"loss_scale\": %.9g", tr->state.scaler.state.scale);
+}
+
 mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
 {
     const mt_config *cfg = tr->cfg;
@@ -241,6 +256,7 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
                    "\"checkpoint_seconds\": %.6f, \"checkpoint_stall_seconds\": %.6f",
                 tr->state.start_step, tr->out.saves, tr->out.saved_bytes, tr->out.save_seconds,
                 tr->out.save_stall_seconds);
+    write_training_json(tr, f);
     write_memory_json(tr, f);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);

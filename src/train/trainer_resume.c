@@ -36,8 +36,8 @@ static int restart_count(void)
 
 /* The newest committed checkpoint under OUT/ckpt, found by world rank 0 and broadcast so that
  * every rank takes the same one; *step -1 when there is none. */
-static mt_status find_latest(const mt_config *cfg, mt_comm *world, char *dir, size_t capacity,
-                             int *step)
+mt_status trainer_find_latest(const mt_config *cfg, mt_comm *world, char *dir, size_t capacity,
+                              int *step)
 {
     char root[MT_PATH_MAX + 8];
     snprintf(root, sizeof root, "%s/ckpt", cfg->out);
@@ -125,7 +125,7 @@ mt_status trainer_resolve_resume(mt_config *cfg, mt_comm *world, mt_ckpt_meta *m
     int step = -1;
     mt_status status = MT_OK;
     if (strcmp(cfg->resume, "auto") == 0 || restart_count() > 0 || cfg->save_every > 0)
-        status = find_latest(cfg, world, dir, sizeof dir, &step);
+        status = trainer_find_latest(cfg, world, dir, sizeof dir, &step);
     if (status)
         return status;
     if (restart_count() > 0 && step >= 0) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "meshtrain/clock.h"
+#include "ckpt_internal.h"
 #include "meshtrain/kernels.h"
 #include "trainer_internal.h"
 
@@ -227,6 +228,12 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     if (with_corpus && (status = trainer_local_open(tr, resume)))
         return status;
     st->start_step = resume->step > 0 ? resume->step : 0;
+    if (resume->step >= 0 && !trainer_ckpt_training_copy(&st->training, &resume->training))
+        return mt_fail(MT_ENOMEM, "out of memory for the checkpoint's training state");
+    trainer_loss_scaler_init(&st->scaler, cfg, resume->step >= 0 ? &resume->training.scaler : NULL);
+    trainer_spike_guard_init(&st->spike, cfg, resume->step >= 0 ? &resume->training.spike : NULL);
+    st->training.scaler = st->scaler.state;
+    st->training.spike = st->spike.state;
     st->passes = tr->plan->shape.pp > 1 ? &trainer_pipeline_passes : &trainer_plain_passes;
     if (tr->plan->shape.pp > 1 && (status = trainer_pipeline_start(tr)))
         return status;
@@ -266,6 +273,8 @@ void trainer_state_close(trainer *tr)
     free(st->inputs);
     free(st->targets);
     free(st->finite_checks);
+    free(st->training.skipped);
+    st->training.skipped = NULL;
 }
 
 int trainer_step_is_timed(const trainer *tr, int step)

@@ -1,5 +1,8 @@
 /* Crafted checkpoint metadata that once cost hours: a claimed world of 65536 ranks and 300,000
- * one-element pieces is refused before parsing, and the tiling checks stay O(n log n). */
+ * one-element pieces is refused before parsing, and the tiling checks stay O(n log n); the
+ * "training" object read back exactly, its defaults, and its bad fields named. */
+#include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,9 +158,73 @@ static void tiling_checks_are_fast(void)
     }
 }
 
+/* A sound document of step 1 with `training` (NULL: none) after its pieces. */
+static mt_status parse_with(const char *training, mt_ckpt_meta *meta)
+{
+    text t = crafted(1, 1, 0, 4, 4, 0, 1);
+    t.len -= 1; /* the closing brace */
+    if (training)
+        put(&t, ", \"training\": %s", training);
+    put(&t, "}");
+    mt_status status = trainer_ckpt_meta_parse("/nonexistent", t.data, t.len, meta);
+    free(t.data);
+    return status;
+}
+
+static void training_state(void)
+{
+    mt_ckpt_meta meta;
+    CHECK_MSG(parse_with(NULL, &meta) == MT_OK, "%s", mt_last_error());
+    CHECK(meta.training.applied == 1 && meta.training.cursor == 1 &&
+          meta.training.skipped_count == 0 && meta.training.scaler.scale == 0);
+    mt_ckpt_meta_free(&meta);
+    /* written and read back bitwise (the statistics' doubles included) */
+    long long skipped[] = {3, 4, 9};
+    mt_ckpt_training t = {.applied = 1, .cursor = 12, .skipped = skipped, .skipped_count = 3,
+                          .overflow_skips = 1, .scaler = {32768, 7, 1},
+                          .spike = {.count = 5, .mean = 1.0 / 3, .var = exp(-7.25), .streak = 2,
+                                    .streak_batches = {10, 11}, .skips = 4, .rollbacks = 1}};
+    json_t *object = trainer_ckpt_training_json(&t);
+    char *dumped = object ? json_dumps(object, 0) : NULL;
+    CHECK(dumped != NULL);
+    if (dumped) {
+        CHECK_MSG(parse_with(dumped, &meta) == MT_OK, "%s", mt_last_error());
+        const mt_ckpt_training *r = &meta.training;
+        CHECK(r->applied == 1 && r->cursor == 12 && r->skipped_count == 3 &&
+              r->overflow_skips == 1 && r->skipped[2] == 9);
+        CHECK(r->scaler.scale == 32768 && r->scaler.clean == 7 && r->scaler.overflows == 1);
+        CHECK(r->spike.count == 5 && r->spike.mean == 1.0 / 3 && r->spike.var == exp(-7.25) &&
+              r->spike.streak == 2 && r->spike.streak_batches[1] == 11 && r->spike.skips == 4 &&
+              r->spike.rollbacks == 1);
+        mt_ckpt_meta_free(&meta);
+    }
+    free(dumped);
+    json_decref(object);
+    /* bad fields, each named */
+    static const char *const bad[][2] = {
+        {"{\"applied\": 2, \"cursor\": 1, \"overflow_skips\": 0, \"skipped_batches\": [], "
+         "\"loss_scale\": {\"scale\": 1, \"clean\": 0, \"overflows\": 0}, \"spike\": {}}",
+         "training: 'applied' is missing or not a whole number in [0, 1]"},
+        {"{\"applied\": 1, \"cursor\": 3, \"overflow_skips\": 0, \"skipped_batches\": [2, 2], "
+         "\"loss_scale\": {\"scale\": 1, \"clean\": 0, \"overflows\": 0}, \"spike\": {}}",
+         "training: 'skipped_batches'[1] is not a batch number above the one before"},
+        {"{\"applied\": 1, \"cursor\": 3, \"overflow_skips\": 0, \"skipped_batches\": [], "
+         "\"loss_scale\": {\"scale\": -1, \"clean\": 0, \"overflows\": 0}, \"spike\": {}}",
+         "training: 'scale' is missing or not a finite number of at least 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mt_status status = parse_with(bad[i][0], &meta);
+        CHECK_MSG(status == MT_EFORMAT && strstr(mt_last_error(), bad[i][1]), "%s",
+                  status ? mt_last_error() : "accepted");
+        if (status == MT_OK)
+            mt_ckpt_meta_free(&meta);
+    }
+}
+
 int main(void)
 {
     refused_before_parsing();
     tiling_checks_are_fast();
+    training_state();
     return check_summary("test_ckpt_meta");
 }

@@ -324,6 +324,37 @@ static void test_writer(void)
     CHECK(strstr(mt_last_error(), "/nonexistent/x.safetensors.partial") != NULL);
 }
 
+/* A file of BF16 tensors: the header says BF16, the elements go out as given (two bytes each),
+ * and floats written to it are refused. */
+static void test_writer_half(void)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/half.safetensors", tmp_dir);
+    mt_safetensors_spec specs[] = {{.name = "m", .ndim = 2, .shape = {2, 2}},
+                                   {.name = "v", .ndim = 1, .shape = {3}}};
+    uint16_t bits[7] = {0x3f80, 0xbf80, 0x7fc0, 0x0001, 0x7f80, 0xff80, 0x4049};
+    float one = 1.0f;
+    mt_safetensors_writer *w = NULL;
+    CHECK_MSG(mt_safetensors_create_as(path, MT_SAFETENSORS_BF16, specs, 2, NULL, &w) == MT_OK,
+              "%s", mt_last_error());
+    CHECK(mt_safetensors_write(w, &one, 1) != MT_OK);
+    CHECK(strstr(mt_last_error(), "floats written to a file of BF16 tensors") != NULL);
+    CHECK(mt_safetensors_write_elements(w, bits, 5) == MT_OK);
+    CHECK(mt_safetensors_write_elements(w, bits + 5, 2) == MT_OK);
+    CHECK_MSG(mt_safetensors_finish(w, 1) == MT_OK, "%s", mt_last_error());
+    mt_safetensors *f = NULL;
+    CHECK_MSG(mt_safetensors_open(path, &f) == MT_OK, "%s", mt_last_error());
+    if (f) {
+        const mt_safetensors_tensor *m = mt_safetensors_tensor_at(f, mt_safetensors_find(f, "m"));
+        const mt_safetensors_tensor *v = mt_safetensors_tensor_at(f, mt_safetensors_find(f, "v"));
+        CHECK(m && v && m->dtype == MT_SAFETENSORS_BF16 && v->dtype == MT_SAFETENSORS_BF16);
+        CHECK(m && m->bytes == 8 && memcmp(m->data, bits, 8) == 0);
+        CHECK(v && v->bytes == 6 && memcmp(v->data, bits + 4, 6) == 0);
+        mt_safetensors_close(f);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mt_test_safetensors.XXXXXX");
@@ -338,6 +369,7 @@ int main(void)
     test_bad_structure();
     test_bad_ranges();
     test_writer();
+    test_writer_half();
     const char *names[] = {"good", "empty", "none", "bad", "gaps"};
     char path[128];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

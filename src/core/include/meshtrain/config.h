@@ -21,6 +21,10 @@ typedef struct mt_config {
     double momentum;             /* sgd's */
     char grad_comm[MT_TEXT_MAX]; /* allreduce, powersgd, signsgd or onebit */
     int powersgd_rank, powersgd_start, onebit_warmup;
+    double loss_scale_min; /* fp16's dynamic loss scaler: its least scale */
+    int loss_scale_window, loss_scale_hysteresis; /* clean steps to double; overflows to halve */
+    double spike_guard;  /* K: skip a loss above mean + K std (0: off) */
+    int spike_rollbacks; /* N consecutive spike skips roll back to the last checkpoint (0: never) */
     uint64_t seed;
     /* machinery */
     int threads; /* 0: the available cores divided by the local ranks */

@@ -80,7 +80,7 @@ int mt_safetensors_metadata_count(const mt_safetensors *file);
 void mt_safetensors_metadata_at(const mt_safetensors *file, int i, const char **key,
                                 const char **value);
 
-/* Writing a file of float32 tensors, one after another, without holding them all: the header
+/* Writing a file of float32 tensors (or of tensors all of one other dtype), one after another, without holding them all: the header
  * is written first from every tensor's name and shape, then mt_safetensors_write takes the
  * values in tensor order (in pieces of any size), into PATH.partial; mt_safetensors_finish
  * with commit fsyncs it and renames it over PATH (a reader sees the old file or the whole new
@@ -96,6 +96,13 @@ typedef struct mt_safetensors_writer mt_safetensors_writer;
 mt_status mt_safetensors_create(const char *path, const mt_safetensors_spec *tensors, int count,
                                 const char *const *metadata, mt_safetensors_writer **out);
 mt_status mt_safetensors_write(mt_safetensors_writer *writer, const float *values, size_t count);
+/* The same for a file whose every tensor is `dtype` (any of the enum): its elements are written
+ * as the bytes they are (little-endian), `count` elements of mt_safetensors_dtype_size each. */
+mt_status mt_safetensors_create_as(const char *path, mt_safetensors_dtype dtype,
+                                   const mt_safetensors_spec *tensors, int count,
+                                   const char *const *metadata, mt_safetensors_writer **out);
+mt_status mt_safetensors_write_elements(mt_safetensors_writer *writer, const void *elements,
+                                        size_t count);
 /* Commits (every tensor must be whole) or abandons the file; frees the writer (NULL is fine). */
 mt_status mt_safetensors_finish(mt_safetensors_writer *writer, int commit);
 

@@ -100,6 +100,10 @@ mt_status mt_dp_model_finish_gradients(mt_dp_model *model, double *local_sum_squ
  * tensor-parallel groups, the same value on every rank. */
 mt_status mt_dp_model_grad_norm(mt_dp_model *model, double *norm);
 
+/* Whether every element of parameter `index`'s reduced gradient this rank owns is finite (1
+ * also when it owns none): after an overflow, which tensors it struck. */
+int mt_dp_model_grad_finite(mt_dp_model *model, int index);
+
 /* One AdamW update of what this rank owns: `hyper` as for every tensor (its weight decay is
  * applied to matrices only, its grad_scale is the clipping factor); then zero 1 and 2
  * all-gather the parameters and zero 3 marks its gathered root stale. */

@@ -8,6 +8,7 @@
 
 #include "meshtrain/config.h"
 #include "meshtrain/model.h"
+#include "meshtrain/safetensors.h"
 #include "meshtrain/status.h"
 
 /* A checkpoint folder OUT/ckpt/step_<N>/ holds metadata.json (written last: the commit) and one
@@ -89,10 +90,40 @@ typedef struct mt_ckpt_layout {
     int world, dp, pp, tp, sp, zero;
 } mt_ckpt_layout;
 
+/* Where training stands beyond its step number, which skipped steps and rollbacks part from
+ * the optimizer's count and from the data's position: what a resume needs to go on bitwise.
+ * Written under "training" in metadata.json; a checkpoint without it is read as a run that
+ * never skipped (applied and cursor equal to its step, no scaler or spike statistics). */
+enum { MT_CKPT_MAX_STREAK = 64 }; /* the most consecutive skips a rollback waits for */
+typedef struct mt_ckpt_scaler {   /* the fp16 loss scaler (loss_scaler.h) */
+    double scale;  /* 0: none recorded (a run of another precision) */
+    int clean;     /* steps without an overflow since the scale last changed */
+    int overflows; /* overflows since the scale last grew */
+} mt_ckpt_scaler;
+typedef struct mt_ckpt_spike {    /* the loss-spike guard (spike_guard.h) */
+    long long count;  /* losses in the running statistics */
+    double mean, var; /* their exponentially weighted mean and variance */
+    int streak;       /* consecutive steps skipped as spikes, and the batches they drew */
+    long long streak_batches[MT_CKPT_MAX_STREAK];
+    int skips, rollbacks; /* every spike skip and rollback of the run */
+} mt_ckpt_spike;
+typedef struct mt_ckpt_training {
+    int applied;           /* optimizer steps applied: AdamW's bias correction and the LR
+                            * schedule count these, not steps */
+    long long cursor;      /* global batches the data has passed: a step draws the first batch
+                            * from here on that is not in skipped */
+    long long *skipped;    /* batches rollbacks left out, ascending (owned: mt_ckpt_meta_free) */
+    int skipped_count;
+    int overflow_skips;    /* steps the loss scaler skipped */
+    mt_ckpt_scaler scaler;
+    mt_ckpt_spike spike;
+} mt_ckpt_training;
+
 typedef struct mt_ckpt_meta {
     char dir[MT_PATH_MAX];
     int step;
-    long long sequences;  /* training sequences consumed: step x batch */
+    long long sequences;  /* training sequences consumed: the data cursor x batch */
+    mt_ckpt_training training;
     mt_ckpt_layout layout;
     int config_count;     /* the run's config, every key as text */
     char **config_keys, **config_values;
@@ -159,10 +190,11 @@ mt_status mt_ckpt_reader_fill(mt_ckpt_reader *reader, int tensor, mt_ckpt_state 
 mt_ckpt_view mt_ckpt_tensor_view(const mt_ckpt_tensor *tensor, float *data, mt_ckpt_box *whole);
 
 /* Writes the parameters of a GPT checkpoint as one safetensors file at `path` with Hugging
- * Face GPT-2's tensor names and orientation (mt_gpt_hf_tensor_of), float32, and GPT-2's config
- * (n_embd, n_head, n_layer, n_positions, vocab_size) in __metadata__; tensor by tensor, so
- * memory holds one tensor twice at most. *tensors and *values count what it wrote. */
-mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path, int *tensors,
-                                     size_t *values);
+ * Face GPT-2's tensor names and orientation (mt_gpt_hf_tensor_of), in `dtype` (F32 as saved;
+ * BF16 or F16 rounded to nearest even, NaN kept, past the largest finite value infinity), and
+ * GPT-2's config (n_embd, n_head, n_layer, n_positions, vocab_size) in __metadata__; tensor
+ * by tensor, so memory holds one tensor twice at most. *tensors and *values count what it wrote. */
+mt_status mt_ckpt_export_safetensors(const mt_ckpt_meta *meta, const char *path,
+                                     mt_safetensors_dtype dtype, int *tensors, size_t *values);
 
 #endif

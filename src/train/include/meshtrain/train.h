@@ -42,6 +42,11 @@ mt_sgd_hyper mt_sgd_settings(const mt_config *cfg, double lr, double grad_scale)
  * parameters untouched. Collective over the model's groups. */
 mt_status mt_optimizer_step(mt_dp_model *model, const mt_config *cfg, int step, double lr,
                             mt_optimizer_report *report);
+/* The same when the loss was multiplied by `loss_scale` (a power of 2, fp16's loss scaler)
+ * before backward: the norm reported and clipped is the unscaled gradient's, and the update
+ * divides the gradients by the scale, exactly as if the loss had never been scaled. */
+mt_status mt_optimizer_step_scaled(mt_dp_model *model, const mt_config *cfg, int step, double lr,
+                                   double loss_scale, mt_optimizer_report *report);
 
 /* The whole model's forward, wherever its layers are: this rank's model when it is whole (its
  * tensor-parallel group taking part), else a pipeline of stages (schedule non-NULL; this rank
