@@ -81,12 +81,12 @@ static const config_key KEYS[] = {
     {"recompute", KEY_TEXT, FIELD(recompute), "none", 0, 0,
      "activation recomputation: none, selective (attention scores and softmax), full (each "
      "block's input only)"},
-    {"attention", KEY_TEXT, FIELD(attention), "fused", 0, 0,
-     "attention kernels: fused (blocked, online softmax, keeps no T x T probabilities; head "
-     "sizes 4 to 256 in steps of 4) or plain (keeps the probabilities)"},
     {"precision", KEY_TEXT, FIELD(precision), "fp32", 0, 0,
      "precision of forward and backward: fp32, bf16 or fp16 (fp32 master parameters, "
      "gradients and AdamW moments in every one)"},
+    {"attention", KEY_TEXT, FIELD(attention), "fused", 0, 0,
+     "attention kernels: fused (blocked, online softmax, keeps no T x T probabilities; head "
+     "sizes 4 to 256 in steps of 4) or plain (keeps the probabilities)"},
     {"sp", KEY_SWITCH, FIELD(sp), "off", 0, 1,
      "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,

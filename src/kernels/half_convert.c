@@ -148,3 +148,24 @@ void mt_half_to_f32(mt_half_format format, float *dst, const mt_half *src, size_
 {
     convert_chunks(1, format, dst, src, n);
 }
+
+/* Through a small buffer on the stack: each piece narrowed and widened on the process's path
+ * while it is in cache (large arrays split across threads as the converters do). */
+enum { ROUND_PIECE = 256 };
+
+void mt_half_round_f32(mt_half_format format, float *dst, const float *src, size_t n)
+{
+    mt_kernels_path path = mt_kernels_dispatch_get()->path;
+    long chunks = (long)((n + CONVERT_CHUNK - 1) / CONVERT_CHUNK);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (long chunk = 0; chunk < chunks; chunk++) {
+        size_t start = (size_t)chunk * CONVERT_CHUNK;
+        size_t end = n - start < CONVERT_CHUNK ? n : start + CONVERT_CHUNK;
+        mt_half piece[ROUND_PIECE];
+        for (size_t i = start; i < end; i += ROUND_PIECE) {
+            size_t count = end - i < ROUND_PIECE ? end - i : ROUND_PIECE;
+            kernels_half_from_f32_path(path, format, piece, src + i, count);
+            kernels_half_to_f32_path(path, format, dst + i, piece, count);
+        }
+    }
+}

@@ -114,12 +114,58 @@ const char *mt_gpt_recompute_name(mt_gpt_recompute recompute)
     return "unknown";
 }
 
+static const char *const PRECISION_NAMES[] = {"fp32", "bf16", "fp16"};
+
+mt_status mt_gpt_precision_parse(const char *text, mt_gpt_precision *out)
+{
+    for (int p = MT_PRECISION_FP32; p <= MT_PRECISION_FP16; p++)
+        if (strcmp(text, PRECISION_NAMES[p]) == 0) {
+            *out = (mt_gpt_precision)p;
+            return MT_OK;
+        }
+    return mt_fail(MT_EINVAL, "'%s' is not a training precision: fp32, bf16 or fp16", text);
+}
+
+const char *mt_gpt_precision_name(mt_gpt_precision precision)
+{
+    return precision >= MT_PRECISION_FP32 && precision <= MT_PRECISION_FP16
+               ? PRECISION_NAMES[precision]
+               : "unknown";
+}
+
+/* The weight matrices a block's products read (QKV, attention output, MLP up and down), by
+ * their place in the block's unit. The LM head's is wte, unit 0's first. */
+static const int BLOCK_MATRICES[4] = {2, 4, 8, 10};
+
+static size_t local_numel(const mt_gpt *gpt, int unit, int i)
+{
+    return gpt->params[gpt->units[unit].first_param + i].numel;
+}
+
+/* Half precision: room for the compute copy of the larger of a block's matrices and the head's
+ * (one pass's at a time: every pass rounds its own as it begins). */
+static mt_status create_compute_weights(mt_gpt *gpt, mt_memory_ledger *ledger)
+{
+    size_t block = 0, head = local_numel(gpt, mt_gpt_embed_unit(), 0);
+    for (int i = 0; i < 4; i++)
+        block += local_numel(gpt, mt_gpt_block_unit(0), BLOCK_MATRICES[i]);
+    gpt->compute_arena = (mt_arena){.name = "compute weights", .ledger = ledger,
+                                    .kind = MT_MEMORY_PARAMETERS};
+    size_t offset = mt_arena_plan(&gpt->compute_arena, sizeof(float) * (block > head ? block
+                                                                                    : head));
+    mt_status status = mt_arena_allocate(&gpt->compute_arena);
+    if (status == MT_OK)
+        gpt->compute_weights = mt_arena_at(&gpt->compute_arena, offset);
+    return status;
+}
+
 mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
                               mt_gpt_recompute recompute, int max_sequences,
                               mt_memory_ledger *ledger)
 {
-    mt_gpt_options options = {.recompute = recompute, .attention = MT_ATTENTION_PLAIN};
+    mt_gpt_options options = {.recompute = recompute, .attention = MT_ATTENTION_PLAIN,
+                              .precision = MT_PRECISION_FP32};
     return mt_gpt_create_with(gpt, shape, tp, stage, &options, max_sequences, ledger);
 }
 
@@ -130,7 +176,9 @@ mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
 {
     memset(gpt, 0, sizeof *gpt);
     mt_gpt_recompute recompute = options->recompute;
+    mt_gpt_precision precision = options->precision;
     gpt->recompute = recompute;
+    gpt->precision = precision;
     gpt->attention = options->attention;
     mt_status status = mt_gpt_shape_check(shape);
     if (status == MT_OK)
@@ -147,6 +195,8 @@ mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
     if (status == MT_OK && (recompute < MT_RECOMPUTE_NONE || recompute > MT_RECOMPUTE_FULL))
         status = mt_fail(MT_EINVAL, "activation recomputation mode %d is not none, selective or "
                                     "full", (int)recompute);
+    if (status == MT_OK && (precision < MT_PRECISION_FP32 || precision > MT_PRECISION_FP16))
+        status = mt_fail(MT_EINVAL, "precision %d is not fp32, bf16 or fp16", (int)precision);
     if (status)
         return status;
     if (max_sequences < 1)
@@ -167,7 +217,10 @@ mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
     }
     gpt_build_table(gpt); /* every tensor, laid out in order; hold_units lays them out again */
     hold_units(gpt);
-    if ((status = gpt_activations_create(gpt, ledger)) != MT_OK)
+    status = gpt_activations_create(gpt, ledger);
+    if (status == MT_OK && gpt_half(gpt))
+        status = create_compute_weights(gpt, ledger);
+    if (status != MT_OK)
         mt_gpt_destroy(gpt);
     return status;
 }
@@ -182,6 +235,7 @@ mt_status mt_gpt_create_stateless(mt_gpt *gpt, const mt_gpt_shape *shape,
 void mt_gpt_destroy(mt_gpt *gpt)
 {
     mt_arena_free(&gpt->activation_arena);
+    mt_arena_free(&gpt->compute_arena);
     gpt_activations_destroy(gpt);
     free(gpt->params);
     free(gpt->units);
@@ -192,10 +246,39 @@ void mt_gpt_destroy(mt_gpt *gpt)
     memset(gpt, 0, sizeof *gpt);
 }
 
+/* Half precision: the compute copy of the matrices a pass's products read, rounded from the
+ * parameters where the unit is now (gathered under ZeRO-3): a block's four, or the head's wte
+ * when the pass runs the LM head. The embeddings' lookups read the fp32 parameters. */
+static void round_compute_weights(mt_gpt *gpt, int unit, mt_gpt_pass pass)
+{
+    float *into = gpt->compute_weights;
+    if (unit == mt_gpt_final_unit(gpt)) {
+        int embed = mt_gpt_embed_unit();
+        if (pass == MT_GPT_BACKWARD || gpt->has_targets)
+            mt_half_round_f32(gpt_half_format(gpt), into,
+                              mt_gpt_param_data(gpt, gpt->units[embed].first_param),
+                              local_numel(gpt, embed, 0));
+        return;
+    }
+    if (unit == mt_gpt_embed_unit())
+        return;
+    for (int i = 0; i < 4; i++) {
+        size_t count = local_numel(gpt, unit, BLOCK_MATRICES[i]);
+        mt_half_round_f32(gpt_half_format(gpt), into,
+                          mt_gpt_param_data(gpt, gpt->units[unit].first_param + BLOCK_MATRICES[i]),
+                          count);
+        into += count;
+    }
+}
+
 /* Every per-unit pass runs between its owner's hooks. */
 static mt_status enter(mt_gpt *gpt, int unit, mt_gpt_pass pass)
 {
-    return gpt->hooks.before ? gpt->hooks.before(gpt->hooks.context, gpt, unit, pass) : MT_OK;
+    mt_status status =
+        gpt->hooks.before ? gpt->hooks.before(gpt->hooks.context, gpt, unit, pass) : MT_OK;
+    if (status == MT_OK && gpt_half(gpt))
+        round_compute_weights(gpt, unit, pass);
+    return status;
 }
 
 static mt_status leave(mt_gpt *gpt, int unit, mt_gpt_pass pass)
@@ -212,6 +295,42 @@ static float *tensor_of(const mt_gpt *gpt, int unit, int i)
 static float *grad_of(const mt_gpt *gpt, int unit, int i)
 {
     return mt_gpt_grad_data(gpt, gpt->units[unit].first_param + i);
+}
+
+/* Block `layer`'s weights as its products read them: in half precision, the matrices' compute
+ * copy (made as the pass began), the norms and biases fp32. */
+static gpt_block_view compute_view(const mt_gpt *gpt, int layer)
+{
+    gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
+    if (!gpt_half(gpt))
+        return w;
+    float **matrix[4] = {&w.qkv_w, &w.proj_w, &w.fc_w, &w.fcproj_w};
+    float *at = gpt->compute_weights;
+    for (int i = 0; i < 4; i++) {
+        *matrix[i] = at;
+        at += local_numel(gpt, mt_gpt_block_unit(layer), BLOCK_MATRICES[i]);
+    }
+    return w;
+}
+
+/* The LM head's matrix (wte) as the head's products read it. */
+static const float *head_weights(const mt_gpt *gpt)
+{
+    return gpt_half(gpt) ? gpt->compute_weights : tensor_of(gpt, mt_gpt_embed_unit(), 0);
+}
+
+/* After each producer of an activation: in half precision, rounds its fp32 output in place
+ * (what every later product reads) and, where the slot keeps it (`kept`), stores it there. */
+static void keep(const mt_gpt *gpt, float *x, mt_half *kept, size_t count)
+{
+    if (!gpt_half(gpt))
+        return;
+    if (kept) {
+        mt_half_from_f32(gpt_half_format(gpt), kept, x, count);
+        mt_half_to_f32(gpt_half_format(gpt), x, kept, count);
+    } else {
+        mt_half_round_f32(gpt_half_format(gpt), x, x, count);
+    }
 }
 
 /* ---- forward ---- */
@@ -238,27 +357,40 @@ static const float *block_input(const mt_gpt *gpt, int layer)
  * each rank runs its heads and its slice of the MLP on every row: column-parallel in,
  * row-parallel out. `to_output` 0 stops before the MLP's down-projection: a recomputation for
  * the backward needs everything but the block's output, which the slot kept. */
-static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a, int to_output)
+static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a,
+                                    const gpt_block_half *kept, int to_output)
 {
     int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
-    int c_tp = c / gpt->tp.size;
-    gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
+    int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
+    size_t rows = (size_t)n, attention = (size_t)gpt->b * heads_tp * gpt->t * gpt->t;
+    gpt_block_view w = compute_view(gpt, layer);
     const float *x = block_input(gpt, layer), *ln;
     mt_status status;
+#define KEPT(field) (kept ? kept->field : NULL)
 
     mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, local, c);
+    keep(gpt, a->ln1, KEPT(ln1), (size_t)local * c);
     if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
         return status;
     mt_linear_forward(a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
+    keep(gpt, a->qkv, KEPT(qkv), rows * 3 * c_tp);
     gpt_attention_forward(gpt, a);
+    keep(gpt, a->atty, KEPT(atty), rows * c_tp);
+    /* fused attention's log-sum-exps are statistics: fp32, as the norms' */
+    if (gpt->attention == MT_ATTENTION_PLAIN)
+        keep(gpt, a->probs, KEPT(probs), attention);
     if ((status = gpt_tp_row_parallel_forward(gpt, a->res2, x, a->atty, w.proj_w, w.proj_b, c_tp)))
         return status;
 
     mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, local, c);
+    keep(gpt, a->ln2, KEPT(ln2), (size_t)local * c);
     if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, gpt->acts->gathered, &ln)))
         return status;
     mt_linear_forward(a->fch, ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0);
+    keep(gpt, a->fch, KEPT(fch), rows * 4 * c_tp);
     mt_gelu_forward(a->fch_gelu, a->fch, (long)n * 4 * c_tp);
+    keep(gpt, a->fch_gelu, KEPT(fch_gelu), rows * 4 * c_tp);
+#undef KEPT
     if (!to_output)
         return MT_OK;
     return gpt_tp_row_parallel_forward(gpt, a->res3, a->res2, a->fch_gelu, w.fcproj_w, w.fcproj_b,
@@ -267,16 +399,24 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a, i
 
 /* Where the forward of block `layer` writes: the slot's buffers, except what recomputation
  * does not keep, which goes to the shared scratch (the probabilities under selective; all but
- * the output under full). */
-static gpt_block_acts forward_buffers(const mt_gpt *gpt, int layer)
+ * the output under full). In half precision (without full recomputation) the activations the
+ * slot keeps in half precision are made in fp32 scratch, each until its consumers have run:
+ * the operand buffer, and the MLP gradient's, idle in a forward; *kept says where they stay. */
+static gpt_block_acts forward_buffers(const mt_gpt *gpt, int layer, const gpt_block_half **kept)
 {
     gpt_block_acts a = gpt->acts->blocks[layer];
+    *kept = NULL;
     if (gpt_attention_remakes_probs(gpt))
         a.probs = gpt->acts->probs;
     if (gpt->recompute == MT_RECOMPUTE_FULL) {
-        float *kept = a.res3;
+        float *output = a.res3;
         a = gpt->acts->work;
-        a.res3 = kept;
+        a.res3 = output;
+    } else if (gpt_half(gpt)) {
+        *kept = &gpt->acts->half_blocks[layer];
+        a.ln1 = a.atty = a.ln2 = a.fch_gelu = gpt->acts->operand;
+        a.qkv = a.fch = gpt->acts->dfch;
+        a.probs = gpt->acts->probs;
     }
     return a;
 }
@@ -286,8 +426,9 @@ mt_status mt_gpt_block_forward(mt_gpt *gpt, int layer)
     mt_status status = enter(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
     if (status)
         return status;
-    gpt_block_acts a = forward_buffers(gpt, layer);
-    if ((status = block_forward_into(gpt, layer, &a, 1)))
+    const gpt_block_half *kept;
+    gpt_block_acts a = forward_buffers(gpt, layer, &kept);
+    if ((status = block_forward_into(gpt, layer, &a, kept, 1)))
         return status;
     return leave(gpt, mt_gpt_block_unit(layer), MT_GPT_FORWARD);
 }
@@ -304,12 +445,14 @@ mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss)
     mt_gpt_activations *a = gpt->acts;
     mt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, block_input(gpt, gpt->shape.layers),
                          tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1), gpt->rows_local, c);
+    keep(gpt, a->lnf, NULL, (size_t)gpt->rows_local * c);
     const float *full; /* lnf_full: kept for the logits and the head's backward */
     if ((status = gpt_tp_gather_rows(gpt, a->lnf, c, a->lnf_full, &full)))
         return status;
     if (gpt->has_targets) {
-        const float *wte = tensor_of(gpt, mt_gpt_embed_unit(), 0);
-        mt_linear_forward(a->logits, a->lnf_full, wte, NULL, n, c, gpt->vocab_local, 0);
+        mt_linear_forward(a->logits, a->lnf_full, head_weights(gpt), NULL, n, c,
+                          gpt->vocab_local, 0);
+        keep(gpt, a->logits, NULL, (size_t)n * gpt->vocab_local);
         if (gpt->tp.size > 1)
             status = gpt_tp_crossentropy_forward(gpt, n);
         else
@@ -465,7 +608,7 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
     mt_crossentropy_backward(a->logits, a->targets, n, gpt->vocab_local,
                              gpt->tp.rank * gpt->vocab_local, loss_scale);
     mt_linear_backward(gpt_tp_input_grad_target(gpt), grad_of(gpt, embed, 0), NULL, a->logits,
-                       a->lnf_full, tensor_of(gpt, embed, 0), n, c, gpt->vocab_local);
+                       a->lnf_full, head_weights(gpt), n, c, gpt->vocab_local);
     if ((status = gpt_tp_sum_input_grad(gpt)))
         return status;
     memset(a->dresidual, 0, sizeof(float) * (size_t)local * c);
@@ -482,17 +625,21 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
  * recomputation dropped made again from what it kept, bitwise as the forward made it (the same
  * kernels on the same inputs; under full recomputation the tensor-parallel group runs the
  * forward's collectives again). */
-static mt_status recompute_for_backward(mt_gpt *gpt, int layer, gpt_block_acts *a)
+static mt_status recompute_for_backward(mt_gpt *gpt, int layer, gpt_block_acts *a,
+                                        const gpt_block_half *kept)
 {
     *a = gpt->acts->blocks[layer];
     if (gpt_attention_remakes_probs(gpt)) {
+        int c_tp = gpt->shape.width / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
         a->probs = gpt->acts->probs;
-        mt_attention_forward(NULL, a->probs, a->qkv, gpt->b, gpt->t,
-                             gpt->shape.width / gpt->tp.size, gpt->shape.heads / gpt->tp.size);
+        const float *qkv = gpt_operand(gpt, a->qkv, kept ? kept->qkv : NULL, gpt->acts->dfch,
+                                   (size_t)gpt->b * gpt->t * 3 * c_tp);
+        mt_attention_forward(NULL, a->probs, qkv, gpt->b, gpt->t, c_tp, heads_tp);
+        keep(gpt, a->probs, NULL, (size_t)gpt->b * heads_tp * gpt->t * gpt->t);
     }
     if (gpt->recompute == MT_RECOMPUTE_FULL) {
         *a = gpt->acts->work;
-        return block_forward_into(gpt, layer, a, 0);
+        return block_forward_into(gpt, layer, a, NULL, 0);
     }
     return MT_OK;
 }
@@ -508,23 +655,33 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
     if (status)
         return status;
     int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
-    int c_tp = c / gpt->tp.size;
-    gpt_block_view w = gpt_block_view_at(gpt, gpt->unit_param, layer);
+    int c_tp = c / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
+    gpt_block_view w = compute_view(gpt, layer);
     gpt_block_view g = gpt_block_view_at(gpt, gpt->unit_grad, layer);
     gpt_block_acts recomputed, *a = &recomputed;
-    if ((status = recompute_for_backward(gpt, layer, a)))
-        return status;
     mt_gpt_activations *s = gpt->acts;
+    /* in half precision, the slot's half-precision activations, each widened as it is read */
+    const gpt_block_half *h =
+        gpt_half(gpt) && gpt->recompute != MT_RECOMPUTE_FULL ? &s->half_blocks[layer] : NULL;
+    size_t rows = (size_t)n, attention = (size_t)gpt->b * heads_tp * gpt->t * gpt->t;
+    if ((status = recompute_for_backward(gpt, layer, a, h)))
+        return status;
+#define KEPT(field) (h ? h->field : NULL)
     float *norm[4] = {g.ln2_w, g.ln2_b, g.ln1_w, g.ln1_b}, *pass[4];
     gpt_tp_norm_grads_begin(gpt, norm, pass, 4);
     const float *dy, *ln;
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    gpt_linear_backward(gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy, a->fch_gelu,
+    gpt_linear_backward(gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy,
+                        gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand, rows * 4 * c_tp),
                         w.fcproj_w, n, 4 * c_tp, c);
-    mt_gelu_backward(s->dfch, s->dfch, a->fch, (long)n * 4 * c_tp);
-    if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, s->gathered, &ln)))
+    mt_gelu_backward(s->dfch, s->dfch,
+                     gpt_operand(gpt, a->fch, KEPT(fch), s->operand, rows * 4 * c_tp),
+                     (long)n * 4 * c_tp);
+    if ((status = gpt_tp_gather_rows(
+             gpt, gpt_operand(gpt, a->ln2, KEPT(ln2), s->operand, (size_t)local * c), c,
+             s->gathered, &ln)))
         return status;
     gpt_linear_backward(gpt, a->w_dfch, gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch,
                         ln, w.fc_w, n, c, 4 * c_tp);
@@ -535,11 +692,23 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    gpt_linear_backward(gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy, a->atty, w.proj_w,
-                        n, c_tp, c);
-    gpt_attention_backward(gpt, a);
-    if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, s->gathered, &ln)))
+    gpt_linear_backward(gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy,
+                        gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), w.proj_w, n,
+                        c_tp, c);
+    /* the MLP gradient's buffer is idle from here on: it takes the widened qkv; the operand
+     * buffer takes fused attention's widened output */
+    const float *qkv = gpt_operand(gpt, a->qkv, KEPT(qkv), s->dfch, rows * 3 * c_tp);
+    if (gpt->attention == MT_ATTENTION_FUSED)
+        gpt_attention_backward(
+            gpt, qkv, gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), a->lse);
+    else
+        gpt_attention_backward(gpt, qkv, NULL,
+                               gpt_operand(gpt, a->probs, KEPT(probs), s->probs, attention));
+    if ((status = gpt_tp_gather_rows(
+             gpt, gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, (size_t)local * c), c,
+             s->gathered, &ln)))
         return status;
+#undef KEPT
     gpt_linear_backward(gpt, a->w_dqkv, gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv,
                         ln, w.qkv_w, n, c, 3 * c_tp);
     /* The key bias adds q.b to every score of a query's row, which softmax ignores: its true

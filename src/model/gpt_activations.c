@@ -33,6 +33,12 @@ static void plan(planner *p, float **target, size_t floats)
     p->count++;
 }
 
+/* A buffer of `count` half-precision values (its pointer bound as the float ones are). */
+static void plan_half(planner *p, mt_half **target, size_t count)
+{
+    plan(p, (float **)(void *)target, (count + 1) / 2);
+}
+
 /* Sizes of one micro-batch's buffers on this rank. */
 typedef struct geometry {
     size_t n, local, c, c_tp, vocab_local;
@@ -85,6 +91,31 @@ static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_
             plan(p, &b->w_dy_attn, n * c), plan(p, &b->w_dqkv, 3 * n * c_tp);
 }
 
+/* A block's buffers in half precision: what it keeps in half precision, and the residual
+ * stream and statistics in fp32 (under full recomputation, as in fp32: only the output). */
+static void plan_block_half(planner *p, gpt_block_acts *b, gpt_block_half *h, const geometry *g,
+                            mt_gpt_recompute keep)
+{
+    size_t n = g->n, local = g->local, c = g->c, c_tp = g->c_tp;
+    if (keep == MT_RECOMPUTE_FULL) {
+        plan(p, &b->res3, local * c);
+        return;
+    }
+    plan_half(p, &h->ln1, local * c), plan(p, &b->ln1_mean, local), plan(p, &b->ln1_rstd, local);
+    plan_half(p, &h->qkv, 3 * n * c_tp), plan_half(p, &h->atty, n * c_tp);
+    if (keep == MT_RECOMPUTE_NONE && g->attention)
+        plan_half(p, &h->probs, g->attention);
+    if (g->lse) /* fp32 statistics, as the norms' */
+        plan(p, &b->lse, g->lse);
+    plan(p, &b->res2, local * c);
+    plan_half(p, &h->ln2, local * c), plan(p, &b->ln2_mean, local), plan(p, &b->ln2_rstd, local);
+    plan_half(p, &h->fch, 4 * n * c_tp), plan_half(p, &h->fch_gelu, 4 * n * c_tp);
+    plan(p, &b->res3, local * c);
+    if (g->split) /* the weight pass's output gradients, fp32 (it widens the activations) */
+        plan(p, &b->w_dy_mlp, n * c), plan(p, &b->w_dfch, 4 * n * c_tp),
+            plan(p, &b->w_dy_attn, n * c), plan(p, &b->w_dqkv, 3 * n * c_tp);
+}
+
 /* One slot of a chunk: its input, its blocks, the embeddings' tokens in the first chunk and the
  * head's buffers in the last. */
 static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, const geometry *g)
@@ -97,7 +128,10 @@ static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, 
         plan(p, (float **)&slot->tokens, n);
     plan(p, &slot->input, local * c);
     for (int l = 0; l < st->layer_count[chunk]; l++)
-        plan_block(p, &slot->blocks[l], g, gpt->recompute, 1);
+        if (gpt_half(gpt))
+            plan_block_half(p, &slot->blocks[l], &slot->half_blocks[l], g, gpt->recompute);
+        else
+            plan_block(p, &slot->blocks[l], g, gpt->recompute, 1);
     if (last) {
         plan(p, (float **)&slot->targets, n);
         plan(p, &slot->lnf, local * c), plan(p, &slot->lnf_mean, local);
@@ -120,8 +154,11 @@ static void plan_scratch(planner *p, const mt_gpt *gpt, const geometry *g)
         plan(p, &a->dprobs, g->attention);
     if (gpt->recompute == MT_RECOMPUTE_FULL)
         plan_block(p, &a->work, g, MT_RECOMPUTE_NONE, 0);
-    if (gpt->recompute == MT_RECOMPUTE_SELECTIVE && g->attention)
+    int widened = gpt_half(gpt) && gpt->recompute != MT_RECOMPUTE_FULL;
+    if ((gpt->recompute == MT_RECOMPUTE_SELECTIVE || widened) && g->attention)
         plan(p, &a->probs, g->attention);
+    if (widened)
+        plan(p, &a->operand, n * (c > 4 * c_tp ? c : 4 * c_tp));
     if (g->sp) {
         plan(p, &a->gathered, n * c);
         plan(p, &a->partial, n * c), plan(p, &a->dnorm, 4 * c);
@@ -151,13 +188,15 @@ static mt_status make_tables(mt_gpt *gpt)
     a->slots = calloc((size_t)slot_total(st), sizeof *a->slots);
     a->first_slot = calloc((size_t)st->chunks, sizeof *a->first_slot);
     a->blocks = calloc((size_t)gpt->shape.layers, sizeof *a->blocks);
-    if (!a->slots || !a->first_slot || !a->blocks)
+    a->half_blocks = calloc((size_t)gpt->shape.layers, sizeof *a->half_blocks);
+    if (!a->slots || !a->first_slot || !a->blocks || !a->half_blocks)
         return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
     for (int c = 0, at = 0; c < st->chunks; c++) {
         a->first_slot[c] = at;
         for (int k = 0; k < st->slots[c]; k++, at++) {
             a->slots[at].blocks = calloc((size_t)st->layer_count[c], sizeof(gpt_block_acts));
-            if (!a->slots[at].blocks)
+            a->slots[at].half_blocks = calloc((size_t)st->layer_count[c], sizeof(gpt_block_half));
+            if (!a->slots[at].blocks || !a->slots[at].half_blocks)
                 return mt_fail(MT_ENOMEM, "cannot allocate the activation table");
         }
     }
@@ -170,13 +209,16 @@ static mt_status slot_bytes(const mt_gpt *gpt, int chunk, const geometry *g, siz
     mt_arena sizing = {0};
     planner p = {.arena = &sizing};
     gpt_slot slot = {.blocks = calloc((size_t)gpt->stage.layer_count[chunk] + 1,
-                                      sizeof(gpt_block_acts))};
-    if (slot.blocks)
+                                      sizeof(gpt_block_acts)),
+                     .half_blocks = calloc((size_t)gpt->stage.layer_count[chunk] + 1,
+                                           sizeof(gpt_block_half))};
+    if (slot.blocks && slot.half_blocks)
         plan_slot(&p, gpt, &slot, chunk, g);
-    mt_status status = slot.blocks && !p.out_of_memory
+    mt_status status = slot.blocks && slot.half_blocks && !p.out_of_memory
                            ? MT_OK
                            : mt_fail(MT_ENOMEM, "cannot size the activation slots");
     free(slot.blocks);
+    free(slot.half_blocks);
     free(p.offsets);
     free(p.targets);
     *out = sizing.used;
@@ -254,11 +296,14 @@ void gpt_activations_destroy(mt_gpt *gpt)
     if (!a)
         return;
     if (a->slots)
-        for (int i = 0; i < slot_total(&gpt->stage); i++)
+        for (int i = 0; i < slot_total(&gpt->stage); i++) {
             free(a->slots[i].blocks);
+            free(a->slots[i].half_blocks);
+        }
     free(a->slots);
     free(a->first_slot);
     free(a->blocks);
+    free(a->half_blocks);
     free(a);
     gpt->acts = NULL;
 }
@@ -272,6 +317,8 @@ void gpt_activations_select(mt_gpt *gpt, int chunk, int slot)
     a->targets = s->targets;
     a->encoded = s->input;
     memcpy(a->blocks + first, s->blocks, sizeof *s->blocks * (size_t)gpt->stage.layer_count[chunk]);
+    memcpy(a->half_blocks + first, s->half_blocks,
+           sizeof *s->half_blocks * (size_t)gpt->stage.layer_count[chunk]);
     a->lnf = s->lnf, a->lnf_mean = s->lnf_mean, a->lnf_rstd = s->lnf_rstd;
     a->lnf_full = s->lnf_full ? s->lnf_full : s->lnf; /* one buffer without sequence parallelism */
     a->logits = s->logits, a->losses = s->losses;

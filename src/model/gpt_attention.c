@@ -50,14 +50,15 @@ int gpt_attention_remakes_probs(const mt_gpt *gpt)
     return gpt->attention == MT_ATTENTION_PLAIN && gpt->recompute == MT_RECOMPUTE_SELECTIVE;
 }
 
-void gpt_attention_backward(const mt_gpt *gpt, const gpt_block_acts *a)
+void gpt_attention_backward(const mt_gpt *gpt, const float *qkv, const float *atty,
+                            const float *saved)
 {
     int c_tp = gpt->shape.width / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
     mt_gpt_activations *s = gpt->acts;
     if (gpt->attention == MT_ATTENTION_FUSED)
-        mt_attention_fused_backward(s->dqkv, s->datty, a->atty, a->lse, a->qkv, gpt->b, gpt->t,
-                                    c_tp, heads_tp);
+        mt_attention_fused_backward(s->dqkv, s->datty, atty, saved, qkv, gpt->b, gpt->t, c_tp,
+                                    heads_tp);
     else
-        mt_attention_backward(s->dqkv, s->dprobs, s->datty, a->probs, a->qkv, gpt->b, gpt->t,
-                              c_tp, heads_tp);
+        mt_attention_backward(s->dqkv, s->dprobs, s->datty, saved, qkv, gpt->b, gpt->t, c_tp,
+                              heads_tp);
 }

@@ -43,17 +43,32 @@ mt_status mt_gpt_chunk_backward_input(mt_gpt *gpt, float loss_scale)
 }
 
 /* Block `layer`'s linear weight gradients, in the order and with the very sgemm calls of the
- * whole backward, so the sums are bitwise the same. */
+ * whole backward, so the sums are bitwise the same. In half precision each activation is
+ * widened from the slot's half-precision copy (which lives until this pass) into the operand
+ * scratch just before its product, as the whole backward widens it. */
 static mt_status block_weights(mt_gpt *gpt, int layer)
 {
     int n = gpt->b * gpt->t, c = gpt->shape.width, c_tp = c / gpt->tp.size;
+    size_t rows = (size_t)n, local = (size_t)gpt->rows_local;
     gpt_block_view g = gpt_block_view_at(gpt, gpt->unit_grad, layer);
-    const gpt_block_acts *a = &gpt->acts->blocks[layer];
-    mt_linear_backward(NULL, g.fcproj_w, g.fcproj_b, a->w_dy_mlp, a->fch_gelu, NULL, n, 4 * c_tp,
-                       c);
-    mt_linear_backward(NULL, g.fc_w, g.fc_b, a->w_dfch, a->ln2, NULL, n, c, 4 * c_tp);
-    mt_linear_backward(NULL, g.proj_w, g.proj_b, a->w_dy_attn, a->atty, NULL, n, c_tp, c);
-    mt_linear_backward(NULL, g.qkv_w, g.qkv_b, a->w_dqkv, a->ln1, NULL, n, c, 3 * c_tp);
+    mt_gpt_activations *s = gpt->acts;
+    const gpt_block_acts *a = &s->blocks[layer];
+    const gpt_block_half *h = gpt_half(gpt) ? &s->half_blocks[layer] : NULL;
+#define KEPT(field) (h ? h->field : NULL)
+    mt_linear_backward(NULL, g.fcproj_w, g.fcproj_b, a->w_dy_mlp,
+                       gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand,
+                                   rows * 4 * c_tp),
+                       NULL, n, 4 * c_tp, c);
+    mt_linear_backward(NULL, g.fc_w, g.fc_b, a->w_dfch,
+                       gpt_operand(gpt, a->ln2, KEPT(ln2), s->operand, local * c), NULL, n, c,
+                       4 * c_tp);
+    mt_linear_backward(NULL, g.proj_w, g.proj_b, a->w_dy_attn,
+                       gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), NULL, n,
+                       c_tp, c);
+    mt_linear_backward(NULL, g.qkv_w, g.qkv_b, a->w_dqkv,
+                       gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, local * c), NULL, n, c,
+                       3 * c_tp);
+#undef KEPT
     /* the key bias's gradient is exactly zero (see mt_gpt_block_backward) */
     memset(g.qkv_b + c_tp, 0, sizeof(float) * (size_t)c_tp);
     return gpt_hook_after(gpt, mt_gpt_block_unit(layer), MT_GPT_BACKWARD);

@@ -3,6 +3,7 @@
 #ifndef MESHTRAIN_GPT_INTERNAL_H
 #define MESHTRAIN_GPT_INTERNAL_H
 
+#include "meshtrain/half.h"
 #include "meshtrain/model.h"
 
 /* A block's tensors inside one state arena (parameters or gradients). */
@@ -31,6 +32,13 @@ typedef struct gpt_block_acts {
     float *w_dy_attn, *w_dqkv;        /* [n, c], [n, 3 c_tp]: of the projection and QKV */
 } gpt_block_acts;
 
+/* In bf16 and fp16, what a slot keeps of a block's activations in half precision, in place of
+ * the same fields of gpt_block_acts (NULL where the slot keeps nothing: probs under selective
+ * recomputation). Passes compute on fp32 operands widened from these into shared scratch. */
+typedef struct gpt_block_half {
+    mt_half *ln1, *qkv, *atty, *probs, *ln2, *fch, *fch_gelu;
+} gpt_block_half;
+
 /* What one micro-batch keeps from a chunk's forward to its backward: a slot. The embeddings'
  * and head's buffers exist only in chunks that run them (NULL elsewhere). */
 typedef struct gpt_slot {
@@ -38,6 +46,7 @@ typedef struct gpt_slot {
     float *input;                     /* [local, c]: the chunk's input (the embeddings' output
                                        * in the first chunk, else received) */
     gpt_block_acts *blocks;           /* [the chunk's layer count] */
+    gpt_block_half *half_blocks;      /* [the chunk's layer count]; half precision only */
     float *lnf, *lnf_mean, *lnf_rstd, *lnf_full, *logits, *losses; /* as below */
     float *dresidual;                 /* [local, c]: the residual stream's gradient */
 } gpt_slot;
@@ -49,6 +58,7 @@ struct mt_gpt_activations {
     int32_t *tokens, *targets;        /* [n] */
     float *encoded;                   /* [local, c]: the current chunk's input */
     gpt_block_acts *blocks;           /* [layers]: the current slot's, for its chunk's layers */
+    gpt_block_half *half_blocks;      /* [layers]: likewise, in half precision (else NULL) */
     float *lnf, *lnf_mean, *lnf_rstd; /* [local, c], [local], [local] */
     float *lnf_full;                  /* [n, c]: the final norm of every row (lnf without sp) */
     float *logits;                    /* [n, vocab_local]: logits, then probabilities, then
@@ -64,7 +74,11 @@ struct mt_gpt_activations {
     float *dprobs;                    /* [b, heads / tp, t, t] */
     /* recomputation scratch: the one block whose activations are being remade */
     gpt_block_acts work;              /* full: every buffer of a block (NULL otherwise) */
-    float *probs;                     /* selective: [b, heads / tp, t, t] (NULL otherwise) */
+    float *probs;                     /* selective, or half precision without full
+                                       * recomputation: [b, heads / tp, t, t] (else NULL) */
+    float *operand;                   /* half precision without full recomputation:
+                                       * [n, max(c, 4 c_tp)], a kept activation widened to
+                                       * fp32 (one at a time; else NULL) */
     /* tensor-parallel scratch (NULL when unused) */
     float *gathered;                  /* sp: [n, c], every rank's rows of a norm or gradient */
     float *partial;                   /* sp: [n, c], this rank's addend of a row-parallel output
@@ -86,6 +100,24 @@ static inline mt_status gpt_hook_after(mt_gpt *gpt, int unit, mt_gpt_pass pass)
     return gpt->hooks.after ? gpt->hooks.after(gpt->hooks.context, gpt, unit, pass) : MT_OK;
 }
 
+/* Half precision: whether the model computes in it, and in which format. */
+static inline int gpt_half(const mt_gpt *gpt) { return gpt->precision != MT_PRECISION_FP32; }
+static inline mt_half_format gpt_half_format(const mt_gpt *gpt)
+{
+    return gpt->precision == MT_PRECISION_FP16 ? MT_HALF_F16 : MT_HALF_BF16;
+}
+
+/* A kept activation as an fp32 operand: widened into `scratch` when the slot keeps it in half
+ * precision (`kept`), else the fp32 buffer itself. */
+static inline const float *gpt_operand(const mt_gpt *gpt, const float *fp32, const mt_half *kept,
+                                       float *scratch, size_t count)
+{
+    if (!kept)
+        return fp32;
+    mt_half_to_f32(gpt_half_format(gpt), scratch, kept, count);
+    return scratch;
+}
+
 /* Fills gpt->params and gpt->units; returns the number of parameters. */
 size_t gpt_build_table(mt_gpt *gpt);
 
@@ -100,10 +132,13 @@ void gpt_activations_destroy(mt_gpt *gpt);
 void gpt_activations_select(mt_gpt *gpt, int chunk, int slot);
 
 /* gpt_attention.c: the block's attention on the model's kernels (a's qkv into atty, keeping
- * probs or lse), and its backward (datty into dqkv); whether the backward needs the
- * probabilities made again first (plain attention under selective recomputation). */
+ * probs or lse), and its backward (datty into dqkv) on fp32 operands (widened in half
+ * precision): qkv, and the probabilities (plain; atty unused) or the output and its
+ * log-sum-exps (fused) in `saved`; whether the backward needs the probabilities made again
+ * first (plain attention under selective recomputation). */
 void gpt_attention_forward(const mt_gpt *gpt, gpt_block_acts *a);
-void gpt_attention_backward(const mt_gpt *gpt, const gpt_block_acts *a);
+void gpt_attention_backward(const mt_gpt *gpt, const float *qkv, const float *atty,
+                            const float *saved);
 int gpt_attention_remakes_probs(const mt_gpt *gpt);
 
 /* gpt_backward_split.c: a linear layer's backward inside a block's backward. Whole, or, in a

@@ -92,9 +92,12 @@ static mt_status check_names(const mt_config *c, mt_run_plan *p)
     mt_gpt_recompute recompute;
     if (mt_pp_schedule_parse(c->schedule, &p->schedule_kind))
         return mt_fail_context(MT_EINVAL, "config key 'schedule'");
+    mt_gpt_precision precision;
     mt_status status = mt_gpt_recompute_parse(c->recompute, &recompute);
     if (status)
         return mt_fail_context(status, "config key 'recompute'");
+    if ((status = mt_gpt_precision_parse(c->precision, &precision)))
+        return mt_fail_context(status, "config key 'precision'");
     mt_gpt_attention attention;
     mt_gpt_shape shape = {c->vocab, c->context, c->layers, c->heads, c->width};
     if ((status = mt_gpt_attention_parse(c->attention, &attention)) == MT_OK)

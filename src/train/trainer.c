@@ -129,10 +129,12 @@ static void print_start(const trainer *tr, const char *resumed_from, int initial
     const mt_config *cfg = tr->cfg;
     const trainer_state *st = &tr->state;
     fprintf(out, "model: %zu parameters, %d layers x %d heads x %d width, context %d, "
-                 "vocab %d; %d threads (%s); dp %d, zero %d, tp %d, sp %s, recompute %s\n",
+                 "vocab %d; %d threads (%s); dp %d, zero %d, tp %d, sp %s, recompute %s, "
+                 "precision %s\n",
             mt_gpt_global_numel(&st->gpt), cfg->layers, cfg->heads, cfg->width, cfg->context,
             cfg->vocab, st->threads.threads, st->threads.source, tr->plan->shape.dp, cfg->zero,
-            tr->plan->shape.tp, trainer_sequence_parallel(tr) ? "on" : "off", cfg->recompute);
+            tr->plan->shape.tp, trainer_sequence_parallel(tr) ? "on" : "off", cfg->recompute,
+            cfg->precision);
     if (tr->plan->shape.pp > 1)
         print_pipeline(tr, out);
     if (st->local)

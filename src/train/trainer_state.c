@@ -23,8 +23,10 @@ static mt_status time_parts(const mt_config *cfg, int sequences, double part[3])
     mt_status status = mt_gpt_recompute_parse(cfg->recompute, &run.recompute);
     if (status == MT_OK)
         status = mt_gpt_attention_parse(cfg->attention, &run.attention);
-    /* under the run's recomputation (which makes a block's backward rerun its forward) and
-     * attention kernels */
+    if (status == MT_OK)
+        status = mt_gpt_precision_parse(cfg->precision, &run.precision);
+    /* under the run's recomputation (which makes a block's backward rerun its forward),
+     * attention kernels and precision */
     if (status == MT_OK)
         status = mt_gpt_create_with(&gpt, &shape, NULL, NULL, &run, sequences, NULL);
     if (status == MT_OK)
@@ -170,6 +172,8 @@ static mt_status build_model(trainer *tr, int parameters_only)
     mt_status status = mt_gpt_recompute_parse(cfg->recompute, &kernels.recompute);
     if (status == MT_OK)
         status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
+    if (status == MT_OK)
+        status = mt_gpt_precision_parse(cfg->precision, &kernels.precision);
     if (status == MT_OK && pipelined)
         status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
     if (status == MT_OK)

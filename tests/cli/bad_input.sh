@@ -106,6 +106,13 @@ run_case "zb1 with fewer micro-batches than stages" error \
 run_case "zb1 under full recomputation" error \
     "the zb1 schedule's weight-gradient pass reads activations that full recomputation" -- \
     "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --recompute full --microbatches 2
+# refused by the run plan, before any worker starts
+run_case "unknown precision" error "config key 'precision': 'fp8' is not a training precision: fp32, bf16 or fp16" -- \
+    "$MT" train "${TINY[@]}" --precision fp8 --nproc 2
+run_case "control: a valid tiny run in bf16 succeeds" 0 "done" -- "$MT" train "${TINY[@]}" --precision bf16
+run_case "control: zb1 in bf16 with fused attention succeeds" 0 "done" -- \
+    "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --microbatches 2 \
+    --precision bf16 --attention fused
 run_case "fractional layers" error "layers" -- "$MT" train "${TINY[@]}" --layers=1.5
 run_case "negative steps" error "steps" -- "$MT" train "${TINY[@]}" --steps -3
 run_case "flag without a value" error "seed" -- "$MT" train "${TINY[@]}" --seed

@@ -1,5 +1,6 @@
 /* Dumps a meshtrain GPT's initial weights, one forward/backward and three AdamW steps with
- * clipping, for tests/ref/check_gpt.py to replay in PyTorch (float64) and compare. The model
+ * clipping, for tests/ref/check_gpt.py to replay in PyTorch (float64) and compare (and, in a
+ * training precision given as a last argument, for tests/ref/check_half.py's gradients). The model
  * trains as a run does: its state held by the data-parallel layer, updated by
  * mt_optimizer_step. */
 #include <stdio.h>
@@ -47,8 +48,11 @@ static void write_params(FILE *f, const mt_gpt *gpt, const char *prefix, int gra
 
 int main(int argc, char **argv)
 {
-    if (argc != 9) {
-        fprintf(stderr, "usage: mt_ref_dump OUTFILE VOCAB CONTEXT LAYERS HEADS WIDTH B T\n");
+    mt_gpt_precision precision = MT_PRECISION_FP32;
+    if ((argc != 9 && argc != 10) ||
+        (argc == 10 && mt_gpt_precision_parse(argv[9], &precision) != MT_OK)) {
+        fprintf(stderr, "usage: mt_ref_dump OUTFILE VOCAB CONTEXT LAYERS HEADS WIDTH B T "
+                        "[fp32|bf16|fp16]\n");
         return 2;
     }
     mt_gpt_shape shape = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6])};
@@ -63,7 +67,8 @@ int main(int argc, char **argv)
     mt_gpt_tensor_parallel whole = mt_tensor_parallel_over(NULL, 0);
     mt_dp_options options = {.zero = 0, .bucket_bytes = 1 << 20, .seed = 4242};
     mt_dp_model *model = NULL;
-    if (mt_gpt_create_stateless(&gpt, &shape, &whole, b, NULL) ||
+    mt_gpt_options run = {.precision = precision};
+    if (mt_gpt_create_with(&gpt, &shape, &whole, NULL, &run, b, NULL) ||
         mt_dp_model_create(&gpt, NULL, &options, &model)) {
         fprintf(stderr, "mt_ref_dump: %s\n", mt_last_error());
         return 1;

@@ -145,6 +145,35 @@ static void test_adamw(mt_half_format format)
     CHECK_MSG(bad == 0, "%s adamw: %ld differ from mt_adamw_update", name(format), bad);
 }
 
+/* Rounding in fp32 is the scalar narrowing and widening, bit for bit (NaN, infinities,
+ * subnormals and ties included), in place too, on lengths that end mid-vector and mid-piece. */
+static void test_round(mt_half_format format)
+{
+    enum { N = 70000 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, 65520.0f,
+                             1.00390625f, 1.01171875f, 3.4e38f, 6e-8f};
+    long bad = 0;
+    for (int i = 0; i < N; i++)
+        x[i] = i < (int)(sizeof special / sizeof *special) ? special[i]
+                                                            : uniform() * ldexpf(1.0f, i % 40 - 20);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = pass ? 257 : N;
+        mt_half_round_f32(format, pass ? x : y, x, n);
+        const float *got = pass ? x : y;
+        for (size_t i = 0; i < n; i++) {
+            mt_half h = format == MT_HALF_BF16 ? mt_half_bf16_from_f32(pass ? y[i] : x[i])
+                                               : mt_half_f16_from_f32(pass ? y[i] : x[i]);
+            float want = widen(format, h);
+            bad += memcmp(&want, &got[i], sizeof want) != 0;
+        }
+    }
+    CHECK_MSG(bad == 0, "%s round: %ld differ from the scalar narrowing and widening", name(format),
+              bad);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     const mt_kernels_dispatch *dispatch = mt_kernels_dispatch_get();
@@ -155,6 +184,7 @@ int main(void)
         test_gelu((mt_half_format)f);
         test_softmax((mt_half_format)f);
         test_adamw((mt_half_format)f);
+        test_round((mt_half_format)f);
     }
     return check_summary("test_half_elementwise");
 }

@@ -23,13 +23,13 @@ static void fill_tokens(int32_t *x, int n, int vocab, uint64_t seed)
 
 /* MICROS micro-batches: all forwards (a slot each), then every B, then every W (split), or
  * forward and whole backward one at a time; returns the gradients and the input gradients. */
-static float *run(int split, mt_gpt_attention attention, const float *params, size_t numel,
-                  float *input_grads)
+static float *run(int split, mt_gpt_attention attention, mt_gpt_precision precision,
+                  const float *params, size_t numel, float *input_grads)
 {
     mt_gpt gpt;
     mt_gpt_stage stage = {.chunks = 1, .layer_count = {SHAPE.layers}, .slots = {MICROS},
                           .split_backward = split};
-    mt_gpt_options options = {.attention = attention};
+    mt_gpt_options options = {.attention = attention, .precision = precision};
     CHECK(mt_gpt_create_with(&gpt, &SHAPE, NULL, &stage, &options, B, NULL) == MT_OK);
     CHECK(gpt_arrays_bind(&gpt) == MT_OK);
     memcpy(gpt_params(&gpt), params, numel * sizeof(float));
@@ -66,25 +66,27 @@ static float *run(int split, mt_gpt_attention attention, const float *params, si
     return grads;
 }
 
-static void test_bitwise(mt_gpt_attention attention)
+/* In half precision the weight pass widens the slot's half-precision activations itself: the
+ * same operands as the whole backward's. */
+static void test_bitwise(mt_gpt_attention attention, mt_gpt_precision precision)
 {
     mt_gpt gpt;
     CHECK(gpt_arrays_create(&gpt, &SHAPE, NULL, B) == MT_OK);
     mt_gpt_init_params(&gpt, 5);
     size_t numel = gpt.numel, rows = (size_t)MICROS * B * SHAPE.context * SHAPE.width;
     float *in_whole = calloc(rows, sizeof(float)), *in_split = calloc(rows, sizeof(float));
-    float *whole = run(0, attention, gpt_params(&gpt), numel, in_whole);
-    float *split = run(1, attention, gpt_params(&gpt), numel, in_split);
+    float *whole = run(0, attention, precision, gpt_params(&gpt), numel, in_whole);
+    float *split = run(1, attention, precision, gpt_params(&gpt), numel, in_split);
     CHECK_MSG(memcmp(whole, split, numel * sizeof(float)) == 0,
-              "%s attention: split gradients differ from the whole backward's",
-              mt_gpt_attention_name(attention));
+              "%s attention in %s: split gradients differ from the whole backward's",
+              mt_gpt_attention_name(attention), mt_gpt_precision_name(precision));
     CHECK(memcmp(in_whole, in_split, rows * sizeof(float)) == 0);
     double norm = 0;
     for (size_t i = 0; i < numel; i++)
         norm += (double)whole[i] * whole[i];
     CHECK(norm > 0);
-    printf("split backward, %s attention: gradients bitwise the whole backward's\n",
-           mt_gpt_attention_name(attention));
+    printf("split backward, %s attention in %s: gradients bitwise the whole backward's\n",
+           mt_gpt_attention_name(attention), mt_gpt_precision_name(precision));
     free(whole), free(split), free(in_whole), free(in_split);
     gpt_arrays_destroy(&gpt);
 }
@@ -105,8 +107,10 @@ static void test_refused(void)
 int main(void)
 {
     mt_kernels_set_threads(1); /* the model is tiny: a second thread only waits */
-    test_bitwise(MT_ATTENTION_PLAIN);
-    test_bitwise(MT_ATTENTION_FUSED);
+    for (mt_gpt_precision p = MT_PRECISION_FP32; p <= MT_PRECISION_FP16; p++) {
+        test_bitwise(MT_ATTENTION_PLAIN, p);
+        test_bitwise(MT_ATTENTION_FUSED, p);
+    }
     test_refused();
     return check_summary("test_model_split");
 }

@@ -38,8 +38,8 @@ typedef struct mt_config {
     int chunks;        /* model chunks per pipeline stage (interleaved) */
     char balance[MT_TEXT_MAX];  /* layers per stage: even, or cost (measured) */
     char recompute[MT_TEXT_MAX]; /* activation recomputation: none, selective or full */
-    char attention[MT_TEXT_MAX]; /* attention kernels: fused or plain */
     char precision[MT_TEXT_MAX]; /* forward and backward: fp32, bf16 or fp16 */
+    char attention[MT_TEXT_MAX]; /* attention kernels: fused or plain */
     char trace[MT_PATH_MAX]; /* each rank's Chrome trace (empty: none) */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */

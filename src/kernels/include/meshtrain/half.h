@@ -27,6 +27,10 @@ float mt_half_f16_to_f32(mt_half h);
 /* dst[i] = src[i] converted, vectorised (AVX2/F16C or AVX-512). */
 void mt_half_from_f32(mt_half_format format, mt_half *dst, const float *src, size_t n);
 void mt_half_to_f32(mt_half_format format, float *dst, const mt_half *src, size_t n);
+/* dst[i] = src[i] rounded to half precision and widened back: the fp32 value a half-precision
+ * store and load make of it, so that fp32 kernels can compute on half-precision operands.
+ * In place allowed (dst == src); vectorised as the converters are. */
+void mt_half_round_f32(mt_half_format format, float *dst, const float *src, size_t n);
 
 /* ---- matrix products: half-precision inputs, fp32 accumulation ----
  * Functions that return int return 0, or -1 when scratch memory could not be allocated (the

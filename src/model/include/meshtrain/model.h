@@ -87,6 +87,22 @@ typedef enum mt_gpt_recompute {
 mt_status mt_gpt_recompute_parse(const char *text, mt_gpt_recompute *out);
 const char *mt_gpt_recompute_name(mt_gpt_recompute recompute);
 
+/* The precision of forward and backward. The parameters, their gradients (accumulated over
+ * micro-batches) and the optimizer's moments stay fp32 in every precision. In bf16 and fp16
+ * the matrix products read half-precision compute copies of the weight matrices (rounded from
+ * the parameters as each pass begins: the gathered ones under ZeRO-3) and activations rounded
+ * to half precision; the activations a slot keeps inside a block are stored in half precision
+ * (the residual stream, the norms' statistics and the head's logits stay fp32). Products,
+ * norms, softmax, the loss and every gradient are computed and accumulated in fp32. */
+typedef enum mt_gpt_precision {
+    MT_PRECISION_FP32,
+    MT_PRECISION_BF16,
+    MT_PRECISION_FP16,
+} mt_gpt_precision;
+
+/* "fp32", "bf16" or "fp16"; anything else is an error naming the text. */
+mt_status mt_gpt_precision_parse(const char *text, mt_gpt_precision *out);
+const char *mt_gpt_precision_name(mt_gpt_precision precision);
 /* Which attention kernels a block runs. Plain keeps the probabilities [b, heads, t, t] for the
  * backward; fused keeps only each row's log-sum-exp [b, heads, t] and makes the probabilities
  * again block by block in the backward (so selective recomputation has nothing left to drop).
@@ -156,6 +172,7 @@ struct mt_gpt {
     mt_gpt_stage stage;  /* this rank's chunks and slots (by default the whole model: one
                           * chunk of every layer, one slot) */
     mt_gpt_recompute recompute;
+    mt_gpt_precision precision;
     mt_gpt_attention attention;
     int chunk, slot;     /* the activations in use (mt_gpt_use_slot) */
     /* Where each unit's tensors are: parameter p of unit u is at unit_param[u] + (p.offset -
@@ -170,6 +187,8 @@ struct mt_gpt {
     size_t *tp_counts;   /* scratch: per-rank element counts of a gather or reduce-scatter */
     double tp_seconds;   /* spent in tensor-parallel collectives, since creation */
     mt_arena activation_arena;
+    mt_arena compute_arena; /* half precision: the compute copy of one pass's weight matrices */
+    float *compute_weights; /* their values rounded to half precision (fp32 storage) */
     mt_gpt_activations *acts;
     int b, t;            /* geometry of the last forward */
     int input_only;      /* inside mt_gpt_chunk_backward_input: blocks skip weight gradients */
@@ -192,17 +211,19 @@ void mt_gpt_destroy(mt_gpt *gpt);
 /* The same for one pipeline stage (`stage` NULL: the whole model): the table still names every
  * tensor of the model, but only the units the stage runs are held, and the activation arena
  * holds each chunk's slots, each keeping what `recompute` leaves of its blocks' activations.
- * Errors name what is wrong with the stage. */
+ * Plain attention, fp32. Errors name what is wrong with the stage. */
 mt_status mt_gpt_create_stage(mt_gpt *gpt, const mt_gpt_shape *shape,
                               const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
                               mt_gpt_recompute recompute, int max_sequences,
                               mt_memory_ledger *ledger);
 
 /* How a model computes, beyond its shape and layout: mt_gpt_create_stage takes plain
- * attention; this takes every choice. */
+ * attention in fp32; this takes every choice (zeroed options: no recomputation, plain
+ * attention, fp32). The slots keep their activations in `precision`. */
 typedef struct mt_gpt_options {
     mt_gpt_recompute recompute;
     mt_gpt_attention attention;
+    mt_gpt_precision precision;
 } mt_gpt_options;
 mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
                              const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,
