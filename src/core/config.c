@@ -440,6 +440,12 @@ mt_status mt_config_validate(const mt_config *c)
         return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'optimizer': --grad_comm onebit "
                                   "needs --optimizer sgd (error feedback on gradients that feed "
                                   "Adam's variance is unsound: the carried error inflates it)");
+    /* a hook's carried state (errors, warm-start factors) is in the units of the step it was
+     * made in; fp16's loss scale changes those units from step to step */
+    if (strcmp(c->grad_comm, "allreduce") && strcmp(c->precision, "fp16") == 0)
+        return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'precision': --grad_comm %s does "
+                                  "not run with fp16, whose changing loss scale would mix the "
+                                  "scales of the hook's carried error (use bf16)", c->grad_comm);
     if (c->min_lr > c->lr)
         return mt_fail(MT_EINVAL, "config keys 'min_lr' and 'lr': min_lr %g exceeds lr %g", c->min_lr,
                        c->lr);

@@ -21,6 +21,8 @@ must_fail "config keys 'grad_comm' and 'zero'.*zero 0 or 1" \
   "$meshtrain" train "${job[@]}" --nproc 2 --grad_comm powersgd --zero 2 --out "$scratch/bad"
 must_fail "config keys 'grad_comm' and 'optimizer'.*Adam's variance" \
   "$meshtrain" train "${job[@]}" --nproc 2 --grad_comm onebit --optimizer adamw --out "$scratch/bad"
+must_fail "config keys 'grad_comm' and 'precision'.*use bf16" \
+  "$meshtrain" train "${job[@]}" --nproc 2 --grad_comm powersgd --precision fp16 --out "$scratch/bad"
 must_fail "config key 'powersgd_rank'.*0 is outside" \
   "$meshtrain" train "${job[@]}" --nproc 2 --grad_comm powersgd --powersgd_rank 0 --out "$scratch/bad"
 must_fail "config key 'grad_comm': 'topk' is not allreduce, powersgd, signsgd or onebit" \
