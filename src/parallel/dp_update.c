@@ -101,8 +101,10 @@ int mt_dp_model_grad_finite(mt_dp_model *m, int index)
     return 1;
 }
 
-/* AdamW over this rank's slice of every unit, tensor by tensor (decay on matrices only). */
-static void adamw_slices(mt_dp_model *m, const mt_adamw_hyper *hyper)
+/* One optimizer over this rank's slice of every unit, tensor by tensor (decay on matrices
+ * only): AdamW when adamw is given, else SGD, whose momentum buffer lives where AdamW's first
+ * moment does (so ZeRO 1-3 shard it alike; the second moment stays zero). */
+static void update_slices(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
 {
     const mt_gpt *gpt = m->gpt;
     for (int i = 0; i < gpt->param_count; i++) {
@@ -112,29 +114,16 @@ static void adamw_slices(mt_dp_model *m, const mt_adamw_hyper *hyper)
             continue;
         size_t at = dp_slice_index(m, p->unit, lo);
         float *param = dp_param_at(m, p->unit, lo), *grad = dp_grad_at(m, p->unit, lo);
-        mt_adamw_hyper h = *hyper;
-        if (!p->decay)
-            h.weight_decay = 0;
-        mt_adamw_update(param, grad, m->moment_m + at, m->moment_v + at, (long)(hi - lo), &h);
-    }
-}
-
-/* SGD over this rank's slice of every unit; the momentum buffer lives where AdamW's first
- * moment does (so ZeRO 1-3 shard it alike), the second moment stays zero. */
-static void sgd_slices(mt_dp_model *m, const mt_sgd_hyper *hyper)
-{
-    const mt_gpt *gpt = m->gpt;
-    for (int i = 0; i < gpt->param_count; i++) {
-        const mt_param_info *p = &gpt->params[i];
-        size_t lo, hi;
-        if (!dp_owned_range(m, i, &lo, &hi))
-            continue;
-        size_t at = dp_slice_index(m, p->unit, lo);
-        float *param = dp_param_at(m, p->unit, lo), *grad = dp_grad_at(m, p->unit, lo);
-        mt_sgd_hyper h = *hyper;
-        if (!p->decay)
-            h.weight_decay = 0;
-        mt_sgd_update(param, grad, m->moment_m + at, (long)(hi - lo), &h);
+        long n = (long)(hi - lo);
+        if (adamw) {
+            mt_adamw_hyper h = *adamw;
+            h.weight_decay = p->decay ? h.weight_decay : 0;
+            mt_adamw_update(param, grad, m->moment_m + at, m->moment_v + at, n, &h);
+        } else {
+            mt_sgd_hyper h = *sgd;
+            h.weight_decay = p->decay ? h.weight_decay : 0;
+            mt_sgd_update(param, grad, m->moment_m + at, n, &h);
+        }
     }
 }
 
@@ -142,13 +131,13 @@ static mt_status after_update(mt_dp_model *m);
 
 mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
 {
-    adamw_slices(m, hyper);
+    update_slices(m, hyper, NULL);
     return after_update(m);
 }
 
 mt_status mt_dp_model_update_sgd(mt_dp_model *m, const mt_sgd_hyper *hyper)
 {
-    sgd_slices(m, hyper);
+    update_slices(m, NULL, hyper);
     return after_update(m);
 }
 

@@ -3,11 +3,12 @@
 # (GPipe, 1F1B, interleaved), dp x pp with ZeRO 0 and 1, tp x pp, an uneven and a
 # cost-balanced split, a 20-step run's per-step losses and final parameters (per tensor, by
 # norm) equal the single-process run of the same job within 1e-5 relative.
-# usage: pp_equivalence.sh MESHTRAIN [quick]   (quick: one layout of each kind, for the
-# sanitizer build, where every rank runs several times slower)
+# usage: pp_equivalence.sh MESHTRAIN [quick|zb]   (quick: one layout of each kind, for the
+# sanitizer build, where every rank runs several times slower; zb: the zero-bubble schedule zb1
+# on pp 2 and pp 4, with two replicas (DDP and ZeRO 1) and with tensor parallelism inside)
 set -euo pipefail
 meshtrain=$1
-quick=${2:-}
+which=${2:-}
 source "$(dirname "$0")/genesis_setup.sh"
 
 # The GPT of tp_equivalence.sh (width 64, 4 heads, lr 1e-3), deep enough for pp 4 x 2 chunks.
@@ -33,7 +34,17 @@ layout() {
   (cd "$scratch" && python3 "$here/compare_runs.py" "$reference" "$name" 1e-5) || failed=1
 }
 
-if [ "$quick" = quick ]; then
+if [ "$which" = zb ]; then
+  layout pp2_zb1 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule zb1
+  layout pp4_zb1 8 8 -- --nproc 4 --pp 4 --microbatches 8 --schedule zb1
+  # DDP's one bucket per stage starts with the embeddings' unit: it must wait for the blocks' W
+  layout dp2_pp2_zb1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule zb1
+  layout dp2_pp2_zb1_zero1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule zb1 --zero 1
+  layout tp2_pp2_zb1_selective 8 4 -- --nproc 4 --pp 2 --tp 2 --microbatches 4 --schedule zb1 \
+    --recompute selective
+  exit $failed
+fi
+if [ "$which" = quick ]; then
   layout pp4_gpipe 8 4 -- --nproc 4 --pp 4 --microbatches 4 --schedule gpipe
   layout pp3_interleaved_v2 6 6 -- --nproc 3 --pp 3 --microbatches 6 --schedule interleaved --chunks 2
   layout dp2_pp2_interleaved_buckets 8 8 -- --nproc 4 --pp 2 --microbatches 4 \
