@@ -1,5 +1,6 @@
-/* A forward-only pass through a pipeline's stages, one batch at a time in layer order, for what
- * runs between steps: validation losses and the sampler's next-token logits. */
+/* Forward-only passes through a pipeline's stages, for what runs between steps: one batch at a
+ * time in layer order (the sampler's next-token logits), or many batches pipelined, each stage
+ * working on the next while the later stages take the one before (validation losses). */
 #include "meshtrain/pipeline_stage.h"
 
 /* The batch's tag on the activation communicator: the training steps' scheme (micro-batch,
@@ -56,4 +57,38 @@ mt_status mt_pp_forward(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
     if (loss)
         *loss = result;
     return MT_OK;
+}
+
+/* Each batch's loss is added with its weight where the model ends; the last stage broadcasts
+ * the sum. */
+mt_status mt_pp_forward_batches(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
+                                mt_comm *activations, int batches, int t, mt_pp_load load,
+                                void *context, double *sum)
+{
+    int p = schedule->stages;
+    double total = 0;
+    mt_status status = MT_OK;
+    /* Batches in order, each through this stage's virtual stages in layer order: every receive
+     * waits only for a send earlier in (batch, layer) order, so no cycle can form. */
+    for (int j = 0; status == MT_OK && j < batches; j++) {
+        const int32_t *tokens = NULL, *targets = NULL;
+        int b = 0;
+        double weight = 0;
+        status = load(context, j, &tokens, &targets, &b, &weight);
+        for (int vs = stage; status == MT_OK && vs < p * schedule->chunks; vs += p) {
+            float loss = 0;
+            status = run_virtual_stage(schedule, stage, vs, gpt, activations, tokens, targets, b, t,
+                                       &loss);
+            if (status == MT_OK && vs == p * schedule->chunks - 1)
+                total += (double)loss * weight;
+        }
+        if (status)
+            status = mt_fail_context(status, "pipeline stage %d, forward of batch %d of %d", stage,
+                                     j, batches);
+    }
+    if (status == MT_OK)
+        status = mt_comm_broadcast(activations, &total, 1, MT_F64, p - 1);
+    if (status == MT_OK)
+        *sum = total;
+    return status;
 }
