@@ -91,6 +91,9 @@ static const config_key KEYS[] = {
      "sequence parallelism: norms and residuals hold 1/tp of each micro-batch's rows (on|off)"},
     {"zero", KEY_INT, FIELD(zero), "0", 0, 3,
      "ZeRO stage over the data-parallel ranks: 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters"},
+    {"zero_shard_size", KEY_INT, FIELD(zero_shard_size), "0", 0, 1 << 20,
+     "ZeRO 1-3: shard over groups of this many consecutive data-parallel ranks and replicate "
+     "across the groups (hybrid sharding, HSDP); 0: the whole data-parallel group"},
     {"zero3_keep_params", KEY_SWITCH, FIELD(zero3_keep_params), "off", 0, 1,
      "ZeRO 3: keep each gathered block until the update (one gather per block and step, the stage's parameters in full) (on|off)"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,

@@ -36,6 +36,7 @@ struct mt_dp_model {
     mt_gpt *gpt;
     mt_comm *group; /* NULL: one replica */
     mt_comm *tensor_group; /* the tensor-parallel group the norm sums over, or NULL */
+    mt_comm *replica_group; /* hybrid sharding: the same shard in the other shard groups */
     mt_comm *pipeline_group, *embedding_group; /* see mt_dp_options */
     int rank, size, zero;
     int parameters_only; /* see mt_dp_options: no gradients, no moments */
@@ -123,6 +124,21 @@ mt_status dp_grad_comm_attach(mt_dp_model *m, const mt_grad_comm_options *option
 void dp_grad_comm_detach(mt_dp_model *m);
 /* Every bucket through the hook, in bucket order (after the reductions in flight are done). */
 mt_status dp_grad_comm_sync(mt_dp_model *m);
+
+/* dp_update.c: which of `size` checksums disagree with the majority (with two, with the
+ * first), as indices into `names`; returns how many, with the majority's size and value. */
+int dp_outliers(const uint64_t *all, int size, char *names, size_t capacity, int *agreeing,
+                uint64_t *reference);
+
+/* dp_hybrid.c: hybrid sharding's part, each a no-op without a replica group. */
+/* After the shard group's reductions are done: every owned gradient slice all-reduced across
+ * the replica group. */
+mt_status dp_hybrid_reduce(mt_dp_model *m);
+/* The checksum of this rank's slices (parameters and moments) against its replicas'. */
+mt_status dp_hybrid_check(mt_dp_model *m, int step);
+/* The part [*lo, *hi) of a unit's owned slice that this rank writes to a checkpoint: the slice
+ * split again over the replica group, so that the copies share the writing. */
+void dp_hybrid_save_range(const mt_dp_model *m, int unit, size_t *lo, size_t *hi);
 
 /* dp_hooks.c */
 mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);

@@ -321,6 +321,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->parameters_only = options->parameters_only;
     m->keep_params = options->keep_params;
     m->tensor_group = options->tensor_group;
+    m->replica_group = options->replica_group;
     m->pipeline_group = options->pipeline_group;
     m->embedding_group = options->embedding_group;
     m->ledger = options->ledger;
@@ -329,8 +330,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->reduced = calloc((size_t)gpt->unit_count, 1);
     /* The replica checks gather one checksum per member of the dp, tp or embedding group. */
     int most = m->size;
-    mt_comm *others[] = {m->tensor_group, m->embedding_group};
-    for (int i = 0; i < 2; i++)
+    mt_comm *others[] = {m->tensor_group, m->embedding_group, m->replica_group};
+    for (int i = 0; i < 3; i++)
         most = others[i] && mt_comm_size(others[i]) > most ? mt_comm_size(others[i]) : most;
     m->checksums = calloc((size_t)most, sizeof *m->checksums);
     mt_status status = m->pending && m->checksums && m->reduced
@@ -348,6 +349,10 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
      * plus a blocking call queued behind them: handles for all of them, once. */
     if (status == MT_OK && group)
         status = mt_comm_reserve_work(group, gpt->unit_count + 2);
+    if (status == MT_OK && m->replica_group)
+        status = m->zero > 0 ? mt_comm_reserve_work(m->replica_group, gpt->unit_count + 2)
+                             : mt_fail(MT_EINVAL, "data-parallel model: hybrid sharding needs "
+                                                  "ZeRO 1, 2 or 3, and the stage is 0");
     if (status) {
         mt_dp_model_destroy(m);
         return status;
@@ -435,6 +440,8 @@ void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *sta
     /* zero 0: the replicas write slice-sized parts of the state they all hold */
     size_t n = unit->numel;
     size_t save_lo = slice_start(n, m->rank, m->size), save_hi = slice_start(n, m->rank + 1, m->size);
+    if (m->replica_group) /* hybrid sharding: the copies of the slice share it */
+        dp_hybrid_save_range(m, p->unit, &save_lo, &save_hi);
     save_lo = save_lo > start ? save_lo : start;
     save_hi = save_hi < end ? save_hi : end;
     if (save_lo < save_hi) {

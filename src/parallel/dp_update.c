@@ -46,6 +46,8 @@ static mt_status sum_tied_embeddings(mt_dp_model *m)
 mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares)
 {
     mt_status status = dp_drain_pending(m);
+    if (status == MT_OK)
+        status = dp_hybrid_reduce(m);
     if (status == MT_OK && m->grad_comm)
         status = dp_grad_comm_sync(m);
     *local_sum_squares = m->local_sum_squares;
@@ -164,9 +166,7 @@ static mt_status after_update(mt_dp_model *m)
     return status ? mt_fail_context(status, "all-gathering the updated parameters") : MT_OK;
 }
 
-/* Which of `size` checksums disagree with the majority (with two, with the first): their
- * indices into `names`; returns how many, with the majority's size and value. */
-static int outliers(const uint64_t *all, int size, char *names, size_t capacity, int *agreeing,
+int dp_outliers(const uint64_t *all, int size, char *names, size_t capacity, int *agreeing,
                     uint64_t *reference)
 {
     *reference = all[0];
@@ -244,7 +244,7 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
     if (m->group && m->full_param) {
         uint64_t mine = mt_checksum64(m->full_param, m->gpt->numel * sizeof(float), 0);
         dp_status = gather_checksums(m, m->group, mine, &all);
-        int odd = dp_status ? 0 : outliers(all, m->size, names, sizeof names, &agreeing, &reference);
+        int odd = dp_status ? 0 : dp_outliers(all, m->size, names, sizeof names, &agreeing, &reference);
         if (dp_status)
             dp_status = mt_fail_context(dp_status, "replica check at step %d", step);
         else if (odd)
@@ -258,7 +258,7 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
     if (m->tensor_group) {
         int size = mt_comm_size(m->tensor_group);
         tp_status = gather_checksums(m, m->tensor_group, replicated_checksum(m), &all);
-        int odd = tp_status ? 0 : outliers(all, size, names, sizeof names, &agreeing, &reference);
+        int odd = tp_status ? 0 : dp_outliers(all, size, names, sizeof names, &agreeing, &reference);
         if (tp_status)
             tp_status = mt_fail_context(tp_status, "replicated-tensor check at step %d", step);
         else if (odd)
@@ -270,9 +270,14 @@ mt_status mt_dp_model_check_replicas(mt_dp_model *m, int step)
     char tp_message[512];
     snprintf(tp_message, sizeof tp_message, "%s", tp_status ? mt_last_error() : "");
     mt_status tied_status = check_tied_embeddings(m, step);
+    char tied_message[512];
+    snprintf(tied_message, sizeof tied_message, "%s", tied_status ? mt_last_error() : "");
+    mt_status hybrid_status = dp_hybrid_check(m, step);
     if (dp_status) /* the first, of which the others may be a consequence */
         return mt_fail(dp_status, "%s", dp_message);
     if (tp_status)
         return mt_fail(tp_status, "%s", tp_message);
-    return tied_status;
+    if (tied_status)
+        return mt_fail(tied_status, "%s", tied_message);
+    return hybrid_status;
 }

@@ -63,10 +63,52 @@ mt_status mt_mesh_create(mt_comm *world, const mt_mesh_shape *shape, int layers,
     return MT_OK;
 }
 
+int mt_mesh_shard_members(const mt_mesh_shape *shape, int shard_size, int replica, int rank,
+                          int *members)
+{
+    mt_mesh_coord c = mt_mesh_coord_of(shape, rank);
+    int place = c.dp % shard_size, first = c.dp - place;
+    int n = replica ? shape->dp / shard_size : shard_size;
+    for (int i = 0; i < n; i++) {
+        c.dp = replica ? place + i * shard_size : first + i;
+        members[i] = mt_mesh_rank_of(shape, c);
+    }
+    return n;
+}
+
+mt_status mt_mesh_split_shards(mt_mesh *mesh, int shard_size)
+{
+    int dp = mesh->shape.dp;
+    if (shard_size == 0 || shard_size == dp)
+        return MT_OK;
+    if (shard_size < 0 || dp % shard_size)
+        return mt_fail(MT_EINVAL, "mesh: shard groups of %d ranks do not divide dp %d",
+                       shard_size, dp);
+    int *members = malloc(sizeof *members * (size_t)dp);
+    if (!members)
+        return mt_fail(MT_ENOMEM, "mesh: no memory for the shard groups' members");
+    mt_status status = MT_OK;
+    for (int replica = 0; replica < 2 && status == MT_OK; replica++) {
+        int n = mt_mesh_shard_members(&mesh->shape, shard_size, replica, mesh->rank, members);
+        int key = 0;
+        for (int i = 0; i < n; i++)
+            key = members[i] == mesh->rank ? i : key;
+        status = mt_comm_split(mesh->world, members[0], key,
+                               replica ? &mesh->replica_group : &mesh->shard_group);
+        if (status)
+            status = mt_fail_context(status, "mesh: splitting the %s groups",
+                                     replica ? "replica" : "shard");
+    }
+    free(members);
+    return status;
+}
+
 void mt_mesh_destroy(mt_mesh *mesh)
 {
     if (!mesh)
         return;
+    mt_comm_destroy(mesh->replica_group);
+    mt_comm_destroy(mesh->shard_group);
     mt_comm_destroy(mesh->embedding_group);
     mt_comm_destroy(mesh->dp_group);
     mt_comm_destroy(mesh->pp_group);

@@ -65,6 +65,21 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     if (c->zero3_keep_params && c->zero != 3)
         return mt_fail(MT_EINVAL, "config keys 'zero3_keep_params' and 'zero': keeping gathered "
                                   "parameters is a ZeRO 3 setting, and zero is %d", c->zero);
+    if (c->zero_shard_size > 0 && shape->dp % c->zero_shard_size)
+        return mt_fail(MT_EINVAL, "config keys 'zero_shard_size' and 'dp': shard groups of %d "
+                                  "data-parallel ranks do not divide dp %d", c->zero_shard_size,
+                       shape->dp);
+    /* below dp: hybrid sharding, which only ZeRO's sharded state and plain reductions have */
+    int hybrid = c->zero_shard_size > 0 && c->zero_shard_size < shape->dp;
+    if (hybrid && c->zero == 0)
+        return mt_fail(MT_EINVAL, "config keys 'zero_shard_size' and 'zero': shard groups of %d "
+                                  "ranks shard ZeRO 1-3 state, and zero 0 shards none (give "
+                                  "--zero 1, 2 or 3, or leave zero_shard_size out)",
+                       c->zero_shard_size);
+    if (hybrid && strcmp(c->grad_comm, "allreduce") != 0)
+        return mt_fail(MT_EINVAL, "config keys 'zero_shard_size' and 'grad_comm': hybrid "
+                                  "sharding reduces gradients with plain collectives, and "
+                                  "grad_comm is %s", c->grad_comm);
     /* ZeRO 2 and 3 bind one gradient buffer to a unit from its backward's start to its end;
      * zb1 starts further input passes of a unit before its earlier weight passes end it */
     if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0 && c->zero >= 2)

@@ -19,7 +19,10 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     double waited = out->wait_seconds + mt_dp_model_wait_seconds(st->model);
     double in_tp = st->gpt.tp_seconds, data = out->data_seconds;
     mt_comm *groups[3] = {st->dp, st->tp, st->mesh ? st->mesh->pp_group : NULL};
-    uint64_t sent[3];
+    /* hybrid sharding's shard and replica groups count as the dp group's */
+    mt_comm *shards[2] = {st->mesh ? st->mesh->shard_group : NULL,
+                          st->mesh ? st->mesh->replica_group : NULL};
+    uint64_t sent[3], shard_sent = mt_comm_bytes_sent(shards[0]) + mt_comm_bytes_sent(shards[1]);
     for (int g = 0; g < 3; g++)
         sent[g] = mt_comm_bytes_sent(groups[g]);
     mt_status status = trainer_step(tr, step, record);
@@ -43,6 +46,10 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
         record->wire[g] = (double)(mt_comm_bytes_sent(groups[g]) - sent[g]);
         out->wire_bytes[g] += record->wire[g];
     }
+    double shard_wire =
+        (double)(mt_comm_bytes_sent(shards[0]) + mt_comm_bytes_sent(shards[1]) - shard_sent);
+    record->wire[0] += shard_wire;
+    out->wire_bytes[0] += shard_wire;
     record->tokens_per_s = (double)tr->cfg->batch * tr->cfg->context / seconds;
     return MT_OK;
 }

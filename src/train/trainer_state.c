@@ -145,6 +145,9 @@ static mt_status place_rank(trainer *tr)
     free(stage_layers);
     if (status)
         return status;
+    /* hybrid sharding: shard groups inside the dp group, replicated across (ZeRO 1-3) */
+    if (tr->cfg->zero > 0 && (status = mt_mesh_split_shards(st->mesh, tr->cfg->zero_shard_size)))
+        return status;
     st->at = st->mesh->coord;
     st->dp = shape.dp > 1 ? st->mesh->dp_group : NULL;
     st->tp = shape.tp > 1 ? st->mesh->tp_group : NULL;
@@ -153,7 +156,9 @@ static mt_status place_rank(trainer *tr)
                                 mt_comm_buffer_bytes(st->mesh->dp_group) +
                                 mt_comm_buffer_bytes(st->mesh->tp_group) +
                                 mt_comm_buffer_bytes(st->mesh->pp_group) +
-                                mt_comm_buffer_bytes(st->mesh->embedding_group)));
+                                mt_comm_buffer_bytes(st->mesh->embedding_group) +
+                                mt_comm_buffer_bytes(st->mesh->shard_group) +
+                                mt_comm_buffer_bytes(st->mesh->replica_group)));
     return MT_OK;
 }
 
@@ -198,6 +203,10 @@ static mt_status build_model(trainer *tr, int parameters_only)
         return mt_fail_context(status, "config key 'grad_comm'");
     /* local steps: the gradients stay inside a replica (a rank, or a host's ranks) */
     mt_comm *group = st->local ? trainer_local_inner(tr) : st->dp;
+    if (st->mesh && st->mesh->shard_group) {
+        group = st->mesh->shard_group;
+        options.replica_group = st->mesh->replica_group;
+    }
     return mt_dp_model_create(&st->gpt, group, &options, &st->model);
 }
 

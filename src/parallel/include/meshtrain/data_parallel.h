@@ -25,6 +25,9 @@
  *           micro-batch's pass gathers again, unless keep_params). The embeddings and final
  *           norm (the root, which the head needs again at the end of forward and the start of
  *           backward) are gathered once after each update and kept, as FSDP keeps its root.
+ * Hybrid sharding (HSDP, replica_group below) shards the same way over a shard group of G of
+ * the dp ranks, so "dp" above reads G, and all-reduces each owned gradient slice across the
+ * dp / G shard groups once per step (4P/G more bytes per rank than the reduce-scatter alone).
  * Each unit is split into dp contiguous slices, rank r taking [r n / dp, (r + 1) n / dp), so
  * slices need not be equal. Collectives run on the group's progress thread, in the order every
  * rank issues them. */
@@ -72,6 +75,12 @@ typedef struct mt_dp_options {
                                * micro-batch, for a buffer per block: FSDP's
                                * reshard_after_forward=False) */
     mt_grad_comm_options grad_comm; /* zero 0 and 1 only; zeroed: the plain all-reduce */
+    mt_comm *replica_group;   /* hybrid sharding (zero 1-3, else NULL): `group` is then one
+                               * shard group of the data-parallel ranks, and this the ranks
+                               * holding the same shard in the other shard groups, across which
+                               * each owned gradient slice is all-reduced after the shard
+                               * group's reduce-scatter, and the slices are compared by the
+                               * replica check */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;

@@ -75,6 +75,10 @@ typedef struct mt_mesh {
     mt_comm *pp_group;        /* group rank = coord.pp, the stage */
     mt_comm *dp_group;        /* group rank = coord.dp */
     mt_comm *embedding_group; /* NULL on middle stages; group rank 0 is the first stage */
+    /* Hybrid sharding (mt_mesh_split_shards), else NULL: the dp group cut into shard groups
+     * of consecutive dp ranks (group rank = coord.dp % shard size) and the replica group of
+     * the ranks at the same place in every shard group (group rank = coord.dp / shard size). */
+    mt_comm *shard_group, *replica_group;
     int prev_stage, next_stage;   /* world ranks of the neighbouring stages, -1 at the ends */
     int first_layer, layer_count; /* the layers of this rank's stage */
 } mt_mesh;
@@ -84,6 +88,19 @@ typedef struct mt_mesh {
  * split, in the same order). `shape` must be resolved. *out is NULL on failure. */
 mt_status mt_mesh_create(mt_comm *world, const mt_mesh_shape *shape, int layers,
                          const int *stage_layers, mt_mesh **out);
+
+/* Hybrid sharding's groups of a data-parallel group: for dp rank d and shard size G (dividing
+ * dp), the shard group is dp ranks [d - d % G, d - d % G + G) and the replica group dp ranks
+ * d % G + k G for k in [0, dp / G), each with the rank's pp and tp. Writes the world ranks of
+ * `rank`'s group (replica: 0 for the shard group, 1 for the replica group) in group order and
+ * returns how many. */
+int mt_mesh_shard_members(const mt_mesh_shape *shape, int shard_size, int replica, int rank,
+                          int *members);
+
+/* Collective over the mesh's world: splits the dp group into shard groups of shard_size ranks
+ * and replica groups across them (shard_group, replica_group). A shard size of 0 or dp makes
+ * none (the dp group is the one shard group); it must divide dp. */
+mt_status mt_mesh_split_shards(mt_mesh *mesh, int shard_size);
 
 /* Frees the group communicators (not collective) and the mesh; the world stays. NULL is fine. */
 void mt_mesh_destroy(mt_mesh *mesh);
