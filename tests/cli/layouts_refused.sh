@@ -49,6 +49,9 @@ refused tp_heads "config keys 'dp', 'pp' and 'tp' on 4 ranks" --nproc 4 --tp 4
 refused schedule_fill "config keys 'microbatches' and 'pp'" --nproc 2 --pp 2 --microbatches 1
 refused zero3_keep_params "config keys 'zero3_keep_params' and 'zero'" --nproc 2 --zero 2 \
   --zero3_keep_params on
+refused shard_divides "config keys 'zero_shard_size' and 'dp'" --nproc 4 --zero 1 \
+  --zero_shard_size 3
+refused shard_zero0 "config keys 'zero_shard_size' and 'zero'" --nproc 4 --zero_shard_size 2
 refused sp_context "config keys 'sp', 'context' and 'tp'" --nproc 2 --tp 2 --sp on --context 15
 refused one_process "config keys 'dp', 'pp' and 'tp'" --dp 2
 refused heads_width "config keys 'heads' and 'width'" --nproc 2 --width 33

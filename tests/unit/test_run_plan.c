@@ -55,5 +55,26 @@ int main(void)
     for (int zero = 2; zero <= 3; zero++)
         REFUSED(4, "config keys 'zero' and 'schedule': ZeRO", "pp", "2", "microbatches", "4",
                 "batch", "8", "layers", "2", "schedule", "zb1", "zero", zero == 2 ? "2" : "3");
+    REFUSED(4, "config keys 'zero_shard_size' and 'dp': shard groups of 3 data-parallel ranks "
+               "do not divide dp 4", "zero", "1", "zero_shard_size", "3");
+    REFUSED(4, "config keys 'zero_shard_size' and 'dp': shard groups of 8 data-parallel ranks "
+               "do not divide dp 2", "zero", "3", "zero_shard_size", "8", "tp", "2");
+    REFUSED(4, "config keys 'zero_shard_size' and 'zero': shard groups of 2 ranks shard ZeRO "
+               "1-3 state, and zero 0 shards none", "zero_shard_size", "2");
+    REFUSED(4, "config keys 'zero_shard_size' and 'grad_comm': hybrid sharding reduces "
+               "gradients with plain collectives, and grad_comm is powersgd",
+            "zero", "1", "zero_shard_size", "2", "grad_comm", "powersgd");
+    /* the whole dp group, or dp 1's one rank, is plain ZeRO (or DDP): accepted */
+    const char *whole[][4] = {{"zero", "0", "zero_shard_size", "4"},
+                              {"zero", "2", "zero_shard_size", "4"},
+                              {"zero", "1", "zero_shard_size", "1"}};
+    for (int i = 0; i < 3; i++) {
+        mt_config_defaults(&c);
+        for (int k = 0; k < 4; k += 2)
+            mt_config_set(&c, whole[i][k], whole[i][k + 1], "test");
+        CHECK_MSG(mt_run_plan_resolve(&c, i == 2 ? 1 : 4, &plan) == MT_OK, "%s %s: %s",
+                  whole[i][1], whole[i][3], mt_last_error());
+        mt_run_plan_free(&plan);
+    }
     return check_summary("test_run_plan");
 }
