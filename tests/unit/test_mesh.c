@@ -152,6 +152,25 @@ static void test_groups(void)
     CHECK(mt_mesh_group_size(&s, MT_MESH_EMBEDDING) == 1);
 }
 
+/* Hybrid sharding's groups, written out for dp 4 x pp 1 x tp 2 in shard groups of 2 (rank 5
+ * is dp 2, tp 1): the shard group is dp 2-3, the replica group dp 0 and 2, each with tp 1. */
+static void test_shard_groups(void)
+{
+    mt_mesh_shape s = {4, 1, 2};
+    int m[4];
+    CHECK(mt_mesh_shard_members(&s, 2, 0, 5, m) == 2 && m[0] == 5 && m[1] == 7);
+    CHECK(mt_mesh_shard_members(&s, 2, 1, 5, m) == 2 && m[0] == 1 && m[1] == 5);
+    /* shard size 1: every rank alone, its replicas the whole dp group */
+    CHECK(mt_mesh_shard_members(&s, 1, 0, 6, m) == 1 && m[0] == 6);
+    CHECK(mt_mesh_shard_members(&s, 1, 1, 6, m) == 4 && m[0] == 0 && m[1] == 2 && m[3] == 6);
+    /* dp 4 x pp 2: rank 11 is dp 2, pp 1, tp 1; shard size 4 is the dp group, replicated once */
+    s = (mt_mesh_shape){4, 2, 2};
+    CHECK(mt_mesh_shard_members(&s, 2, 0, 11, m) == 2 && m[0] == 11 && m[1] == 15);
+    CHECK(mt_mesh_shard_members(&s, 2, 1, 11, m) == 2 && m[0] == 3 && m[1] == 11);
+    CHECK(mt_mesh_shard_members(&s, 4, 0, 11, m) == 4 && m[0] == 3 && m[3] == 15);
+    CHECK(mt_mesh_shard_members(&s, 4, 1, 11, m) == 1 && m[0] == 11);
+}
+
 static void test_neighbors(void)
 {
     mt_mesh_shape s = {2, 3, 2}; /* rank 7 = dp 1, pp 0, tp 1 */
@@ -286,6 +305,7 @@ int main(void)
     test_resolve();
     test_coordinates();
     test_groups();
+    test_shard_groups();
     test_neighbors();
     test_even_stages();
     test_given_stages();
