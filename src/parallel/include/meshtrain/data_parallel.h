@@ -27,7 +27,7 @@
  *           backward) are gathered once after each update and kept, as FSDP keeps its root.
  * Hybrid sharding (HSDP, replica_group below) shards the same way over a shard group of G of
  * the dp ranks, so "dp" above reads G, and all-reduces each owned gradient slice across the
- * dp / G shard groups once per step (4P/G more bytes per rank than the reduce-scatter alone).
+ * R = dp / G shard groups once per step (a rank sends 2 (R-1)/R of 4P/G bytes more).
  * Each unit is split into dp contiguous slices, rank r taking [r n / dp, (r + 1) n / dp), so
  * slices need not be equal. Collectives run on the group's progress thread, in the order every
  * rank issues them. */
