@@ -16,7 +16,7 @@
 static const char *const LAYOUT_KEYS[] = {"nproc",  "dp",      "tp",        "pp",
                                           "sp",     "zero",    "schedule",  "chunks",
                                           "balance", "bucket_mb", "recompute", "trace",
-                                          "zero3_keep_params"};
+                                          "zero3_keep_params", "zero_shard_size"};
 enum { LAYOUT_KEY_COUNT = sizeof LAYOUT_KEYS / sizeof LAYOUT_KEYS[0] };
 
 /* The small model's keys that do not depend on the layout (the user's keys override them).

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Hybrid sharding (--zero_shard_size) trains the same model as one process: dp 4 in shard
-# groups of 2 under ZeRO 1, 2 and 3, each a 20-step run's losses, gradient norms and final
-# parameters within 1e-5 relative of the one-process run (the replica check comparing the
-# shard groups' copies every 5 steps); a checkpoint saved at shard size 2 loads at shard size
-# 4 and on one process bitwise, and one saved on one process loads at shard size 2 bitwise.
+# groups of 2 under ZeRO 1, 2 and 3, and dp 2 x pp 2 in shard groups of 1 under ZeRO 2, each a
+# 20-step run's losses, gradient norms and final parameters within 1e-5 relative of the
+# one-process run (the replica check comparing the shard groups' copies every 5 steps); a
+# checkpoint saved at shard size 2 loads at shard size 4 and on one process bitwise, and one
+# saved on one process loads at shard size 2 bitwise.
 # usage: hsdp.sh MESHTRAIN   (Release only: 4 ranks on the test machine's cores)
 set -euo pipefail
 meshtrain=$1
@@ -22,6 +23,13 @@ for zero in 1 2 3; do
       failed=1
   fi
 done
+
+# Under a pipeline: dp 2 x pp 2 in shard groups of 1 (ZeRO 2's buffers and reduce-scatters
+# over one rank, the slices all-reduced across the replicas, the tied embeddings summed too).
+if train_into "$scratch/hsdp_pp" --nproc 4 --pp 2 --microbatches 2 --zero 2 --zero_shard_size 1
+then
+  (cd "$scratch" && python3 "$here/compare_runs.py" reference hsdp_pp 1e-5) || failed=1
+fi
 
 # Checkpoints reshard between shard sizes and onto one process (each loaded and saved again at
 # once: a run with no step left saves its state).
