@@ -85,6 +85,14 @@ struct mt_dp_model {
     struct dp_grad_comm *grad_comm;
     int *grad_comm_unit;
     double comm_bytes; /* gradients handed to the group in this step's sync */
+
+    /* --offload (dp_offload.c): the engine, whose record r is the slice of unit record_unit[r]
+     * (m then v); moment_m and moment_v are NULL but while a checkpoint stages them in
+     * staged_arena */
+    mt_offload_kind offload_kind;
+    mt_offload *offload;
+    int *record_unit, record_count;
+    mt_arena staged_arena;
 };
 
 /* dp_model.c */
@@ -123,6 +131,17 @@ mt_status dp_grad_comm_attach(mt_dp_model *m, const mt_grad_comm_options *option
 void dp_grad_comm_detach(mt_dp_model *m);
 /* Every bucket through the hook, in bucket order (after the reductions in flight are done). */
 mt_status dp_grad_comm_sync(mt_dp_model *m);
+
+/* dp_update.c: the optimizer on unit `unit`'s slice, its moments at moment_m and moment_v (the
+ * slice's first element first). */
+void dp_update_unit(mt_dp_model *m, int unit, float *moment_m, float *moment_v,
+                    const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+
+/* dp_offload.c */
+mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options);
+void dp_offload_close(mt_dp_model *m);
+/* The optimizer over every slice, each unit's moments streamed from the file and back. */
+mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
 
 /* dp_hooks.c */
 mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);

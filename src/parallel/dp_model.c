@@ -228,7 +228,8 @@ static mt_status allocate_state(mt_dp_model *m)
 {
     size_t numel = m->gpt->numel, slices = m->slice_numel;
     size_t param = m->zero == 3 ? slices : numel, grad = m->zero >= 2 ? slices : numel;
-    size_t moments = m->parameters_only ? 0 : slices;
+    int offloaded = m->offload_kind != MT_OFFLOAD_NONE; /* the moments live in a file */
+    size_t moments = m->parameters_only || offloaded ? 0 : slices;
     if (m->parameters_only)
         grad = 0;
     mt_arena *arenas[] = {&m->param_arena, &m->grad_arena, &m->moment_arena, &m->gathered_arena,
@@ -258,8 +259,9 @@ static mt_status allocate_state(mt_dp_model *m)
     }
     float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
     *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
-    if (!m->parameters_only) {
+    if (!m->parameters_only)
         *(m->zero >= 2 ? &m->slice_grad : &m->full_grad) = g;
+    if (!m->parameters_only && !offloaded) {
         m->moment_m = mt_arena_at(&m->moment_arena, 0);
         m->moment_v = mt_arena_at(&m->moment_arena, v_offset);
     }
@@ -324,6 +326,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->pipeline_group = options->pipeline_group;
     m->embedding_group = options->embedding_group;
     m->ledger = options->ledger;
+    m->offload_kind = options->parameters_only ? MT_OFFLOAD_NONE : options->offload;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
     m->reduced = calloc((size_t)gpt->unit_count, 1);
@@ -344,6 +347,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = plan_buckets(m, options->bucket_bytes);
     if (status == MT_OK)
         status = allocate_state(m);
+    if (status == MT_OK)
+        status = dp_offload_open(m, options);
     /* A step keeps at most one operation per unit in flight (buckets, gathers, reductions),
      * plus a blocking call queued behind them: handles for all of them, once. */
     if (status == MT_OK && group)
@@ -376,6 +381,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     mt_arena_free(&m->moment_arena);
     mt_arena_free(&m->gathered_arena);
     mt_arena_free(&m->grad_buffer_arena);
+    dp_offload_close(m);
     if (m->gpt) {
         m->gpt->hooks = (mt_gpt_hooks){0};
         for (int u = 0; u < m->gpt->unit_count; u++)
