@@ -14,7 +14,7 @@
 #define O_DIRECT 040000 /* Linux's value; POSIX does not define it */
 #endif
 
-static size_t aligned(size_t bytes)
+size_t offload_aligned(size_t bytes)
 {
     return (bytes + MT_OFFLOAD_ALIGN - 1) / MT_OFFLOAD_ALIGN * MT_OFFLOAD_ALIGN;
 }
@@ -30,7 +30,7 @@ mt_status offload_file_open(offload_file *file, const mt_offload_options *option
     size_t at = 0;
     for (int i = 0; i < file->count; i++) {
         file->offset[i] = at;
-        file->span[i] = aligned(options->record_bytes[i]);
+        file->span[i] = offload_aligned(options->record_bytes[i]);
         at += file->span[i];
         file->largest = file->span[i] > file->largest ? file->span[i] : file->largest;
     }
@@ -60,18 +60,11 @@ void offload_file_close(offload_file *file)
     *file = (offload_file){.fd = -1};
 }
 
-/* Buffered I/O: the pages the transfer left in the cache go, so the state leaves memory. */
-static void drop_pages(const offload_file *file, int record)
+/* Buffered I/O drops the pages each transfer left in the cache, so the state leaves memory. */
+static int transfer(offload_file *file, int record, size_t span, char *buffer, int writing,
+                    char *message, size_t capacity)
 {
-    if (!file->direct)
-        posix_fadvise(file->fd, (off_t)file->offset[record], (off_t)file->span[record],
-                      POSIX_FADV_DONTNEED);
-}
-
-static int transfer(offload_file *file, int record, char *buffer, int writing, char *message,
-                    size_t capacity)
-{
-    size_t done = 0, span = file->span[record];
+    size_t done = 0;
     while (done < span) {
         off_t at = (off_t)(file->offset[record] + done);
         ssize_t n = writing ? pwrite(file->fd, buffer + done, span - done, at)
@@ -92,17 +85,24 @@ static int transfer(offload_file *file, int record, char *buffer, int writing, c
                  record, strerror(errno));
         return 0;
     }
-    drop_pages(file, record);
+    if (!file->direct)
+        posix_fadvise(file->fd, (off_t)file->offset[record], (off_t)span, POSIX_FADV_DONTNEED);
     return 1;
 }
 
 int offload_file_read(offload_file *file, int record, void *buffer, char *message, size_t capacity)
 {
-    return transfer(file, record, buffer, 0, message, capacity);
+    return transfer(file, record, file->span[record], buffer, 0, message, capacity);
+}
+
+int offload_file_read_part(offload_file *file, int record, size_t span, void *buffer,
+                           char *message, size_t capacity)
+{
+    return transfer(file, record, span, buffer, 0, message, capacity);
 }
 
 int offload_file_write(offload_file *file, int record, const void *buffer, char *message,
                        size_t capacity)
 {
-    return transfer(file, record, (char *)buffer, 1, message, capacity);
+    return transfer(file, record, file->span[record], (char *)buffer, 1, message, capacity);
 }

@@ -15,12 +15,17 @@ typedef struct offload_file {
     size_t largest;        /* the longest span: every pool buffer's size */
 } offload_file;
 
+/* bytes rounded up to MT_OFFLOAD_ALIGN */
+size_t offload_aligned(size_t bytes);
 /* Plans the records, creates the file sparse at its full size and opens it. */
 mt_status offload_file_open(offload_file *file, const mt_offload_options *options);
 void offload_file_close(offload_file *file);
 /* Record `record` from or into `buffer` (aligned, span bytes). On failure, writes what failed
  * (the file, the record, the system's reason) into message and returns 0. */
 int offload_file_read(offload_file *file, int record, void *buffer, char *message, size_t capacity);
+/* The first `span` bytes of a record (a multiple of MT_OFFLOAD_ALIGN, at most its span). */
+int offload_file_read_part(offload_file *file, int record, size_t span, void *buffer,
+                           char *message, size_t capacity);
 int offload_file_write(offload_file *file, int record, const void *buffer, char *message,
                        size_t capacity);
 

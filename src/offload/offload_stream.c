@@ -27,6 +27,8 @@ struct mt_offload {
     int slot_count;
     mt_memory_ledger *ledger;
     long long pool_bytes;
+    void *head;        /* mt_offload_read_head's buffer, grown to the largest request */
+    size_t head_bytes;
     /* the pass */
     const int *order;
     int count, read, write, active;
@@ -169,7 +171,8 @@ void mt_offload_close(mt_offload *o)
     for (int i = 0; o->slots && i < o->slot_count; i++)
         free(o->slots[i].data);
     free(o->slots);
-    mt_memory_count(o->ledger, MT_MEMORY_OFFLOAD, -o->pool_bytes);
+    free(o->head);
+    mt_memory_count(o->ledger, MT_MEMORY_OFFLOAD, -o->pool_bytes - (long long)o->head_bytes);
     offload_file_close(&o->file);
     pthread_mutex_destroy(&o->lock);
     pthread_cond_destroy(&o->wake);
@@ -278,6 +281,42 @@ mt_status mt_offload_end(mt_offload *o)
     o->stats.wait_seconds += mt_clock_seconds() - start;
     pthread_mutex_unlock(&o->lock);
     return status;
+}
+
+mt_status mt_offload_read_head(mt_offload *o, int record, size_t bytes, void *dst)
+{
+    if (record < 0 || record >= o->file.count || bytes > o->file.span[record])
+        return mt_fail(MT_EINVAL, "offload file '%s': no %zu bytes at the head of record %d",
+                       o->file.path, bytes, record);
+    size_t span = offload_aligned(bytes);
+    if (span > o->head_bytes) {
+        free(o->head);
+        mt_memory_count(o->ledger, MT_MEMORY_OFFLOAD, (long long)span - (long long)o->head_bytes);
+        o->head_bytes = span;
+        if (posix_memalign(&o->head, MT_OFFLOAD_ALIGN, span) != 0) {
+            o->head = NULL;
+            mt_memory_count(o->ledger, MT_MEMORY_OFFLOAD, -(long long)span);
+            o->head_bytes = 0;
+            return mt_fail(MT_ENOMEM, "offload: cannot allocate %zu bytes", span);
+        }
+    }
+    double start = mt_clock_seconds();
+    pthread_mutex_lock(&o->lock);
+    int busy = o->active;
+    pthread_mutex_unlock(&o->lock);
+    if (busy)
+        return mt_fail(MT_EINVAL, "offload file '%s': a record read during a pass", o->file.path);
+    int ok = offload_file_read_part(&o->file, record, span, o->head, o->message,
+                                    sizeof o->message);
+    if (!ok)
+        return failure(o);
+    memcpy(dst, o->head, bytes);
+    pthread_mutex_lock(&o->lock);
+    o->stats.read_bytes += (double)span;
+    o->stats.read_seconds += mt_clock_seconds() - start;
+    o->stats.wait_seconds += mt_clock_seconds() - start;
+    pthread_mutex_unlock(&o->lock);
+    return MT_OK;
 }
 
 void mt_offload_get_stats(const mt_offload *o, mt_offload_stats *stats)

@@ -42,7 +42,8 @@ mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *ou
 {
     *work = NULL;
     if (!m->group) {
-        memcpy(out, slice, m->gpt->units[unit].numel * sizeof(float));
+        if (out != slice) /* in place: the slice is the whole unit */
+            memcpy(out, slice, m->gpt->units[unit].numel * sizeof(float));
         return MT_OK;
     }
     return mt_comm_allgatherv_async(m->group, slice, out, m->counts + (size_t)unit * m->size,
@@ -228,6 +229,8 @@ static mt_status allocate_state(mt_dp_model *m)
 {
     size_t numel = m->gpt->numel, slices = m->slice_numel;
     size_t param = m->zero == 3 ? slices : numel, grad = m->zero >= 2 ? slices : numel;
+    if (m->offload_kind == MT_OFFLOAD_PARAMS) /* the shards live in the file */
+        param = 0;
     int offloaded = m->offload_kind != MT_OFFLOAD_NONE; /* the moments live in a file */
     size_t moments = m->parameters_only || offloaded ? 0 : slices;
     if (m->parameters_only)
@@ -258,7 +261,8 @@ static mt_status allocate_state(mt_dp_model *m)
         return mt_fail_context(status, "data parallel (zero %d)", m->zero);
     }
     float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
-    *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
+    if (m->offload_kind != MT_OFFLOAD_PARAMS)
+        *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
     if (!m->parameters_only)
         *(m->zero >= 2 ? &m->slice_grad : &m->full_grad) = g;
     if (!m->parameters_only && !offloaded) {
@@ -364,7 +368,16 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         return status;
     }
     bind_units(m);
-    init_params(m, options->seed);
+    /* offloaded parameters: made in memory, then written to the file */
+    int staged = m->offload_kind == MT_OFFLOAD_PARAMS;
+    status = staged ? mt_dp_model_state_in(m, 0) : MT_OK;
+    if (status == MT_OK)
+        init_params(m, options->seed);
+    mt_status written = staged ? mt_dp_model_state_out(m, 1) : MT_OK;
+    if ((status = status ? status : written)) {
+        mt_dp_model_destroy(m);
+        return status;
+    }
     gpt->hooks = (mt_gpt_hooks){m, dp_hook_before, dp_hook_after};
     *out = m;
     return MT_OK;
@@ -408,7 +421,10 @@ mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
         return MT_OK;
     }
     mt_work *work;
-    mt_status status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, out, &work);
+    const float *slice;
+    mt_status status = dp_param_source(m, unit, out, &slice);
+    if (status == MT_OK)
+        status = dp_gather_unit(m, unit, slice, out, &work);
     return status ? status : dp_wait(m, &work);
 }
 

@@ -1,17 +1,20 @@
-/* --offload optimizer: this rank's moments in a file, one record per unit slice (m then v), read
- * ahead of the update unit by unit and written back behind it; staged whole for checkpoints. */
+/* --offload: this rank's moments (and under params its ZeRO-3 parameter shards) in a file, one
+ * record per unit slice, read ahead of the update unit by unit and written back behind it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "dp_internal.h"
 
+/* Arrays of a slice in each record: [parameters,] m, v. */
+static int states(const mt_dp_model *m) { return m->offload_kind == MT_OFFLOAD_PARAMS ? 3 : 2; }
+
 mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options)
 {
     if (options->offload == MT_OFFLOAD_NONE || m->parameters_only)
         return MT_OK;
-    if (options->offload != MT_OFFLOAD_OPTIMIZER)
-        return mt_fail(MT_EINVAL, "config key 'offload': %s is not supported by the data-parallel "
-                                  "model", mt_offload_name(options->offload));
+    if (options->offload == MT_OFFLOAD_PARAMS && m->zero != 3)
+        return mt_fail(MT_EINVAL, "config keys 'offload' and 'zero': offloading the parameters "
+                                  "needs ZeRO 3, and zero is %d", m->zero);
     const mt_gpt *gpt = m->gpt;
     m->record_unit = calloc((size_t)gpt->unit_count, sizeof *m->record_unit);
     size_t *bytes = calloc((size_t)gpt->unit_count, sizeof *bytes);
@@ -21,7 +24,7 @@ mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options)
     /* the update's order: units as the optimizer visits them */
     for (int u = 0; status == MT_OK && u < gpt->unit_count; u++)
         if (m->slices[u].count) {
-            bytes[m->record_count] = 2 * m->slices[u].count * sizeof(float);
+            bytes[m->record_count] = (size_t)states(m) * m->slices[u].count * sizeof(float);
             m->record_unit[m->record_count++] = u;
         }
     mt_offload_options o = {.path = options->offload_path, .record_count = m->record_count,
@@ -66,8 +69,10 @@ mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const m
         if ((status = mt_offload_next(m->offload, &data)))
             break;
         int u = m->record_unit[r];
-        float *moments = data;
-        dp_update_unit(m, u, moments, moments + m->slices[u].count, adamw, sgd);
+        size_t n = m->slices[u].count;
+        float *record = data, *moments = states(m) == 3 ? record + n : record;
+        float *param = states(m) == 3 ? record : dp_param_at(m, u, m->slices[u].first);
+        dp_update_unit(m, u, param, moments, moments + n, adamw, sgd);
         mt_offload_release(m->offload);
     }
     mt_status ended = mt_offload_end(m->offload);
@@ -89,15 +94,12 @@ static mt_status stage_pass(mt_dp_model *m, int into_memory)
         if ((status = mt_offload_next(m->offload, &data)))
             break;
         const dp_slice *s = &m->slices[m->record_unit[r]];
-        float *record = data, *mm = m->moment_m + s->local, *mv = m->moment_v + s->local;
-        size_t bytes = s->count * sizeof(float);
-        if (into_memory) {
-            memcpy(mm, record, bytes);
-            memcpy(mv, record + s->count, bytes);
-        } else {
-            memcpy(record, mm, bytes);
-            memcpy(record + s->count, mv, bytes);
-        }
+        float *held[3] = {states(m) == 3 ? m->slice_param + s->local : NULL,
+                          m->moment_m + s->local, m->moment_v + s->local};
+        float *record = data;
+        for (int k = 3 - states(m); k < 3; k++, record += s->count)
+            memcpy(into_memory ? held[k] : record, into_memory ? record : held[k],
+                   s->count * sizeof(float));
         mt_offload_release(m->offload);
     }
     mt_status ended = mt_offload_end(m->offload);
@@ -109,13 +111,16 @@ mt_status mt_dp_model_state_in(mt_dp_model *m, int read)
 {
     if (!m->offload || m->moment_m)
         return MT_OK;
-    mt_arena_plan(&m->staged_arena, m->slice_numel * sizeof(float));
-    size_t v_offset = mt_arena_plan(&m->staged_arena, m->slice_numel * sizeof(float));
+    size_t at[3] = {0};
+    for (int k = 3 - states(m); k < 3; k++)
+        at[k] = mt_arena_plan(&m->staged_arena, m->slice_numel * sizeof(float));
     mt_status status = mt_arena_allocate(&m->staged_arena);
     if (status)
-        return mt_fail_context(status, "offload: staging the moments for a checkpoint");
-    m->moment_m = mt_arena_at(&m->staged_arena, 0);
-    m->moment_v = mt_arena_at(&m->staged_arena, v_offset);
+        return mt_fail_context(status, "offload: staging the state in memory");
+    if (states(m) == 3)
+        m->slice_param = mt_arena_at(&m->staged_arena, at[0]);
+    m->moment_m = mt_arena_at(&m->staged_arena, at[1]);
+    m->moment_v = mt_arena_at(&m->staged_arena, at[2]);
     status = read ? stage_pass(m, 1) : MT_OK;
     if (status)
         mt_dp_model_state_out(m, 0);
@@ -130,5 +135,27 @@ mt_status mt_dp_model_state_out(mt_dp_model *m, int write)
     mt_arena_free(&m->staged_arena);
     m->staged_arena.used = 0;
     m->moment_m = m->moment_v = NULL;
+    if (states(m) == 3)
+        m->slice_param = NULL;
     return status;
+}
+
+mt_status dp_param_source(mt_dp_model *m, int unit, float *out, const float **slice)
+{
+    const dp_slice *s = &m->slices[unit];
+    if (m->offload_kind != MT_OFFLOAD_PARAMS || m->slice_param) { /* in memory, or staged */
+        *slice = m->slice_param + s->local;
+        return MT_OK;
+    }
+    *slice = out + s->first;
+    int record = 0;
+    while (record < m->record_count && m->record_unit[record] != unit)
+        record++;
+    if (!s->count)
+        return MT_OK;
+    mt_status status = record < m->record_count
+                           ? mt_offload_read_head(m->offload, record, s->count * sizeof(float),
+                                                  out + s->first)
+                           : mt_fail(MT_EINVAL, "offload: unit %d has no record", unit);
+    return status ? mt_fail_context(status, "the offloaded parameters of unit %d", unit) : MT_OK;
 }

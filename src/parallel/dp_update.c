@@ -104,8 +104,8 @@ int mt_dp_model_grad_finite(mt_dp_model *m, int index)
 /* One optimizer over this rank's slice of a unit, tensor by tensor (decay on matrices only):
  * AdamW when adamw is given, else SGD, whose momentum buffer lives where AdamW's first moment
  * does (so ZeRO 1-3 shard it alike; the second moment stays zero). */
-void dp_update_unit(mt_dp_model *m, int unit, float *moment_m, float *moment_v,
-                    const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
+void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_m,
+                    float *moment_v, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
 {
     const mt_gpt *gpt = m->gpt;
     for (int i = 0; i < gpt->param_count; i++) {
@@ -114,7 +114,7 @@ void dp_update_unit(mt_dp_model *m, int unit, float *moment_m, float *moment_v,
         if (p->unit != unit || !dp_owned_range(m, i, &lo, &hi))
             continue;
         size_t at = lo - m->slices[unit].first;
-        float *param = dp_param_at(m, p->unit, lo), *grad = dp_grad_at(m, p->unit, lo);
+        float *param = param_slice + at, *grad = dp_grad_at(m, p->unit, lo);
         long n = (long)(hi - lo);
         if (adamw) {
             mt_adamw_hyper h = *adamw;
@@ -135,7 +135,8 @@ static mt_status update_slices(mt_dp_model *m, const mt_adamw_hyper *adamw,
         return dp_offload_update(m, adamw, sgd);
     for (int u = 0; u < m->gpt->unit_count; u++)
         if (m->slices[u].count)
-            dp_update_unit(m, u, m->moment_m + m->slices[u].local,
+            dp_update_unit(m, u, dp_param_at(m, u, m->slices[u].first),
+                           m->moment_m + m->slices[u].local,
                            m->moment_v + m->slices[u].local, adamw, sgd);
     return MT_OK;
 }

@@ -91,7 +91,7 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
 
 /* --offload: the stage must own the state it offloads, and an offload folder that is given must
  * be a writable folder (the default, under OUT, is made by the trainer). */
-static mt_status check_offload(const mt_config *c)
+static mt_status check_offload(const mt_config *c, const mt_mesh_shape *shape)
 {
     mt_offload_kind kind;
     mt_status status = mt_offload_parse(c->offload, &kind);
@@ -103,9 +103,11 @@ static mt_status check_offload(const mt_config *c)
         return mt_fail(MT_EINVAL, "config keys 'offload' and 'zero': offloading the parameters "
                                   "needs ZeRO 3 (each rank owning a shard of them), and zero is "
                                   "%d; use --offload optimizer, or --zero 3", c->zero);
-    if (kind == MT_OFFLOAD_PARAMS)
-        return mt_fail(MT_EINVAL, "config key 'offload': params is not implemented yet; use "
-                                  "--offload optimizer");
+    /* the replica checks of tp and pp read the replicated parameters in memory */
+    if (kind == MT_OFFLOAD_PARAMS && (shape->tp > 1 || shape->pp > 1))
+        return mt_fail(MT_EINVAL, "config keys 'offload', 'tp' and 'pp': offloaded parameters "
+                                  "run on data parallelism alone (tp %d, pp %d); use --offload "
+                                  "optimizer with tp or pp", shape->tp, shape->pp);
     if (c->local_steps > 1 || strcmp(c->outer_optimizer, "none") != 0)
         return mt_fail(MT_EINVAL, "config keys 'offload' and 'local_steps': local steps keep "
                                   "their own copies of the optimizer state in memory; use "
@@ -154,7 +156,7 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
     if (status == MT_OK)
         status = trainer_local_check_config(cfg);
     if (status == MT_OK)
-        status = check_offload(cfg);
+        status = check_offload(cfg, &out->shape);
     if (status == MT_OK && out->shape.pp > 1)
         status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, cfg->microbatches,
                                        out->chunks, &out->schedule);

@@ -58,6 +58,10 @@ void mt_offload_release(mt_offload *offload);
  * records not yet handed out. */
 mt_status mt_offload_end(mt_offload *offload);
 
+/* Outside a pass: the first `bytes` of record `record` copied into dst (any alignment), read
+ * synchronously through a buffer of its own (for a unit's parameters before its gather). */
+mt_status mt_offload_read_head(mt_offload *offload, int record, size_t bytes, void *dst);
+
 /* Bytes moved and seconds the I/O thread spent reading and writing, since the file opened. */
 typedef struct mt_offload_stats {
     double read_bytes, write_bytes, read_seconds, write_seconds;
