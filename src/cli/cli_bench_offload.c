@@ -88,7 +88,7 @@ int cli_bench_offload(int argc, char **argv)
     mt_status status = mt_offload_open(&o, &off);
     double best_write = 1e30, best_read = 1e30;
     for (int p = 0; status == MT_OK && p < passes; p++) {
-        double w, r;
+        double w = 0, r = 0;
         status = one_pass(off, order, count, 1, &w);
         if (status == MT_OK)
             status = one_pass(off, order, count, 0, &r);
