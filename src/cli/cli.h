@@ -12,6 +12,7 @@ int cli_data_inspect(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_bench_comm(int argc, char **argv);
 int cli_bench_schedule(int argc, char **argv);
+int cli_bench_offload(int argc, char **argv);
 int cli_launch(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_trace(int argc, char **argv);

@@ -172,6 +172,8 @@ int cli_bench(int argc, char **argv)
                "       meshtrain bench comm [--nproc N] [--op OP] ... (meshtrain bench comm --help)\n"
                "       meshtrain bench schedule --pp P --microbatches M ... (meshtrain bench "
                "schedule --help)\n"
+               "       meshtrain bench offload --dir DIR [--mb MB] ... (meshtrain bench offload "
+               "--help)\n"
                "\n"
                "gemm: times the matrix products of one training step at the model's shapes\n"
                "(forward, input gradient and weight gradient of every linear layer, and the\n"
@@ -187,8 +189,10 @@ int cli_bench(int argc, char **argv)
         return cli_bench_comm(argc - 1, argv + 1);
     if (strcmp(argv[0], "schedule") == 0)
         return cli_bench_schedule(argc - 1, argv + 1);
-    fprintf(stderr, "meshtrain bench: error: unknown benchmark '%s' (expected gemm, comm or "
-                    "schedule)\n",
+    if (strcmp(argv[0], "offload") == 0)
+        return cli_bench_offload(argc - 1, argv + 1);
+    fprintf(stderr, "meshtrain bench: error: unknown benchmark '%s' (expected gemm, comm, "
+                    "schedule or offload)\n",
             argv[0]);
     return 2;
 }

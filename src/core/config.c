@@ -96,6 +96,13 @@ static const config_key KEYS[] = {
      "across the groups (hybrid sharding, HSDP); 0: the whole data-parallel group"},
     {"zero3_keep_params", KEY_SWITCH, FIELD(zero3_keep_params), "off", 0, 1,
      "ZeRO 3: keep each gathered block until the update (one gather per block and step, the stage's parameters in full) (on|off)"},
+    {"offload", KEY_TEXT, FIELD(offload), "none", 0, 0,
+     "state kept in a file per rank instead of memory: none, optimizer (AdamW's moments), "
+     "params (ZeRO 3: the parameter shards too)"},
+    {"offload_dir", KEY_PATH, FIELD(offload_dir), "", 0, 0,
+     "folder of the offload files, on fast local storage (empty: OUT/offload)"},
+    {"offload_buffers", KEY_INT, FIELD(offload_buffers), "4", 2, 1024,
+     "offload: unit-sized buffers per rank that state streams through (read ahead, written behind)"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
     {"local_steps", KEY_INT, FIELD(local_steps), "1", 1, 1e9,

@@ -20,7 +20,7 @@ void mt_memory_count(mt_memory_ledger *ledger, mt_memory_kind kind, long long de
 const char *mt_memory_kind_name(mt_memory_kind kind)
 {
     static const char *names[MT_MEMORY_KINDS] = {"parameters", "gradients", "optimizer",
-                                                 "activations", "comm"};
+                                                 "activations", "comm", "offload"};
     return kind < MT_MEMORY_KINDS ? names[kind] : "?";
 }
 

@@ -177,9 +177,11 @@ static mt_status ensure_root(mt_dp_model *m)
     mt_status status = MT_OK;
     for (int i = 0; i < DP_ROOTS && status == MT_OK; i++) {
         int unit = m->root_units[i];
+        const float *slice = NULL;
+        if (held(m, unit) && (status = dp_param_source(m, unit, m->root_param[i].data, &slice)))
+            break;
         if (held(m, unit))
-            status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local,
-                                    m->root_param[i].data, &m->root_param[i].work);
+            status = dp_gather_unit(m, unit, slice, m->root_param[i].data, &m->root_param[i].work);
     }
     for (int i = 0; i < DP_ROOTS; i++) {
         mt_status waited = dp_wait(m, &m->root_param[i].work);
@@ -208,7 +210,9 @@ static mt_status start_gather(mt_dp_model *m, int unit)
     if (!b)
         return mt_fail(MT_EINVAL, "data parallel: no free parameter buffer for unit %d", unit);
     b->unit = unit;
-    return dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, b->data, &b->work);
+    const float *slice;
+    mt_status status = dp_param_source(m, unit, b->data, &slice);
+    return status ? status : dp_gather_unit(m, unit, slice, b->data, &b->work);
 }
 
 static mt_status acquire_block(mt_dp_model *m, int unit)

@@ -86,6 +86,14 @@ struct mt_dp_model {
     struct dp_grad_comm *grad_comm;
     int *grad_comm_unit;
     double comm_bytes; /* gradients handed to the group in this step's sync */
+
+    /* --offload (dp_offload.c): the engine, whose record r is the slice of unit record_unit[r]
+     * (the parameters under params, then m, then v); moment_m and moment_v (and under params
+     * slice_param) are NULL but while a checkpoint stages them in staged_arena */
+    mt_offload_kind offload_kind;
+    mt_offload *offload;
+    int *record_unit, record_count;
+    mt_arena staged_arena;
 };
 
 /* dp_model.c */
@@ -139,6 +147,19 @@ mt_status dp_hybrid_check(mt_dp_model *m, int step);
 /* The part [*lo, *hi) of a unit's owned slice that this rank writes to a checkpoint: the slice
  * split again over the replica group, so that the copies share the writing. */
 void dp_hybrid_save_range(const mt_dp_model *m, int unit, size_t *lo, size_t *hi);
+/* dp_update.c: the optimizer on unit `unit`'s slice, its parameters at param_slice and moments
+ * at moment_m and moment_v (each the slice's first element first). */
+void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_m,
+                    float *moment_v, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+
+/* dp_offload.c */
+mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options);
+void dp_offload_close(mt_dp_model *m);
+/* The optimizer over every slice, each unit's moments streamed from the file and back. */
+mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+/* Where a gather of `unit` into `out` takes this rank's slice from: the slice arena, or with
+ * offloaded parameters the slice's place in out, read there from the file (an in-place gather). */
+mt_status dp_param_source(mt_dp_model *m, int unit, float *out, const float **slice);
 
 /* dp_hooks.c */
 mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);

@@ -42,7 +42,8 @@ mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *ou
 {
     *work = NULL;
     if (!m->group) {
-        memcpy(out, slice, m->gpt->units[unit].numel * sizeof(float));
+        if (out != slice) /* in place: the slice is the whole unit */
+            memcpy(out, slice, m->gpt->units[unit].numel * sizeof(float));
         return MT_OK;
     }
     return mt_comm_allgatherv_async(m->group, slice, out, m->counts + (size_t)unit * m->size,
@@ -228,7 +229,10 @@ static mt_status allocate_state(mt_dp_model *m)
 {
     size_t numel = m->gpt->numel, slices = m->slice_numel;
     size_t param = m->zero == 3 ? slices : numel, grad = m->zero >= 2 ? slices : numel;
-    size_t moments = m->parameters_only ? 0 : slices;
+    if (m->offload_kind == MT_OFFLOAD_PARAMS) /* the shards live in the file */
+        param = 0;
+    int offloaded = m->offload_kind != MT_OFFLOAD_NONE; /* the moments live in a file */
+    size_t moments = m->parameters_only || offloaded ? 0 : slices;
     if (m->parameters_only)
         grad = 0;
     mt_arena *arenas[] = {&m->param_arena, &m->grad_arena, &m->moment_arena, &m->gathered_arena,
@@ -257,9 +261,11 @@ static mt_status allocate_state(mt_dp_model *m)
         return mt_fail_context(status, "data parallel (zero %d)", m->zero);
     }
     float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
-    *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
-    if (!m->parameters_only) {
+    if (m->offload_kind != MT_OFFLOAD_PARAMS)
+        *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
+    if (!m->parameters_only)
         *(m->zero >= 2 ? &m->slice_grad : &m->full_grad) = g;
+    if (!m->parameters_only && !offloaded) {
         m->moment_m = mt_arena_at(&m->moment_arena, 0);
         m->moment_v = mt_arena_at(&m->moment_arena, v_offset);
     }
@@ -325,6 +331,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->pipeline_group = options->pipeline_group;
     m->embedding_group = options->embedding_group;
     m->ledger = options->ledger;
+    m->offload_kind = options->parameters_only ? MT_OFFLOAD_NONE : options->offload;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
     m->reduced = calloc((size_t)gpt->unit_count, 1);
@@ -345,6 +352,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = plan_buckets(m, options->bucket_bytes);
     if (status == MT_OK)
         status = allocate_state(m);
+    if (status == MT_OK)
+        status = dp_offload_open(m, options);
     /* A step keeps at most one operation per unit in flight (buckets, gathers, reductions),
      * plus a blocking call queued behind them: handles for all of them, once. */
     if (status == MT_OK && group)
@@ -364,7 +373,16 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         return status;
     }
     bind_units(m);
-    init_params(m, options->seed);
+    /* offloaded parameters: made in memory, then written to the file */
+    int staged = m->offload_kind == MT_OFFLOAD_PARAMS;
+    status = staged ? mt_dp_model_state_in(m, 0) : MT_OK;
+    if (status == MT_OK)
+        init_params(m, options->seed);
+    mt_status written = staged ? mt_dp_model_state_out(m, 1) : MT_OK;
+    if ((status = status ? status : written)) {
+        mt_dp_model_destroy(m);
+        return status;
+    }
     gpt->hooks = (mt_gpt_hooks){m, dp_hook_before, dp_hook_after};
     *out = m;
     return MT_OK;
@@ -381,6 +399,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     mt_arena_free(&m->moment_arena);
     mt_arena_free(&m->gathered_arena);
     mt_arena_free(&m->grad_buffer_arena);
+    dp_offload_close(m);
     if (m->gpt) {
         m->gpt->hooks = (mt_gpt_hooks){0};
         for (int u = 0; u < m->gpt->unit_count; u++)
@@ -407,7 +426,10 @@ mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
         return MT_OK;
     }
     mt_work *work;
-    mt_status status = dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, out, &work);
+    const float *slice;
+    mt_status status = dp_param_source(m, unit, out, &slice);
+    if (status == MT_OK)
+        status = dp_gather_unit(m, unit, slice, out, &work);
     return status ? status : dp_wait(m, &work);
 }
 

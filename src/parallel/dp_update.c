@@ -103,44 +103,59 @@ int mt_dp_model_grad_finite(mt_dp_model *m, int index)
     return 1;
 }
 
-/* One optimizer over this rank's slice of every unit, tensor by tensor (decay on matrices
- * only): AdamW when adamw is given, else SGD, whose momentum buffer lives where AdamW's first
- * moment does (so ZeRO 1-3 shard it alike; the second moment stays zero). */
-static void update_slices(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
+/* One optimizer over this rank's slice of a unit, tensor by tensor (decay on matrices only):
+ * AdamW when adamw is given, else SGD, whose momentum buffer lives where AdamW's first moment
+ * does (so ZeRO 1-3 shard it alike; the second moment stays zero). */
+void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_m,
+                    float *moment_v, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
 {
     const mt_gpt *gpt = m->gpt;
     for (int i = 0; i < gpt->param_count; i++) {
         const mt_param_info *p = &gpt->params[i];
         size_t lo, hi;
-        if (!dp_owned_range(m, i, &lo, &hi))
+        if (p->unit != unit || !dp_owned_range(m, i, &lo, &hi))
             continue;
-        size_t at = dp_slice_index(m, p->unit, lo);
-        float *param = dp_param_at(m, p->unit, lo), *grad = dp_grad_at(m, p->unit, lo);
+        size_t at = lo - m->slices[unit].first;
+        float *param = param_slice + at, *grad = dp_grad_at(m, p->unit, lo);
         long n = (long)(hi - lo);
         if (adamw) {
             mt_adamw_hyper h = *adamw;
             h.weight_decay = p->decay ? h.weight_decay : 0;
-            mt_adamw_update(param, grad, m->moment_m + at, m->moment_v + at, n, &h);
+            mt_adamw_update(param, grad, moment_m + at, moment_v + at, n, &h);
         } else {
             mt_sgd_hyper h = *sgd;
             h.weight_decay = p->decay ? h.weight_decay : 0;
-            mt_sgd_update(param, grad, m->moment_m + at, n, &h);
+            mt_sgd_update(param, grad, moment_m + at, n, &h);
         }
     }
 }
 
+static mt_status update_slices(mt_dp_model *m, const mt_adamw_hyper *adamw,
+                               const mt_sgd_hyper *sgd)
+{
+    if (m->offload)
+        return dp_offload_update(m, adamw, sgd);
+    for (int u = 0; u < m->gpt->unit_count; u++)
+        if (m->slices[u].count)
+            dp_update_unit(m, u, dp_param_at(m, u, m->slices[u].first),
+                           m->moment_m + m->slices[u].local,
+                           m->moment_v + m->slices[u].local, adamw, sgd);
+    return MT_OK;
+}
+
 static mt_status after_update(mt_dp_model *m);
 
+/* The gathers run even after a failed update, so that no peer is left waiting in them. */
 mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
 {
-    update_slices(m, hyper, NULL);
-    return after_update(m);
+    mt_status status = update_slices(m, hyper, NULL), after = after_update(m);
+    return status ? status : after;
 }
 
 mt_status mt_dp_model_update_sgd(mt_dp_model *m, const mt_sgd_hyper *hyper)
 {
-    update_slices(m, NULL, hyper);
-    return after_update(m);
+    mt_status status = update_slices(m, NULL, hyper), after = after_update(m);
+    return status ? status : after;
 }
 
 /* What follows every update: the gathers that bring the replicas' parameters up to date. */

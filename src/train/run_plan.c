@@ -4,8 +4,11 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "meshtrain/model.h"
+#include "meshtrain/offload.h"
 #include "meshtrain/pipeline_stage.h"
 #include "local_sgd.h"
 
@@ -101,6 +104,45 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     return MT_OK;
 }
 
+/* --offload: the stage must own the state it offloads, and an offload folder that is given must
+ * be a writable folder (the default, under OUT, is made by the trainer). */
+static mt_status check_offload(const mt_config *c, const mt_mesh_shape *shape)
+{
+    mt_offload_kind kind;
+    mt_status status = mt_offload_parse(c->offload, &kind);
+    if (status)
+        return mt_fail_context(status, "config key 'offload'");
+    if (kind == MT_OFFLOAD_NONE)
+        return MT_OK;
+    if (kind == MT_OFFLOAD_PARAMS && c->zero != 3)
+        return mt_fail(MT_EINVAL, "config keys 'offload' and 'zero': offloading the parameters "
+                                  "needs ZeRO 3 (each rank owning a shard of them), and zero is "
+                                  "%d; use --offload optimizer, or --zero 3", c->zero);
+    /* the replica checks of tp and pp read the replicated parameters in memory */
+    if (kind == MT_OFFLOAD_PARAMS && (shape->tp > 1 || shape->pp > 1))
+        return mt_fail(MT_EINVAL, "config keys 'offload', 'tp' and 'pp': offloaded parameters "
+                                  "run on data parallelism alone (tp %d, pp %d); use --offload "
+                                  "optimizer with tp or pp", shape->tp, shape->pp);
+    /* hybrid sharding's replica check reads the parameter shards in memory */
+    if (kind == MT_OFFLOAD_PARAMS && c->zero_shard_size > 0 && c->zero_shard_size < shape->dp)
+        return mt_fail(MT_EINVAL, "config keys 'offload' and 'zero_shard_size': offloaded "
+                                  "parameters need the parameter shards compared in memory by "
+                                  "hybrid sharding's replica check; use --offload optimizer "
+                                  "with zero_shard_size %d", c->zero_shard_size);
+    if (c->local_steps > 1 || strcmp(c->outer_optimizer, "none") != 0)
+        return mt_fail(MT_EINVAL, "config keys 'offload' and 'local_steps': local steps keep "
+                                  "their own copies of the optimizer state in memory; use "
+                                  "--offload none with local steps");
+    struct stat info;
+    if (c->offload_dir[0] && (stat(c->offload_dir, &info) != 0 || !S_ISDIR(info.st_mode)))
+        return mt_fail(MT_EINVAL, "config key 'offload_dir': '%s' is not an existing folder",
+                       c->offload_dir);
+    if (c->offload_dir[0] && access(c->offload_dir, W_OK | X_OK) != 0)
+        return mt_fail(MT_EINVAL, "config key 'offload_dir': folder '%s' is not writable",
+                       c->offload_dir);
+    return MT_OK;
+}
+
 /* Names that another layer owns, checked by their owner. */
 static mt_status check_names(const mt_config *c, mt_run_plan *p)
 {
@@ -134,6 +176,8 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
         status = check_state_layout(cfg, &out->shape);
     if (status == MT_OK)
         status = trainer_local_check_config(cfg);
+    if (status == MT_OK)
+        status = check_offload(cfg, &out->shape);
     if (status == MT_OK && out->shape.pp > 1)
         status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, cfg->microbatches,
                                        out->chunks, &out->schedule);

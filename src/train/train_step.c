@@ -244,6 +244,11 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         return status;
     mt_optimizer_report report;
     status = mt_optimizer_step_scaled(st->model, cfg, applied, record->lr, scale, &report);
+    if (mt_dp_model_offload(st->model)) { /* a rank's failed file I/O stops every rank's step */
+        char what[64];
+        snprintf(what, sizeof what, "step %d's update of the offloaded state", step);
+        status = mt_comm_agree_outcome(st->world, status, what);
+    }
     record->grad_norm = report.grad_norm;
     mt_trace_span(tr->out.trace, MT_TRACE_COLLECTIVE, start, mt_clock_seconds(), -1, -1);
     if (status)

@@ -149,6 +149,15 @@ static void print_start(const trainer *tr, const char *resumed_from, int initial
                      "momentum %g)\n", cfg->local_steps, trainer_local_replicas(tr),
                 strcmp(cfg->outer_optimizer, "none") ? cfg->outer_optimizer : "avg",
                 cfg->outer_lr, cfg->outer_momentum);
+    const mt_offload *offload = mt_dp_model_offload(st->model);
+    if (offload)
+        fprintf(out, "offload: %s in '%s' (rank 0's; one per rank), %d buffers, %s\n",
+                strcmp(cfg->offload, "params") ? "the optimizer's state"
+                                               : "the parameter shards and optimizer's state",
+                mt_offload_path(offload), cfg->offload_buffers,
+                mt_offload_direct(offload) ? "O_DIRECT"
+                                           : "buffered I/O (the file system refuses O_DIRECT; "
+                                             "pages dropped after each transfer)");
     if (st->start_step > 0)
         fprintf(out, "resumed from '%s' at step %d\n", resumed_from, st->start_step);
     else if (initialised)
@@ -181,6 +190,17 @@ static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample
         status = trainer_report_pipeline(tr, out);
     if (status == MT_OK)
         status = trainer_gather_memory(tr, out);
+    mt_offload *offload = mt_dp_model_offload(tr->state.model);
+    if (status == MT_OK && offload && out) { /* rank 0's engine */
+        mt_offload_stats io;
+        mt_offload_get_stats(offload, &io);
+        fprintf(out, "offload I/O (rank 0): read %.1f MiB at %.0f MiB/s, wrote %.1f MiB at %.0f "
+                     "MiB/s; %.2f s waiting for it\n", io.read_bytes / 1048576.0,
+                io.read_seconds > 0 ? io.read_bytes / 1048576.0 / io.read_seconds : 0.0,
+                io.write_bytes / 1048576.0,
+                io.write_seconds > 0 ? io.write_bytes / 1048576.0 / io.write_seconds : 0.0,
+                io.wait_seconds);
+    }
     if (status == MT_OK && tr->out.writes)
         status = trainer_write_summary(tr, summary);
     if (status == MT_OK && cfg->save_model)

@@ -417,7 +417,12 @@ static mt_status save(trainer *tr, int step)
     status = agree(s, status, "creating the folder");
     if (status == MT_OK) {
         s->counts = calloc((size_t)s->size * 2, sizeof *s->counts);
-        status = s->counts ? plan_shard(tr, s) : mt_fail(MT_ENOMEM, "out of memory");
+        status = s->counts ? MT_OK : mt_fail(MT_ENOMEM, "out of memory");
+        /* --offload: the moments read from the file for the pieces to point at */
+        if (status == MT_OK)
+            status = mt_dp_model_state_in(tr->state.model, 1);
+        if (status == MT_OK)
+            status = plan_shard(tr, s);
         if (status == MT_OK && s->rank == 0)
             status = describe_run(tr, s);
         if (status == MT_OK && tr->state.local)
@@ -437,16 +442,19 @@ static mt_status save(trainer *tr, int step)
         if (s->rank == 0)
             remove_after_failure(s->partial, status);
         free_save(s);
+        mt_dp_model_state_out(tr->state.model, 0);
         return status;
     }
     s->seconds = mt_clock_seconds() - start;
     tr->out.save = s;
     if (cfg->async_save && pthread_create(&s->thread, NULL, save_thread, s) == 0) {
         s->running = 1;
-        return MT_OK;
+        return mt_dp_model_state_out(tr->state.model, 0); /* the pieces are the snapshot's */
     }
     save_thread(s); /* inline (also when no thread could start) */
-    return trainer_finish_save(tr);
+    status = trainer_finish_save(tr);
+    mt_dp_model_state_out(tr->state.model, 0);
+    return status;
 }
 
 mt_status trainer_save_checkpoint(trainer *tr, int step)

@@ -222,6 +222,9 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init)
     mt_status status = used && values && scratch
                            ? MT_OK
                            : mt_fail(MT_ENOMEM, "--init '%s': out of memory", tr->cfg->init);
+    /* --offload params: the shards staged in memory, written back to the file after */
+    if (status == MT_OK)
+        status = mt_dp_model_state_in(tr->state.model, 1);
     for (int p = 0; status == MT_OK && p < gpt->param_count; p++) {
         mt_gpt_hf_tensor form;
         int as_gpt2, i = find_tensor(init, gpt->params[p].name, &form, &as_gpt2);
@@ -239,6 +242,8 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init)
     }
     if (status == MT_OK)
         status = check_leftovers(init, gpt, used);
+    mt_status written = mt_dp_model_state_out(tr->state.model, status == MT_OK);
+    status = status ? status : written;
     free(used);
     free(values);
     free(scratch);

@@ -236,7 +236,12 @@ mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta)
     mt_ckpt_reader reader;
     mt_status status = mt_ckpt_reader_open(&reader, meta);
     if (status == MT_OK) {
-        status = load_state(tr, &reader);
+        /* --offload: the moments loaded in memory, then written to the file */
+        status = mt_dp_model_state_in(tr->state.model, 0);
+        if (status == MT_OK)
+            status = load_state(tr, &reader);
+        mt_status out = mt_dp_model_state_out(tr->state.model, status == MT_OK);
+        status = status ? status : out;
         mt_ckpt_reader_close(&reader);
     }
     if (status == MT_OK && mt_dp_model_has_comm_state(tr->state.model)) {

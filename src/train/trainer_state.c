@@ -1,10 +1,12 @@
 /* The training state of one rank: its place on the plan's mesh, the corpus it samples, the
  * model with its data-parallel state (fresh, from --init or from a checkpoint) and its passes. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "meshtrain/clock.h"
+#include "meshtrain/files.h"
 #include "ckpt_internal.h"
 #include "meshtrain/kernels.h"
 #include "trainer_internal.h"
@@ -162,6 +164,27 @@ static mt_status place_rank(trainer *tr)
     return MT_OK;
 }
 
+/* --offload: this rank's file, in offload_dir or OUT/offload (made here), for the model. */
+static mt_status offload_file(trainer *tr, int parameters_only, mt_dp_options *options,
+                              char *path, size_t capacity)
+{
+    const mt_config *cfg = tr->cfg;
+    mt_status status = mt_offload_parse(cfg->offload, &options->offload);
+    if (status || options->offload == MT_OFFLOAD_NONE || parameters_only) {
+        options->offload = MT_OFFLOAD_NONE;
+        return status ? mt_fail_context(status, "config key 'offload'") : MT_OK;
+    }
+    char dir[MT_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, cfg->offload_dir[0] ? "%s" : "%s/offload",
+             cfg->offload_dir[0] ? cfg->offload_dir : cfg->out);
+    if (!cfg->offload_dir[0] && (status = mt_make_folders(dir)))
+        return mt_fail_context(status, "config key 'offload_dir' (empty: OUT/offload)");
+    snprintf(path, capacity, "%s/state.rank%d.bin", dir, tr->state.rank);
+    options->offload_path = path;
+    options->offload_buffers = cfg->offload_buffers;
+    return MT_OK;
+}
+
 /* The model's table and activations for this rank's stage and tensor-parallel slice, and the
  * data-parallel state that owns its parameters, gradients and moments (the parameters alone
  * for generation). */
@@ -201,6 +224,9 @@ static mt_status build_model(trainer *tr, int parameters_only)
                                            .seed = cfg->seed}};
     if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
         return mt_fail_context(status, "config key 'grad_comm'");
+    char offload_path[MT_PATH_MAX + 64];
+    if ((status = offload_file(tr, parameters_only, &options, offload_path, sizeof offload_path)))
+        return status;
     /* local steps: the gradients stay inside a replica (a rank, or a host's ranks) */
     mt_comm *group = st->local ? trainer_local_inner(tr) : st->dp;
     if (st->mesh && st->mesh->shard_group) {

@@ -95,6 +95,21 @@ run_case "unknown recomputation mode" error "config key 'recompute': 'most' is n
     "$MT" train "${TINY[@]}" --recompute most
 run_case "unknown optimizer" error "config key 'optimizer': 'lamb' is neither adamw nor sgd" -- \
     "$MT" train "${TINY[@]}" --optimizer lamb
+# --offload: what a stage does not own, and a folder that is missing, a file or read-only, each
+# refused before any worker starts (no "[rank]" prefix: the launcher's own check)
+run_case "unknown offload mode" error "config key 'offload': 'disk' is not an offload mode" -- \
+    "$MT" train "${TINY[@]}" --offload disk
+run_case "offloaded parameters without ZeRO 3" error "config keys 'offload' and 'zero'" \
+    "needs ZeRO 3" -- "$MT" train "${TINY[@]}" --nproc 2 --zero 1 --offload params
+run_case "offloaded parameters under tp" error "config keys 'offload', 'tp' and 'pp'" -- \
+    "$MT" train "${TINY[@]}" --nproc 2 --tp 2 --zero 3 --offload params
+run_case "missing offload folder" error "config key 'offload_dir'" "$WORK/no-such-dir" \
+    "not an existing folder" -- "$MT" train "${TINY[@]}" --nproc 2 --offload optimizer \
+    --offload_dir "$WORK/no-such-dir"
+run_case "offload folder that is a file" error "config key 'offload_dir'" "not an existing folder" \
+    -- "$MT" train "${TINY[@]}" --offload optimizer --offload_dir "$MT"
+run_case "offload with local steps" error "config keys 'offload' and 'local_steps'" -- \
+    "$MT" train "${TINY[@]}" --offload optimizer --local_steps 4
 run_case "unknown attention kernels" error "config key 'attention': 'flash' is not plain or fused" -- \
     "$MT" train "${TINY[@]}" --attention flash
 run_case "fused attention with head size 6, before workers start" error \

@@ -64,6 +64,8 @@ int main(void)
     REFUSED(4, "config keys 'zero_shard_size' and 'grad_comm': hybrid sharding reduces "
                "gradients with plain collectives, and grad_comm is powersgd",
             "zero", "1", "zero_shard_size", "2", "grad_comm", "powersgd");
+    REFUSED(4, "config keys 'offload' and 'zero_shard_size': offloaded parameters",
+            "zero", "3", "zero_shard_size", "2", "offload", "params");
     /* the whole dp group, or dp 1's one rank, is plain ZeRO (or DDP): accepted */
     const char *whole[][4] = {{"zero", "0", "zero_shard_size", "4"},
                               {"zero", "2", "zero_shard_size", "4"},

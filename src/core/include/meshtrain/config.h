@@ -42,6 +42,11 @@ typedef struct mt_config {
     char precision[MT_TEXT_MAX]; /* forward and backward: fp32, bf16 or fp16 */
     char attention[MT_TEXT_MAX]; /* attention kernels: fused or plain */
     char trace[MT_PATH_MAX]; /* each rank's Chrome trace (empty: none) */
+    /* offload: none, optimizer or params, into a file per rank in offload_dir (empty:
+     * OUT/offload) through offload_buffers buffers */
+    char offload[MT_TEXT_MAX];
+    char offload_dir[MT_PATH_MAX];
+    int offload_buffers;
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */
     /* local SGD / DiLoCo: replicas step alone local_steps times, then synchronise by the outer

@@ -11,6 +11,7 @@ typedef enum mt_memory_kind {
     MT_MEMORY_OPTIMIZER,   /* Adam's two moments */
     MT_MEMORY_ACTIVATIONS, /* what forward keeps for backward, and backward's scratch */
     MT_MEMORY_COMM,        /* communication buffers this rank owns (staging, rings) */
+    MT_MEMORY_OFFLOAD,     /* the offload engine's buffers (the state itself is in its file) */
     MT_MEMORY_KINDS
 } mt_memory_kind;
 
@@ -24,7 +25,7 @@ typedef struct mt_memory_ledger {
 /* Adds (or, with a negative delta, returns) bytes of a kind. A NULL ledger counts nothing. */
 void mt_memory_count(mt_memory_ledger *ledger, mt_memory_kind kind, long long delta);
 
-/* "parameters", "gradients", "optimizer", "activations", "comm". */
+/* "parameters", "gradients", "optimizer", "activations", "comm", "offload". */
 const char *mt_memory_kind_name(mt_memory_kind kind);
 
 /* The process's resident set now and at its peak (VmRSS and VmHWM of /proc/self/status), in

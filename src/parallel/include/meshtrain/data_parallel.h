@@ -10,6 +10,7 @@
 #include "meshtrain/kernels.h"
 #include "meshtrain/memory.h"
 #include "meshtrain/model.h"
+#include "meshtrain/offload.h"
 
 /* What each of the group's `dp` ranks holds, for P parameters (fp32 Adam: 16 bytes each):
  *   zero 0 (DDP): everything, 16P; gradients all-reduced in buckets during backward.
@@ -81,6 +82,11 @@ typedef struct mt_dp_options {
                                * each owned gradient slice is all-reduced after the shard
                                * group's reduce-scatter, and the slices are compared by the
                                * replica check */
+    /* --offload optimizer: this rank's moments live in the file offload_path, one record per
+     * unit slice, streamed through offload_buffers buffers by each update (dp_offload.c) */
+    mt_offload_kind offload;
+    const char *offload_path;
+    int offload_buffers;
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
@@ -153,6 +159,14 @@ typedef struct mt_dp_tensor_state {
 
 /* The state of parameter `index` (a unit this rank holds); counts are 0 where it has none. */
 void mt_dp_model_tensor_state(mt_dp_model *model, int index, mt_dp_tensor_state *state);
+
+/* Offloaded moments for a checkpoint: mt_dp_model_state_in brings them into memory (read from
+ * the file, or zeroed to be loaded into), so that mt_dp_model_tensor_state points at them, and
+ * mt_dp_model_state_out writes them back (with write) and frees them. No-ops without offload. */
+mt_status mt_dp_model_state_in(mt_dp_model *model, int read);
+mt_status mt_dp_model_state_out(mt_dp_model *model, int write);
+/* The offload engine (NULL without --offload), for its statistics and its file's name. */
+mt_offload *mt_dp_model_offload(const mt_dp_model *model);
 
 /* After state was written in place (a checkpoint loaded): gathered copies are stale. */
 void mt_dp_model_state_changed(mt_dp_model *model);
