@@ -301,7 +301,7 @@ static void run_group(int size, int tree_ranks)
             CHECK_MSG(!box.head[from][to], "frames from rank %d to %d left over (group of %d)",
                       from, to, size);
     for (int r = 0; r < size; r++)
-        free(jobs[r].mt.transport.scratch);
+        free(jobs[r].mt.transport.scratch), free(jobs[r].mt.transport.plan_flows);
 }
 
 int main(void)

@@ -29,8 +29,8 @@ enum { DIRECT_MAX_BYTES = 64 << 10 };
  * rank. Above it the ring's steady pipelining between neighbours wins, and in a group that is
  * not a power of two the ranks that hand their input off cost 2n more on their links, which
  * outweighs (P - 1 - log2 P) saved rounds once n passes a few hundred KiB at 9 ranks. At 16
- * ranks (bench comm, tcp, 2 cores) halving-doubling was 1.2-3x faster than the ring at 128 KiB
- * and no better at 2 MiB and above. */
+ * ranks (bench comm, tcp, 2 cores, 3 paired runs) halving-doubling took 0.34-0.49 of the ring's
+ * time at 128 KiB and 0.43-0.59 at 512 KiB; in single runs at 2 and 8 MiB it was no better. */
 enum { HALVING_MAX_BYTES = 1 << 20 };
 
 /* Large groups: the O(log P) algorithms; else one round to every peer. */
