@@ -69,10 +69,9 @@ static void *kill_me_soon(void *arg)
     return NULL;
 }
 
-/* A rank dies by SIGKILL in the middle of a stream of all-reduces. */
-static int rank_kill(mt_comm *c, int rank, int registered)
+/* A rank dies by SIGKILL in the middle of a stream of all-reduces of n floats. */
+static int rank_kill(mt_comm *c, int rank, int registered, size_t n)
 {
-    size_t n = 2u << 20;
     float *buf = NULL;
     if (registered) {
         if (mt_comm_alloc_shared(c, n * sizeof *buf, (void **)&buf))
@@ -197,9 +196,13 @@ static int run_rank(const char *scenario)
     }
     int bad;
     if (strcmp(scenario, "kill") == 0)
-        bad = rank_kill(c, rank, 0);
+        bad = rank_kill(c, rank, 0, 2u << 20);
     else if (strcmp(scenario, "kill_registered") == 0)
-        bad = rank_kill(c, rank, 1);
+        bad = rank_kill(c, rank, 1, 2u << 20);
+    else if (strcmp(scenario, "kill_small") == 0) /* recursive doubling in large groups */
+        bad = rank_kill(c, rank, 0, 2);
+    else if (strcmp(scenario, "kill_medium") == 0) /* halving-doubling in large groups */
+        bad = rank_kill(c, rank, 0, 20011);
     else if (strcmp(scenario, "silent") == 0)
         bad = rank_silent(c, rank, 0);
     else if (strcmp(scenario, "silent_broadcast") == 0)
@@ -309,6 +312,13 @@ int main(int argc, char **argv)
     if (harness_is_rank())
         return run_rank(argc > 1 ? argv[1] : "");
     setenv("MT_COMM_TIMEOUT", "10", 1);
+    if (argc > 1 && strcmp(argv[1], "large") == 0) {
+        /* `test_comm_faults large`: a death during the algorithms of groups past 8 ranks, of
+         * which most ranks never talk to the victim directly. */
+        scenario("kill_small", 12, VICTIM, SIGKILL, 0);
+        scenario("kill_medium", 12, VICTIM, SIGKILL, 0);
+        return check_summary("test_comm_faults");
+    }
     scenario("kill", 4, VICTIM, SIGKILL, 0);
     scenario("kill_registered", 4, VICTIM, SIGKILL, 0);
     scenario("recv_dead", 2, 0, 0, 3);

@@ -8,7 +8,9 @@
 #include "check.h"
 #include "comm/algorithms/transport.h"
 
-enum { MAX_RANKS = 17, BIG = 300007 /* floats: above the direct limit, several chunks */ };
+/* MEDIUM floats: above the direct limit, below the ring's in large groups (halving-doubling,
+ * several frames per round); BIG: above both, several chunks. */
+enum { MAX_RANKS = 17, MEDIUM = 70001, BIG = 300007 };
 
 /* A frame in flight from one rank to another. */
 typedef struct frame {
@@ -150,7 +152,7 @@ static void exercise_reductions(rank_job *job, uint64_t *seq, float *a, float *b
 {
     int r = job->mt.transport.rank, P = job->size;
     const comm_algorithms *c = &comm_transport_collectives;
-    size_t sizes[] = {0, 1, 1000, BIG};
+    size_t sizes[] = {0, 1, 1000, MEDIUM, BIG};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
         size_t n = sizes[k];
         for (size_t i = 0; i < n; i++)
@@ -166,6 +168,18 @@ static void exercise_reductions(rank_job *job, uint64_t *seq, float *a, float *b
         for (size_t i = 0; i < n; i++)
             if (b[i] != (float)(P * (P + 1) / 2 * (int)(i % 97)))
                 return fail_once(job, "all-reduce", i, b[i], P * (P + 1) / 2 * (int)(i % 97));
+        /* In place, as an average (divided once, at the end). */
+        op.send = b;
+        for (size_t i = 0; i < n; i++)
+            b[i] = value(r, i);
+        op.redop = MT_AVG;
+        if (run(job, c->allreduce, &op, seq))
+            return fail_once(job, mt_last_error(), 0, 0, 0);
+        for (size_t i = 0; i < n; i++)
+            if (b[i] != (float)(P + 1) / 2 * (float)(int)(i % 97))
+                return fail_once(job, "all-reduce (avg, in place)", i, b[i],
+                                 (float)(P + 1) / 2 * (float)(int)(i % 97));
+        op.send = a;
         op.kind = MT_OP_REDUCE, op.root = P - 1, op.redop = MT_MAX;
         memset(b, 0, n * sizeof *b);
         if (run(job, c->reduce, &op, seq))
@@ -287,7 +301,7 @@ static void run_group(int size, int tree_ranks)
             CHECK_MSG(!box.head[from][to], "frames from rank %d to %d left over (group of %d)",
                       from, to, size);
     for (int r = 0; r < size; r++)
-        free(jobs[r].mt.transport.scratch);
+        free(jobs[r].mt.transport.scratch), free(jobs[r].mt.transport.plan_flows);
 }
 
 int main(void)

@@ -1,5 +1,6 @@
 /* The algorithms behind comm_transport_collectives, one family per file: direct exchange
- * (exchange.c), pipelined rings (ring.c) and the broadcast chain (chain.c). */
+ * (exchange.c), pipelined rings (ring.c), the broadcast chain (chain.c) and the O(log P) ones of
+ * large groups (doubling.c, halving.c, tree.c), and the rooted reduce (rooted.c). */
 #ifndef MESHTRAIN_COMM_ALGORITHMS_H
 #define MESHTRAIN_COMM_ALGORITHMS_H
 
@@ -7,6 +8,13 @@
 
 /* a mod m in [0, m), for positions around a ring of m ranks. */
 static inline int comm_mod(int a, int m) { return ((a % m) + m) % m; }
+
+/* The real rank of a virtual one when a group of p2 + extra ranks folds onto a power of two
+ * p2: the first 2 x extra ranks pair up and the odd one of each pair takes part. */
+static inline int comm_fold_rank(int virtual_rank, int extra)
+{
+    return virtual_rank < extra ? 2 * virtual_rank + 1 : virtual_rank + extra;
+}
 
 /* exchange.c: every rank sends to and receives from every other at once. Reductions reduce all
  * sources in rank order, bitwise as shm's one-shot does; memory: size x count. */
@@ -29,6 +37,10 @@ mt_status comm_chain_broadcast(comm_transport *t, const mt_comm_op *op, uint64_t
 /* doubling.c: log2(P) rounds of swapping partial results; small messages, large groups.
  * All-reduce (root < 0), reduce to root, or barrier (op's kind). */
 mt_status comm_doubling_reduce(comm_transport *t, const mt_comm_op *op, uint64_t seq, int root);
+
+/* halving.c: recursive halving (reduce-scatter) then doubling (all-gather), 2 log2(P) rounds
+ * moving the ring's bytes; medium all-reduces in large groups, bitwise as doubling.c. */
+mt_status comm_halving_allreduce(comm_transport *t, const mt_comm_op *op, uint64_t seq);
 
 /* tree.c: broadcast down a pipelined binary tree. */
 mt_status comm_tree_broadcast(comm_transport *t, const mt_comm_op *op, uint64_t seq);

@@ -1,5 +1,6 @@
 /* Which algorithm runs each collective over a transport: direct exchange up to a size where a
- * round of latency costs more than the bandwidth, rings above it, the chain for broadcast. */
+ * round of latency costs more than the bandwidth, rings above it, the chain for broadcast; in
+ * large groups the O(log P) ones (doubling, halving-doubling, the tree). */
 #include "algorithms.h"
 #include "copy.h"
 
@@ -11,10 +12,26 @@
  * could wrap in their own type, always use direct exchange (memory: size x count). A large
  * reduce is a ring reduce-scatter and a gather to the root. Groups of tree_ranks and more
  * reduce small messages by recursive doubling (operands ordered by rank, so every rank gets the
- * same bits) and broadcast down a binary tree: O(log P) steps instead of O(P). */
+ * same bits), all-reduce medium ones by recursive halving then doubling (the same bits as
+ * doubling) and broadcast down a binary tree: O(log P) steps instead of O(P). */
 
-/* Up to this many bytes, all-reduce, reduce, all-gather and reduce-scatter exchange directly. */
+/* Up to this many bytes, all-reduce, reduce, all-gather and reduce-scatter exchange directly
+ * (recursive doubling for reductions in large groups). Doubling moves the whole message in each
+ * of its log2(P) rounds, halving-doubling moves 2n(P-1)/P bytes in 2 log2(P) rounds: with a
+ * round's fixed cost a (a wakeup of an oversubscribed process: 50-500 us here) and b seconds
+ * per byte (about 1 ns on loopback), doubling costs less while n (log2 P - 2) b < a log2 P,
+ * that is below 2a/b (100 KiB or more here) at 16 ranks and less beyond; 64 KiB keeps it on
+ * the safe side at every group size. */
 enum { DIRECT_MAX_BYTES = 64 << 10 };
+
+/* Large groups: all-reduces above DIRECT_MAX_BYTES and up to this many bytes halve and double
+ * (2 log2(P) rounds) instead of going round the ring (2(P-1) rounds) for the same bytes per
+ * rank. Above it the ring's steady pipelining between neighbours wins, and in a group that is
+ * not a power of two the ranks that hand their input off cost 2n more on their links, which
+ * outweighs (P - 1 - log2 P) saved rounds once n passes a few hundred KiB at 9 ranks. At 16
+ * ranks (bench comm, tcp, 2 cores, 3 paired runs) halving-doubling took 0.34-0.49 of the ring's
+ * time at 128 KiB and 0.43-0.59 at 512 KiB; in single runs at 2 and 8 MiB it was no better. */
+enum { HALVING_MAX_BYTES = 1 << 20 };
 
 /* Large groups: the O(log P) algorithms; else one round to every peer. */
 static int in_large_group(const comm_transport *t)
@@ -30,6 +47,8 @@ static mt_status reduce_any(comm_transport *t, const mt_comm_op *op, uint64_t se
     if (bytes <= DIRECT_MAX_BYTES)
         return in_large_group(t) ? comm_doubling_reduce(t, op, seq, root)
                                  : comm_exchange_reduce(t, op, seq, root);
+    if (root < 0 && in_large_group(t) && bytes <= HALVING_MAX_BYTES)
+        return comm_halving_allreduce(t, op, seq);
     return root < 0 ? comm_ring_reduce(t, op, seq, root) : comm_rooted_reduce(t, op, seq);
 }
 

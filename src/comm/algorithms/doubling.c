@@ -29,11 +29,6 @@ typedef struct doubling {
 
 enum { ROUND_HANDOFF = -1 }; /* the role of the flows to and from the partner */
 
-static int real_rank(int virtual_rank, int extra)
-{
-    return virtual_rank < extra ? 2 * virtual_rank + 1 : virtual_rank + extra;
-}
-
 static void reduce_two(doubling *D, uint8_t *dst, const uint8_t *lower, const uint8_t *upper)
 {
     const void *sources[2] = {lower, upper};
@@ -160,7 +155,7 @@ mt_status comm_doubling_reduce(comm_transport *t, const mt_comm_op *op, uint64_t
     if (D.virtual_rank >= 0) {
         settle(&D); /* acc[0], when no partner's input is awaited */
         for (int k = 0; k < rounds; k++) {
-            int peer = real_rank(D.virtual_rank ^ (1 << k), extra);
+            int peer = comm_fold_rank(D.virtual_rank ^ (1 << k), extra);
             comm_plan_flow(&p, peer, 1, k, 1);
             comm_plan_flow(&p, peer, 0, k, 1);
         }

@@ -14,9 +14,11 @@ mt_status comm_plan_init(comm_flow_plan *p, comm_transport *t, const mt_comm_op 
     p->seq = seq;
     snprintf(p->during, sizeof p->during, "%s #%llu", comm_op_name(op->kind),
              (unsigned long long)seq);
-    /* At most a send and a receive per peer. */
-    p->flows = calloc(2 * (size_t)t->size, sizeof *p->flows);
-    return p->flows ? MT_OK : mt_fail(MT_ENOMEM, "%s: out of memory", p->during);
+    /* At most a send and a receive per peer; plans never nest, so one array serves them all. */
+    if (!t->plan_flows && !(t->plan_flows = malloc(2 * (size_t)t->size * sizeof *p->flows)))
+        return mt_fail(MT_ENOMEM, "%s: out of memory", p->during);
+    p->flows = t->plan_flows;
+    return MT_OK;
 }
 
 comm_flow *comm_plan_flow(comm_flow_plan *p, int peer, int sending, int role, size_t units)
@@ -60,7 +62,7 @@ void comm_plan_arrived(comm_flow_plan *p, comm_flow *f)
 
 mt_status comm_plan_run(comm_flow_plan *p) { return p->transport->run(p->transport, p); }
 
-void comm_plan_free(comm_flow_plan *p) { free(p->flows); }
+void comm_plan_free(comm_flow_plan *p) { p->flows = NULL; }
 
 uint8_t *comm_transport_scratch(comm_transport *t, size_t bytes)
 {

@@ -64,6 +64,9 @@ struct comm_transport {
     /* Reused between collectives (the collective thread only); freed by the transport. */
     uint8_t *scratch;
     size_t scratch_bytes;
+    /* Room for a plan's flows (2 x size), made by the first collective and reused, so that
+     * running one allocates nothing; freed by the transport. */
+    comm_flow *plan_flows;
     /* Bytes this rank has written to its peers in collectives (frame headers included), for
      * mt_comm_bytes_sent; counted where a transport sends. */
     _Atomic uint64_t sent_bytes;

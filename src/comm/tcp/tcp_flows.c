@@ -343,31 +343,36 @@ static mt_status look_for_late_aborts(tcp_run *r, wait_state *w)
     return look_at_idle_links(r, w, n);
 }
 
+/* The states of up to 2 x size flows (a plan has at most a send and a receive per peer) and
+ * the poll sets, in one block that the group keeps, so a collective allocates nothing. */
+static mt_status run_space(tcp_group *g, tcp_run *r, wait_state *w)
+{
+    size_t n = (size_t)g->transport.size, states = (2 * n + 1) * sizeof(flow_state);
+    if (!g->run_space) {
+        g->run_space = malloc(states + n * (sizeof *w->fds + sizeof *w->fd_peer + 3));
+        if (!g->run_space)
+            return mt_fail(MT_ENOMEM, "%s: out of memory", r->plan->during);
+    }
+    uint8_t *at = g->run_space;
+    r->state = (flow_state *)at;
+    memset(r->state, 0, ((size_t)r->plan->n_flows + 1) * sizeof(flow_state));
+    at += states;
+    w->fds = (struct pollfd *)at, at += n * sizeof *w->fds;
+    w->fd_peer = (int *)at, at += n * sizeof *w->fd_peer;
+    w->watch = at, w->receiving = at + n, w->sending = at + 2 * n;
+    memset(w->watch, 1, n);
+    return MT_OK;
+}
+
 mt_status comm_tcp_run_flows(comm_transport *t, comm_flow_plan *plan)
 {
     tcp_group *g = (tcp_group *)t;
-    size_t n = (size_t)t->size;
-    tcp_run r = {.g = g,
-                 .plan = plan,
-                 .expect = comm_tcp_flow_header(g, plan),
-                 .state = calloc((size_t)plan->n_flows + 1, sizeof *r.state)};
-    wait_state w = {
-        .fds = malloc(n * sizeof *w.fds),
-        .fd_peer = malloc(n * sizeof *w.fd_peer),
-        .watch = malloc(n),
-        .receiving = malloc(n),
-        .sending = malloc(n),
-    };
-    mt_status st = MT_OK;
-    if (!r.state || !w.fds || !w.fd_peer || !w.watch || !w.receiving || !w.sending)
-        st = mt_fail(MT_ENOMEM, "%s: out of memory", plan->during);
-    if (st == MT_OK) {
-        memset(w.watch, 1, n);
+    tcp_run r = {.g = g, .plan = plan, .expect = comm_tcp_flow_header(g, plan)};
+    wait_state w;
+    mt_status st = run_space(g, &r, &w);
+    if (st == MT_OK)
         st = run_flows(&r, &w);
-        if (st == MT_OK)
-            st = look_for_late_aborts(&r, &w);
-    }
-    free(r.state);
-    free(w.fds), free(w.fd_peer), free(w.watch), free(w.receiving), free(w.sending);
+    if (st == MT_OK)
+        st = look_for_late_aborts(&r, &w);
     return st;
 }

@@ -45,6 +45,7 @@ typedef struct tcp_group {
     uint64_t splits;             /* subgroups split off so far (names their ids) */
     char listen_host[48];        /* the IPv4 address this rank listens on; subgroups inherit it */
     double spin_seconds;         /* how long an idle collective polls before sleeping in poll */
+    void *run_space; /* a collective's flow states and poll sets, made by its first one */
     tcp_link *collective, *transfer; /* by peer rank */
     /* The first failure, seen here or reported by a peer; every later call fails with it. */
     _Atomic int aborted;         /* 0 running, 1 message being written, 2 message ready */

@@ -89,6 +89,8 @@ void comm_tcp_group_free(tcp_group *g)
     free(g->collective);
     free(g->transfer);
     free(g->transport.scratch);
+    free(g->transport.plan_flows);
+    free(g->run_space);
     explicit_bzero(g->key, sizeof g->key);
     free(g);
 }
