@@ -126,7 +126,7 @@ void trainer_verdict_make(const trainer *tr, trainer_verdict *v)
         }
     }
     double idle = median_share(a, PART_IDLE), data = median_share(a, PART_DATA);
-    double saves = median_share(a, PART_CHECKPOINT);
+    double saves = median_share(a, PART_CHECKPOINT), eval = median_share(a, PART_EVAL);
     double best = compute;
     snprintf(v->bound, sizeof v->bound, "compute");
     if (comm_all > best) {
@@ -141,8 +141,12 @@ void trainer_verdict_make(const trainer *tr, trainer_verdict *v)
         best = data;
         snprintf(v->bound, sizeof v->bound, "input");
     }
-    if (saves > best)
+    if (saves > best) {
+        best = saves;
         snprintf(v->bound, sizeof v->bound, "checkpoint");
+    }
+    if (eval > best)
+        snprintf(v->bound, sizeof v->bound, "evaluation");
     snprintf(v->group, sizeof v->group, "%s", trainer_account_part_name(group));
     if (!strcmp(v->bound, "compute"))
         add(v, "compute-bound",
@@ -172,6 +176,10 @@ void trainer_verdict_make(const trainer *tr, trainer_verdict *v)
         add(v, "input-bound",
             "input-bound: waiting for micro-batches takes %.0f%% of a step; raise --prefetch "
             "(now %d)", 100 * data, cfg->prefetch);
+    else if (!strcmp(v->bound, "evaluation"))
+        add(v, "evaluation-bound",
+            "evaluation-bound: validation takes %.0f%% of a step; a larger --eval_every (now "
+            "%d) or fewer --eval_seqs (now %d)", 100 * eval, cfg->eval_every, cfg->eval_seqs);
     else
         add(v, "checkpoint-bound",
             "checkpoint-bound: saves stall training %.0f%% of a step; --async_save on or a "

@@ -10,12 +10,13 @@ enum { VERDICT_FINDINGS = 8 };
 
 typedef struct verdict_finding {
     char kind[24];  /* compute-bound, communication-bound, pipeline-bound, input-bound,
-                     * checkpoint-bound, oversubscribed, straggler */
+                     * checkpoint-bound, evaluation-bound, oversubscribed, straggler */
     char text[320]; /* "KIND: the numbers; the suggestion" */
 } verdict_finding;
 
 typedef struct trainer_verdict {
-    char bound[16]; /* compute, communication, pipeline, input, checkpoint (unknown: no step) */
+    char bound[16]; /* compute, communication, pipeline, input, checkpoint, evaluation
+                     * (unknown: no timed step) */
     char group[16]; /* the communication group that waits the most */
     verdict_finding findings[VERDICT_FINDINGS]; /* the bound first */
     int count;
