@@ -22,6 +22,8 @@
 #include "step_account.h"
 #include "trainer_fault.h"
 
+#include <time.h>
+
 typedef struct trainer trainer;
 typedef struct trainer_init trainer_init;
 typedef struct trainer_save trainer_save; /* a checkpoint being written (trainer_checkpoint.c) */
@@ -81,6 +83,7 @@ typedef struct trainer_state {
 /* What the run measures and leaves behind. World rank 0 writes the files. */
 typedef struct trainer_outputs {
     int writes;
+    time_t started; /* when the outputs opened, for the provenance */
     FILE *metrics;    /* OUT/metrics.jsonl */
     progress progress;
     mt_trace *trace;  /* cfg->trace: this rank's timeline, or NULL */

@@ -64,6 +64,7 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
     trainer_state *st = &tr->state;
     trainer_outputs *out = &tr->out;
     out->writes = st->rank == 0;
+    out->started = time(NULL);
     out->resumed_here = st->start_step > 0 && resumed_dir && same_folder_ckpt(cfg, resumed_dir);
     trainer_progress_init(&out->progress, out->writes ? progress_out : NULL, cfg->log_every,
                           st->start_step, cfg->steps);
@@ -266,6 +267,7 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
     trainer_verdict verdict;
     trainer_verdict_make(tr, &verdict);
     trainer_verdict_write_json(&verdict, f);
+    trainer_write_provenance(tr, f);
     trainer_verdict_print(&verdict, s->verdict, sizeof s->verdict);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);

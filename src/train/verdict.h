@@ -31,4 +31,7 @@ double trainer_verdict_bubble(const struct trainer *tr);
 void trainer_verdict_print(const trainer_verdict *v, char *text, size_t capacity);
 void trainer_verdict_write_json(const trainer_verdict *v, FILE *f);
 
+/* provenance.c: summary.json's "provenance" (command line, start and end times in UTC, ranks,
+ * hosts, the resolved configuration as config.ini's text); after the accounting's gather. */
+void trainer_write_provenance(const struct trainer *tr, FILE *f);
 #endif

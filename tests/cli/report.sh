@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest cli_report: `meshtrain report` on two runs of different models renders in headless
+# ctest cli_report: summary.json's provenance; `meshtrain report` on two runs of different models renders in headless
 # Chromium with data in every plot and the verdict listed (a screenshot is kept at SHOT); bad
 # input (a folder without metrics, a metrics.jsonl cut short) is named, and what can be drawn
 # is drawn. Chromium runs with --no-sandbox: its sandbox refuses to start as root.
@@ -20,6 +20,17 @@ for width in 32 48; do
   "$meshtrain" train "${job[@]}" --width $width --out "$scratch/w$width" >"$scratch/w$width.log" 2>&1 ||
     { cat "$scratch/w$width.log"; exit 1; }
 done
+
+# summary.json's provenance: the command line and the resolved configuration.
+/usr/bin/python3 - "$scratch/w48/summary.json" <<'EOF' || fail "summary.json's provenance"
+import json, sys
+p = json.load(open(sys.argv[1]))["provenance"]
+ok = p["command"][1:3] == ["train", "--data"] and "\nwidth = 48\n" in p["config"] and \
+     p["ranks"] == 1 and p["hosts"] == 1 and p["started"] <= p["ended"]
+print(f"{'ok  ' if ok else 'FAIL'} provenance: {' '.join(p['command'][1:4])} ..., {p['started']} to "
+      f"{p['ended']}, {p['ranks']} rank on {p['hosts']} host")
+sys.exit(0 if ok else 1)
+EOF
 
 # dom PAGE OUT: the page as headless Chromium built it.
 dom() {
