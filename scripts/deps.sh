@@ -15,9 +15,10 @@ if [ "${1:-run}" = test ]; then
   # the default MPI). nodejs and npm: the tokenizer's GPT-2 parity test installs the npm package
   # gpt-3-encoder into a scratch folder and runs it as the reference; NodeSource's nodejs
   # carries its own npm and conflicts with Debian's, so npm is asked for only where no npm
-  # command exists.
+  # command exists. chromium: the report test loads `meshtrain report`'s page headless and
+  # checks its plots in the DOM, keeping a screenshot.
   packages+=(python3-torch python3-numpy clang libclang-rt-14-dev libomp-14-dev iproute2 openmpi-bin libopenmpi-dev
-             slurm-wlm munge mpich libmpich-dev nodejs)
+             slurm-wlm munge mpich libmpich-dev nodejs chromium)
   command -v npm > /dev/null || packages+=(npm)
 elif [ "${1:-run}" = bench ]; then
   # Open MPI (mpicc, mpirun) and PyTorch's gloo: the all-reduce peers of bench/comm_vs_peers;

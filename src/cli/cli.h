@@ -21,6 +21,7 @@ int cli_ckpt(int argc, char **argv);
 int cli_export(int argc, char **argv);
 int cli_tokenizer(int argc, char **argv);
 int cli_generate(int argc, char **argv);
+int cli_report(int argc, char **argv);
 
 /* `meshtrain WORDS... ARGS...` as local workers under the launcher (train and check with
  * --nproc, bench comm): the workers see the launcher's variables and run as ranks. `command`

@@ -112,6 +112,7 @@ static void print_done(const mt_train_summary *summary)
     if (summary->final_val_bpb == summary->final_val_bpb)
         printf(", val bpb %.4f", summary->final_val_bpb);
     printf(", %.0f tokens/s, %.1f GFLOP/s\n", summary->tokens_per_s, summary->gflops);
+    fputs(summary->verdict, stdout);
 }
 
 /* A failure before training under an engine (mpirun, mpiexec, srun, torchrun), where every

@@ -23,7 +23,9 @@ static const char USAGE[] =
     "  ckpt    inspect a checkpoint and verify its checksums (meshtrain ckpt --help)\n"
     "  export  write a checkpoint's model as a GPT-2 safetensors file (meshtrain export --help)\n"
     "  tokenizer  train a BPE tokenizer, encode or decode text (meshtrain tokenizer --help)\n"
-    "  generate   continue a prompt with a trained model (meshtrain generate --help)\n";
+    "  generate   continue a prompt with a trained model (meshtrain generate --help)\n"
+    "  report  plot runs into RUN/report.html: curves, time per rank, memory, verdict\n"
+    "          (meshtrain report --help)\n";
 
 int main(int argc, char **argv)
 {
@@ -60,6 +62,8 @@ int main(int argc, char **argv)
         return cli_tokenizer(argc - 2, argv + 2);
     if (strcmp(command, "generate") == 0)
         return cli_generate(argc - 2, argv + 2);
+    if (strcmp(command, "report") == 0)
+        return cli_report(argc - 2, argv + 2);
     fprintf(stderr, "meshtrain: unknown command '%s'\n\n%s", command, USAGE);
     return 2;
 }

@@ -301,6 +301,11 @@ size_t mt_comm_buffer_bytes(const mt_comm *comm)
                : 0;
 }
 
+double mt_comm_collective_seconds(const mt_comm *comm)
+{
+    return comm ? 1e-9 * (double)atomic_load(&((mt_comm *)comm)->collective_ns) : 0;
+}
+
 uint64_t mt_comm_bytes_sent(const mt_comm *comm)
 {
     return comm && comm->backend && comm->backend->bytes_sent ? comm->backend->bytes_sent(comm->impl)

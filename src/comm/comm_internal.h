@@ -144,6 +144,7 @@ struct mt_work {
     mt_p2p p2p;
     uint64_t flight_ticket; /* its entry in the communicator's flight recorder */
     int flight_started;     /* transfers: the recorder knows it has started */
+    double delay_seconds;   /* a test's slow peer: slept when the work is waited for */
     _Atomic int done;
     mt_status status;
     char message[512];
@@ -157,6 +158,7 @@ struct mt_comm {
     void *impl;
     double timeout_seconds;
     double delay_seconds;        /* mt_comm_set_delay: a test's slow peer (0: none) */
+    _Atomic uint64_t collective_ns; /* running collectives (either thread), since creation */
     int debug;
     uint64_t seq;                /* collectives issued so far; the next one is seq + 1 */
 

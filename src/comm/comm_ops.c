@@ -91,11 +91,17 @@ static mt_status issue(mt_comm *comm, const mt_comm_op *op, mt_work **work)
     mt_status st = validate(comm, op);
     if (st)
         return st;
-    if (comm->delay_seconds > 0)
-        mt_clock_nap(comm->delay_seconds);
-    if (!work)
+    /* a slow peer: a blocking operation sleeps first, a non-blocking one when it is waited
+     * for, so that the delay shows where the rank waits for communication */
+    if (!work) {
+        if (comm->delay_seconds > 0)
+            mt_clock_nap(comm->delay_seconds);
         return comm_run(comm, op);
-    return comm_submit(comm, op, work);
+    }
+    st = comm_submit(comm, op, work);
+    if (st == MT_OK && *work)
+        (*work)->delay_seconds = comm->delay_seconds;
+    return st;
 }
 
 #define OP(...) (&(mt_comm_op){__VA_ARGS__})

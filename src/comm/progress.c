@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "comm_internal.h"
+#include "meshtrain/clock.h"
 
 static int is_p2p(const mt_comm_op *op) { return op->kind == MT_OP_SEND || op->kind == MT_OP_RECV; }
 
@@ -115,7 +116,9 @@ static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t se
         comm_flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
     else
         ticket = comm_flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
+    double start = mt_clock_seconds();
     mt_status st = comm_collective_run(comm, op, seq);
+    atomic_fetch_add(&comm->collective_ns, (uint64_t)(1e9 * (mt_clock_seconds() - start)));
     if (st == MT_OK && comm->debug)
         st = verify_replicated(comm, op, seq);
     comm_flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);
@@ -314,6 +317,8 @@ mt_status mt_work_wait(mt_work *work)
     if (!work)
         return mt_fail(MT_EINVAL, "wait: no work handle");
     mt_comm *comm = work->comm;
+    if (work->delay_seconds > 0)
+        mt_clock_nap(work->delay_seconds);
     unsigned long rounds = 0;
     while (!atomic_load_explicit(&work->done, memory_order_acquire)) {
         if (is_p2p(&work->op)) {

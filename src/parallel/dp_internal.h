@@ -80,6 +80,7 @@ struct mt_dp_model {
                          * their sync starts as each finishes */
     double local_sum_squares;
     double wait_seconds; /* blocked on the group's communication, since creation */
+    double embedding_seconds; /* of which in the tied embeddings' sum across stages */
 
     /* --grad_comm other than the plain all-reduce (zero 0 and 1, more than one replica): the
      * hook every bucket goes through once backward is done, and each of its tensors' unit */

@@ -434,6 +434,7 @@ mt_status mt_dp_model_read_unit(mt_dp_model *m, int unit, float *out)
 }
 
 double mt_dp_model_wait_seconds(const mt_dp_model *m) { return m->wait_seconds; }
+double mt_dp_model_embedding_seconds(const mt_dp_model *m) { return m->embedding_seconds; }
 
 void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *state)
 {

@@ -37,7 +37,9 @@ static mt_status sum_tied_embeddings(mt_dp_model *m)
     double start = mt_clock_seconds();
     float *grad = dp_grad_at(m, unit, s->first);
     mt_status status = mt_comm_allreduce(m->embedding_group, grad, grad, s->count, MT_F32, MT_SUM);
-    m->wait_seconds += mt_clock_seconds() - start;
+    double waited = mt_clock_seconds() - start;
+    m->wait_seconds += waited;
+    m->embedding_seconds += waited;
     return status ? mt_fail_context(status, "summing the tied embeddings' gradients across the "
                                             "first and last pipeline stages")
                   : MT_OK;

@@ -28,6 +28,7 @@ struct mt_pp_runner {
     int *last_weight;     /* [chunks]: and of its last weight-gradient pass (-1: none) */
     int split;            /* the schedule splits backwards: a slot lives until its W */
     mt_trace *trace;
+    mt_pp_step_report *report; /* the step's, while it runs */
     int live, peak;
 };
 
@@ -120,7 +121,10 @@ static mt_status wait_work(mt_pp_runner *r, mt_work **work, mt_trace_kind kind, 
     double start = mt_clock_seconds();
     mt_status status = mt_work_wait(*work);
     *work = NULL;
-    mt_trace_span(r->trace, kind, start, mt_clock_seconds(), micro, chunk);
+    double end = mt_clock_seconds();
+    if (r->report)
+        *(kind == MT_TRACE_SEND ? &r->report->send_wait : &r->report->recv_wait) += end - start;
+    mt_trace_span(r->trace, kind, start, end, micro, chunk);
     return status;
 }
 
@@ -206,6 +210,8 @@ static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_act
     if (status)
         return status;
     double start = mt_clock_seconds();
+    /* the collectives a pass waits for count as communication, not as the pass */
+    double nested = r->gpt->tp_seconds + mt_dp_model_wait_seconds(r->model);
     if (a->op == MT_PP_FORWARD && a->chunk == 0 && st->batch->before_forward)
         st->batch->before_forward(st->batch->context, a->micro);
     if (a->op == MT_PP_FORWARD) {
@@ -230,6 +236,9 @@ static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_act
     }
     double end = mt_clock_seconds();
     st->report->busy += end - start;
+    nested = r->gpt->tp_seconds + mt_dp_model_wait_seconds(r->model) - nested;
+    *(a->op == MT_PP_FORWARD ? &st->report->forward : &st->report->backward) +=
+        end - start - nested;
     mt_trace_span(r->trace, a->op == MT_PP_FORWARD ? MT_TRACE_FORWARD : MT_TRACE_BACKWARD, start,
                   end, a->micro, chunk);
     return status;
@@ -249,6 +258,7 @@ static mt_status run_transfer(mt_pp_runner *r, const step_state *st, const mt_pp
         return status;
     size_t count = mt_gpt_chunk_values(r->gpt);
     mt_trace_kind kind = MT_TRACE_SEND;
+    double posted = mt_clock_seconds(), waited = st->report->send_wait;
     switch (a->op) {
     case MT_PP_RECV_ACTIVATION:
         kind = MT_TRACE_RECV;
@@ -274,7 +284,9 @@ static mt_status run_transfer(mt_pp_runner *r, const step_state *st, const mt_pp
             free_slot(r, a->micro, a->chunk);
         break;
     }
-    mt_trace_span(r->trace, kind, start, mt_clock_seconds(), a->micro, trace_chunk(r, a->chunk));
+    double end = mt_clock_seconds();
+    st->report->post += end - posted - (st->report->send_wait - waited);
+    mt_trace_span(r->trace, kind, start, end, a->micro, trace_chunk(r, a->chunk));
     return status;
 }
 
@@ -299,6 +311,7 @@ mt_status mt_pp_runner_step(mt_pp_runner *r, const mt_pp_batch *batch, int seque
     *report = (mt_pp_step_report){0};
     step_state st = {batch, sequences, context, loss_scale, report};
     r->trace = trace;
+    r->report = report;
     r->live = r->peak = 0;
     for (int i = 0; i < s->micros * s->chunks; i++)
         r->slot_of[i] = -1;
@@ -317,6 +330,7 @@ mt_status mt_pp_runner_step(mt_pp_runner *r, const mt_pp_batch *batch, int seque
     mt_status drained = drain(r);
     report->span = mt_clock_seconds() - start;
     report->peak_slots = r->peak;
+    r->report = NULL;
     r->trace = NULL; /* the caller's: it may be closed before the runner is destroyed */
     return status ? status : drained;
 }

@@ -46,7 +46,7 @@ void trainer_progress_step(progress *p, const step_record *r)
     fflush(p->out);
 }
 
-int trainer_metrics_append(FILE *metrics, const step_record *r)
+void trainer_metrics_fields(FILE *metrics, const step_record *r)
 {
     fprintf(metrics, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": ", r->step,
             r->loss, r->lr);
@@ -65,6 +65,10 @@ int trainer_metrics_append(FILE *metrics, const step_record *r)
         fprintf(metrics, ", \"val_loss\": %.9g", r->val_loss);
     if (!isnan(r->val_bpb))
         fprintf(metrics, ", \"val_bpb\": %.9g", r->val_bpb);
+}
+
+int trainer_metrics_end(FILE *metrics)
+{
     fputs("}\n", metrics);
     return fflush(metrics) == 0 && !ferror(metrics);
 }

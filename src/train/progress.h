@@ -31,8 +31,10 @@ typedef struct step_record {
 void trainer_progress_init(progress *p, FILE *out, int every, int first_step, int total_steps);
 void trainer_progress_step(progress *p, const step_record *r);
 
-/* Appends one JSON line; floats with %.9g so that they round-trip (a norm a skipped step did
- * not compute is null). */
-int trainer_metrics_append(FILE *metrics, const step_record *r);
+/* One JSON line in two calls, so that others may add fields between them: the step's fields
+ * (floats with %.9g so that they round-trip; a norm a skipped step did not compute is null),
+ * then the closing brace, flushed (0: the write failed). */
+void trainer_metrics_fields(FILE *metrics, const step_record *r);
+int trainer_metrics_end(FILE *metrics);
 
 #endif

@@ -15,16 +15,25 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
         if (status)
             return status;
         float loss;
+        account_counters c0, c1, c2; /* the waits inside each pass are not the pass's */
+        trainer_read_counters(tr, &c0);
         double start = mt_clock_seconds();
         trainer_fault_hook(&st->fault, FAULT_AT_FORWARD, step, NULL);
         status = mt_gpt_forward(&st->gpt, st->inputs, st->targets, sequences, t, &loss);
         double middle = mt_clock_seconds();
+        trainer_read_counters(tr, &c1);
         mt_trace_span(tr->out.trace, MT_TRACE_FORWARD, start, middle, micro, -1);
         if (status == MT_OK)
             status = mt_gpt_backward(&st->gpt, loss_scale);
         if (status)
             return status;
-        mt_trace_span(tr->out.trace, MT_TRACE_BACKWARD, middle, mt_clock_seconds(), micro, -1);
+        double end = mt_clock_seconds();
+        trainer_read_counters(tr, &c2);
+        trainer_account_phase(&tr->out.account, PART_FORWARD, start, middle,
+                              trainer_account_nested(&c1) - trainer_account_nested(&c0));
+        trainer_account_phase(&tr->out.account, PART_BACKWARD, middle, end,
+                              trainer_account_nested(&c2) - trainer_account_nested(&c1));
+        mt_trace_span(tr->out.trace, MT_TRACE_BACKWARD, middle, end, micro, -1);
         *loss_sum += loss;
     }
     return MT_OK;

@@ -227,6 +227,8 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     mt_status status = st->passes->run(tr, step, loss_scale, &loss_sum);
     if (status)
         return status;
+    tr->out.passes_end = mt_clock_seconds(); /* what follows is the optimizer's */
+    trainer_read_counters(tr, &tr->out.passes_done);
     trainer_fault_hook(&st->fault, FAULT_AT_LOSS, step, &loss_sum);
     trainer_fault_hook(&st->fault, FAULT_AT_BATCH_LOSS, (int)st->step_batch + 1, &loss_sum);
     double local_squares, start = mt_clock_seconds();

@@ -29,6 +29,10 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     if (status)
         return status;
     double end = mt_clock_seconds(), seconds = end - step_start;
+    account_counters now;
+    trainer_read_counters(tr, &now);
+    trainer_account_phase(&out->account, PART_OPTIMIZER, out->passes_end, end,
+                          trainer_account_nested(&now) - trainer_account_nested(&out->passes_done));
     mt_trace_span(out->trace, MT_TRACE_STEP, step_start, end, step, -1);
     out->step_seconds[step - 1] = seconds;
     if (trainer_step_is_timed(tr, step)) {
@@ -54,18 +58,53 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     return MT_OK;
 }
 
+/* Closes step `step`'s accounting; then, between steps (what logging costs is no step's),
+ * the progress line, and at the end of a log interval every rank's accounting (collective)
+ * into the step's metrics line, which this writes. */
+static mt_status end_step(trainer *tr, int step, const step_record *record, int log)
+{
+    trainer_outputs *out = &tr->out;
+    account_counters now;
+    trainer_read_counters(tr, &now);
+    trainer_account_end(&out->account, mt_clock_seconds(), &now, trainer_step_is_timed(tr, step));
+    trainer_progress_step(&out->progress, record);
+    mt_status status = MT_OK;
+    if (out->metrics)
+        trainer_metrics_fields(out->metrics, record);
+    if (log)
+        status = trainer_account_log(&out->account, tr->state.world, out->metrics);
+    if (out->metrics && !trainer_metrics_end(out->metrics) && status == MT_OK)
+        status = mt_fail(MT_EIO, "cannot append to '%s/metrics.jsonl'", tr->cfg->out);
+    return status;
+}
+
+/* A phase of the step outside its passes and update (evaluation, a checkpoint): its time
+ * without the counted waits inside it (those count in their groups). */
+static void outer_phase(trainer *tr, account_part part, double start, const account_counters *c0)
+{
+    account_counters c1;
+    trainer_read_counters(tr, &c1);
+    trainer_account_phase(&tr->out.account, part, start, mt_clock_seconds(),
+                          trainer_account_nested(&c1) - trainer_account_nested(c0));
+}
+
 static mt_status run_steps(trainer *tr, mt_train_summary *summary)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
     double start = mt_clock_seconds();
     for (int step = st->start_step + 1; step <= cfg->steps; step++) {
+        account_counters c0;
+        trainer_read_counters(tr, &c0);
+        trainer_account_begin(&tr->out.account, mt_clock_seconds(), &c0);
         trainer_fault_hook(&st->fault, FAULT_AT_STEP_START, step, NULL);
         step_record record = {.step = step, .val_loss = NAN, .val_bpb = NAN, .loss_scale = NAN};
         mt_status status = timed_step(tr, step, &record);
         if (status)
             return status;
         if (cfg->eval_every > 0 && (step % cfg->eval_every == 0 || step == cfg->steps)) {
+            double evaluated = mt_clock_seconds();
+            trainer_read_counters(tr, &c0);
             mt_forward forward = st->passes->forward(tr);
             /* between synchronisations, the synchronised model (the anchor) is measured */
             int between = st->local && !trainer_local_syncs(tr, step);
@@ -77,6 +116,7 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
                 trainer_local_swap(tr);
             if (status)
                 return status;
+            outer_phase(tr, PART_EVAL, evaluated, &c0);
             record.val_bpb = record.val_loss * st->val_bpb_per_loss;
             summary->final_val_loss = record.val_loss;
             summary->final_val_bpb = record.val_bpb;
@@ -84,16 +124,21 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         record.elapsed = mt_clock_seconds() - start;
         summary->final_loss = record.loss;
         summary->steps = step;
-        trainer_progress_step(&tr->out.progress, &record);
-        if (tr->out.metrics && !trainer_metrics_append(tr->out.metrics, &record))
-            return mt_fail(MT_EIO, "cannot append to '%s/metrics.jsonl'", cfg->out);
         if (record.rollback) { /* the steps after the checkpoint are taken again */
-            if ((status = trainer_rollback(tr, step, &step)))
+            if ((status = end_step(tr, step, &record, 0)) ||
+                (status = trainer_rollback(tr, step, &step)))
                 return status;
             continue;
         }
-        if (cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps) &&
-            (status = trainer_save_checkpoint(tr, step)))
+        if (cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps)) {
+            double saving = mt_clock_seconds();
+            trainer_read_counters(tr, &c0);
+            if ((status = trainer_save_checkpoint(tr, step)))
+                return status;
+            outer_phase(tr, PART_CHECKPOINT, saving, &c0);
+        }
+        int log = step % cfg->log_every == 0 || step == cfg->steps;
+        if ((status = end_step(tr, step, &record, log)))
             return status;
     }
     /* a run that had no step left to take still leaves its state (a resharded copy) */
@@ -201,6 +246,9 @@ static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample
                 io.write_seconds > 0 ? io.write_bytes / 1048576.0 / io.write_seconds : 0.0,
                 io.wait_seconds);
     }
+    if (status == MT_OK)
+        status = trainer_account_gather_run(&tr->out.account, tr->state.world,
+                                            tr->state.threads.threads);
     if (status == MT_OK && tr->out.writes)
         status = trainer_write_summary(tr, summary);
     if (status == MT_OK && cfg->save_model)

@@ -19,7 +19,10 @@
 #include "prefetch.h"
 #include "progress.h"
 #include "spike_guard.h"
+#include "step_account.h"
 #include "trainer_fault.h"
+
+#include <time.h>
 
 typedef struct trainer trainer;
 typedef struct trainer_init trainer_init;
@@ -80,6 +83,7 @@ typedef struct trainer_state {
 /* What the run measures and leaves behind. World rank 0 writes the files. */
 typedef struct trainer_outputs {
     int writes;
+    time_t started; /* when the outputs opened, for the provenance */
     FILE *metrics;    /* OUT/metrics.jsonl */
     progress progress;
     mt_trace *trace;  /* cfg->trace: this rank's timeline, or NULL */
@@ -112,6 +116,10 @@ typedef struct trainer_outputs {
      * and the totals of every save. */
     trainer_save *save;
     mt_comm *save_comm, *own_save_comm;
+    /* Where each step's time went (step_account.h); the counters when the passes ended. */
+    trainer_account account;
+    account_counters passes_done;
+    double passes_end;
     double save_seconds;       /* every save's own time, planning to commit */
     double save_stall_seconds; /* training's wait for saves (all of it unless async_save) */
     unsigned long long saved_bytes; /* every rank's shards (world rank 0) */
@@ -132,6 +140,24 @@ enum { MEMORY_COLUMNS = MT_MEMORY_KINDS + 3 };
 static inline int trainer_sequence_parallel(const trainer *tr)
 {
     return tr->state.gpt.tp.size > 1 && tr->state.gpt.tp.sequence_parallel;
+}
+
+/* The counters step accounting takes differences of: every wait this rank has timed, by group,
+ * and its data time. */
+static inline void trainer_read_counters(const trainer *tr, account_counters *c)
+{
+    const trainer_state *st = &tr->state;
+    double model = mt_dp_model_wait_seconds(st->model);
+    double embedding = mt_dp_model_embedding_seconds(st->model);
+    c->dp_model = model - embedding;
+    /* the trainer's own checks over the world wait for the slowest rank: on a pipeline the
+     * last stage to end (idle), else the slowest replica (data-parallel) */
+    c->idle = tr->plan->shape.pp > 1 ? tr->out.wait_seconds : 0;
+    c->dp = tr->out.wait_seconds - c->idle + c->dp_model;
+    c->embedding = embedding;
+    c->tp = st->gpt.tp_seconds;
+    c->data = tr->out.data_seconds;
+    c->dp_running = mt_comm_collective_seconds(st->dp);
 }
 
 /* trainer_state.c */

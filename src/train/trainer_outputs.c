@@ -9,6 +9,7 @@
 
 #include "meshtrain/files.h"
 #include "trainer_internal.h"
+#include "verdict.h"
 
 /* Whether checkpoint folder `dir` lies in OUT/ckpt (its run's metrics are this folder's). */
 static int same_folder_ckpt(const mt_config *cfg, const char *dir)
@@ -63,6 +64,7 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
     trainer_state *st = &tr->state;
     trainer_outputs *out = &tr->out;
     out->writes = st->rank == 0;
+    out->started = time(NULL);
     out->resumed_here = st->start_step > 0 && resumed_dir && same_folder_ckpt(cfg, resumed_dir);
     trainer_progress_init(&out->progress, out->writes ? progress_out : NULL, cfg->log_every,
                           st->start_step, cfg->steps);
@@ -72,8 +74,10 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
     out->step_seconds = calloc((size_t)cfg->steps + 1, sizeof *out->step_seconds);
     if (!out->rank_threads || !out->step_seconds)
         return mt_fail(MT_ENOMEM, "out of memory for the run's figures");
+    mt_status status = trainer_account_open(&out->account, ranks);
+    if (status)
+        return status;
     out->rank_threads[0] = st->threads.threads;
-    mt_status status = MT_OK;
     if (st->world && (status = mt_comm_allgather(st->world, &st->threads.threads,
                                                  out->rank_threads, 1, MT_I32)))
         return mt_fail_context(status, "threads per rank");
@@ -96,6 +100,7 @@ mt_status trainer_outputs_close(trainer *tr, mt_status status)
     mt_status traced = mt_trace_close(out->trace);
     out->trace = NULL;
     mt_comm_destroy(out->own_save_comm);
+    trainer_account_close(&out->account);
     free(out->memory);
     free(out->step_seconds);
     free(out->rank_threads);
@@ -258,6 +263,12 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
                 tr->out.save_stall_seconds);
     write_training_json(tr, f);
     write_memory_json(tr, f);
+    trainer_account_write_json(&tr->out.account, f);
+    trainer_verdict verdict;
+    trainer_verdict_make(tr, &verdict);
+    trainer_verdict_write_json(&verdict, f);
+    trainer_write_provenance(tr, f);
+    trainer_verdict_print(&verdict, s->verdict, sizeof s->verdict);
     fputs("}\n", f);
     return fclose(f) == 0 ? MT_OK : mt_fail(MT_EIO, "cannot write '%s'", path);
 }

@@ -5,6 +5,8 @@ and validation losses (relative), and every tensor of OUT/model.safetensors by n
 
 usage: compare_runs.py REFERENCE_OUT RUN_OUT [TOLERANCE [KEYS]]    (exit 1 past the tolerance)
 KEYS: the metrics compared, comma-separated (default loss,grad_norm,val_loss)
+Also checks RUN_OUT's step accounting (summary.json): on every rank the parts sum to the
+step's wall time within 1%, none is negative, and the rest stays under 5% of it.
 """
 import array
 import json
@@ -42,6 +44,32 @@ def tensors(out):
     return result
 
 
+PARTS = ("forward", "backward", "dp", "tp", "pp", "embedding", "pipeline_idle", "optimizer",
+         "data", "checkpoint", "eval", "rest")
+
+
+def accounting_problems(out):
+    """What is wrong with each rank's step accounting in OUT/summary.json (empty: nothing)."""
+    with open(f"{out}/summary.json") as f:
+        accounting = json.load(f).get("accounting")
+    if accounting is None:
+        return ["summary.json has no accounting"]
+    if accounting["steps"] == 0:
+        return []
+    problems = []
+    for rank in accounting["ranks"]:
+        wall, parts = rank["wall_ms"], [rank[name] for name in PARTS]
+        if wall <= 0 or abs(sum(parts) - wall) > 0.01 * wall:
+            problems.append(f"rank {rank['rank']}: parts sum to {sum(parts):.3f} ms of {wall:.3f}")
+        negative = [name for name in PARTS if rank[name] < -0.005 * wall]
+        if negative:
+            problems.append(f"rank {rank['rank']}: negative {', '.join(negative)}")
+        if rank["rest"] > 0.05 * wall:
+            problems.append(f"rank {rank['rank']}: the rest is {100 * rank['rest'] / wall:.1f}% "
+                            f"of the step")
+    return problems
+
+
 def main():
     reference, run = sys.argv[1], sys.argv[2]
     tolerance = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
@@ -60,9 +88,11 @@ def main():
         norm = math.sqrt(sum(a * a for a in ref)) or 1.0
         if diff / norm >= worst_param:
             worst_param, worst_name = diff / norm, name
-    ok = worst_loss <= tolerance and worst_param <= tolerance
+    problems = accounting_problems(run)
+    ok = worst_loss <= tolerance and worst_param <= tolerance and not problems
     print(f"{'ok  ' if ok else 'FAIL'} {run}: losses and norms within {worst_loss:.2e} relative, "
-          f"parameters within {worst_param:.2e} ({worst_name})")
+          f"parameters within {worst_param:.2e} ({worst_name}); step accounting "
+          f"{'; '.join(problems) if problems else 'sums to the wall time, rest under 5%'}")
     sys.exit(0 if ok else 1)
 
 

@@ -64,6 +64,10 @@ size_t mt_comm_buffer_bytes(const mt_comm *comm);
 /* Bytes this rank has sent to its peers over a network (tcp, hier's tcp part) in collectives
  * on `comm` since its creation, frame headers included; 0 for shared memory, MPI and NULL. */
 uint64_t mt_comm_bytes_sent(const mt_comm *comm);
+/* Seconds collectives on `comm` have run since its creation, on the caller's thread or the
+ * progress thread (0 for NULL): set against the time a rank waited for them, the share that
+ * overlapped its compute. */
+double mt_comm_collective_seconds(const mt_comm *comm);
 
 /* Memory that peers on this host can read directly (registered): collectives whose buffers
  * live here skip the copy into staging buffers. Collective: every rank of `comm` allocates
@@ -140,7 +144,8 @@ mt_status mt_comm_recv_async(mt_comm *comm, void *buffer, size_t count, mt_dtype
 mt_status mt_comm_reserve_work(mt_comm *comm, int count);
 
 /* A slow peer for tests: every collective and transfer this rank issues on comm, and on the
- * groups split from it afterwards, first sleeps `seconds` (0: none). */
+ * groups split from it afterwards, sleeps `seconds` (0: none): a blocking one before it
+ * runs, a non-blocking one when it is waited for. */
 void mt_comm_set_delay(mt_comm *comm, double seconds);
 
 /* ---- Agreement ----

@@ -186,5 +186,8 @@ double mt_dp_model_comm_bytes(const mt_dp_model *model);
 /* Seconds this rank has spent blocked on the group's communication (waiting for reductions
  * and gathers that overlap did not hide, and the norm's all-reduce). */
 double mt_dp_model_wait_seconds(const mt_dp_model *model);
+/* Of those, the seconds blocked summing the tied embeddings' gradients across the first and
+ * last pipeline stages. */
+double mt_dp_model_embedding_seconds(const mt_dp_model *model);
 
 #endif

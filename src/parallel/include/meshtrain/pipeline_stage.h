@@ -37,6 +37,11 @@ typedef struct mt_pp_batch {
 typedef struct mt_pp_step_report {
     double loss_sum; /* the micro-batches' mean losses, summed (last stage; 0 elsewhere) */
     double busy;     /* seconds in forward and backward passes */
+    /* Of busy, the forward and backward (B and W) passes' own seconds, without the
+     * tensor- and data-parallel waits inside them; outside busy, the seconds blocked on a
+     * receive (the bubble, with the transfer's latency), on a send's completion, and posting
+     * transfers. */
+    double forward, backward, recv_wait, send_wait, post;
     double span;     /* seconds from the first action's start to the last one's end */
     int peak_slots;  /* the most (micro-batch, chunk) activations held at once */
 } mt_pp_step_report;

@@ -143,6 +143,7 @@ typedef struct mt_train_summary {
     double seconds;
     double comm_wait_share;            /* of the timed steps' time, blocked on communication */
     double tp_comm_share;              /* of the timed steps' time, in tensor-parallel collectives */
+    char verdict[1600]; /* "verdict: ..." lines (world rank 0): what bounds the run and why */
 } mt_train_summary;
 
 /* The whole run: data, model, steps, metrics to OUT/metrics.jsonl, summary.json, the sample

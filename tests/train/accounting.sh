@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# ctest train_accounting: the step accounting and the verdict against injected ground truth.
+# slow_comm on rank 1 raises rank 1's exposed dp communication by the injected time (within 2
+# points of the step's share); slow_compute on rank 1 makes the verdict name rank 1 the
+# straggler; a pp 4 run with as many micro-batches as stages is pipeline-bound, its measured
+# bubble no less than the schedule replayed (`meshtrain bench schedule`) with the run's own
+# per-stage pass times, less 3 points.
+# usage: accounting.sh MESHTRAIN
+set -uo pipefail
+meshtrain=$1
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR=$scratch
+bible -f gen1:1-gen3:24 >"$scratch/text.txt"
+"$meshtrain" data text "$scratch/text.txt" --out "$scratch/data" >/dev/null || exit 1
+job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 2 --width 32 --batch 8
+     --microbatches 1 --steps 6 --warmup 1 --eval_every 0 --sample_tokens 0 --threads 1
+     --log_every 3)
+failed=0
+fail() { echo "FAIL $1"; failed=1; }
+
+# run NAME FAULT ARGS...: trains into $scratch/NAME under the fault.
+run() {
+  local name=$1 fault=$2
+  shift 2
+  if ! MT_INJECT_FAULT=$fault timeout 120 "$meshtrain" train "${job[@]}" --out "$scratch/$name" \
+       "$@" >"$scratch/$name.log" 2>&1; then
+    fail "$name: the run failed"
+    cat "$scratch/$name.log"
+    return 1
+  fi
+}
+
+# Rank 1 sleeps MS before (blocking) or when waiting for (non-blocking) each operation on its
+# world and groups: n operations a step inject n x MS, all of it exposed dp communication (no
+# pipeline, no tp, no evaluation). Its step and its exposed dp rise together (within 2 points
+# of the step), by the injected time less the waits for rank 0 that the clean run had and the
+# slow one no longer has (rank 0 now waits for rank 1).
+ms=40
+run clean "" --nproc 2 && run comm "slow_comm@1:$ms" --nproc 2 && {
+  /usr/bin/python3 - "$scratch/clean" "$scratch/comm" "$ms" <<'EOF' || fail "slow_comm: exposed dp communication"
+import json, sys
+def rank1(out):
+    return json.load(open(f"{out}/summary.json"))["accounting"]["ranks"][1]
+clean, slow, ms = rank1(sys.argv[1]), rank1(sys.argv[2]), float(sys.argv[3])
+wall = slow["wall_ms"]
+rise, step_rise = slow["dp"] - clean["dp"], wall - clean["wall_ms"]
+n = round((step_rise + clean["dp"]) / ms)
+injected = n * ms
+gap = abs(rise - step_rise) / wall
+ok = n >= 1 and gap <= 0.02 and injected - clean["dp"] - 0.02 * wall <= rise <= injected + 0.02 * wall
+print(f"{'ok  ' if ok else 'FAIL'} slow_comm@1:{ms:g}: {n} operations x {ms:g} ms injected per "
+      f"step; rank 1's exposed dp rose {rise:.1f} ms, its step {step_rise:.1f} ms ({100 * gap:.1f} "
+      f"points of its {wall:.1f} ms step apart; its clean run waited {clean['dp']:.1f} ms on dp)")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+run compute "slow_compute@1:30" --nproc 2 && {
+  grep -q "verdict: straggler: rank 1 " "$scratch/compute.log" &&
+    grep -q '"kind": "straggler", "text": "straggler: rank 1 ' "$scratch/compute/summary.json" &&
+    echo "ok   slow_compute@1:30: $(grep -o 'straggler: rank 1 [^;]*' "$scratch/compute.log")" ||
+    fail "slow_compute@1:30: rank 1 is not named the straggler: $(grep verdict "$scratch/compute.log")"
+  grep -q "verdict: straggler: rank 0 " "$scratch/compute.log" && fail "rank 0 named a straggler"
+}
+
+# pp 4 with 4 micro-batches: wide enough that passes outweigh the transfers' latency.
+run pp "" --nproc 4 --pp 4 --microbatches 4 --layers 4 --width 128 --context 32 --schedule gpipe && {
+  per_stage=$(/usr/bin/python3 -c 'import json, sys
+ranks = json.load(open(sys.argv[1]))["accounting"]["ranks"]
+print(",".join("%.6f" % (r["forward"] / 4e3) for r in ranks),
+      ",".join("%.6f" % (r["backward"] / 4e3) for r in ranks))' "$scratch/pp/summary.json")
+  read -r forward backward <<<"$per_stage"
+  "$meshtrain" bench schedule --pp 4 --microbatches 4 --schedule gpipe --forward "$forward" \
+    --backward "$backward" >"$scratch/replay.txt" || fail "bench schedule failed"
+  /usr/bin/python3 - "$scratch/pp/summary.json" "$scratch/replay.txt" <<'EOF' || fail "pp 4: verdict or bubble"
+import json, re, sys
+summary = json.load(open(sys.argv[1]))
+replayed = [float(x) / 100 for x in re.findall(r"^\s+\d+\s+([\d.]+)%", open(sys.argv[2]).read(), re.M)]
+measured, replay = sum(summary["bubble"]) / 4, sum(replayed) / len(replayed)
+ok = summary["verdict"]["bound"] == "pipeline" and measured >= replay - 0.03
+print(f"{'ok  ' if ok else 'FAIL'} pp 4, 4 micro-batches: bound {summary['verdict']['bound']}, "
+      f"measured bubble {100 * measured:.1f}%, replayed with the run's pass times "
+      f"{100 * replay:.1f}%, textbook {100 * summary['bubble_expected']:.1f}%")
+sys.exit(0 if ok else 1)
+EOF
+}
+exit $failed
