@@ -93,6 +93,10 @@ static const config_key KEYS[] = {
      "ZeRO stage over the data-parallel ranks: 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters"},
     {"zero3_keep_params", KEY_SWITCH, FIELD(zero3_keep_params), "off", 0, 1,
      "ZeRO 3: keep each gathered block until the update (one gather per block and step, the stage's parameters in full) (on|off)"},
+    {"deterministic", KEY_SWITCH, FIELD(deterministic), "off", 0, 1,
+     "the same bits on any dp and micro-batch count: every sum over the batch in one fixed tree "
+     "over groups of its sequences (power-of-2 dp and microbatches; fp32, no tp, pp, local "
+     "steps or grad_comm hooks) (on|off)"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
     {"local_steps", KEY_INT, FIELD(local_steps), "1", 1, 1e9,

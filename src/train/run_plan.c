@@ -7,6 +7,7 @@
 
 #include "meshtrain/model.h"
 #include "meshtrain/pipeline_stage.h"
+#include "deterministic.h"
 #include "local_sgd.h"
 
 /* The mesh against the world: dp x pp x tp must be the world (dp 0 takes the rest), tp must
@@ -119,6 +120,8 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
         status = check_state_layout(cfg, &out->shape);
     if (status == MT_OK)
         status = trainer_local_check_config(cfg);
+    if (status == MT_OK)
+        status = trainer_deterministic_plan(cfg, out);
     if (status == MT_OK && out->shape.pp > 1)
         status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, cfg->microbatches,
                                        out->chunks, &out->schedule);

@@ -125,4 +125,11 @@ void mt_sgd_update(float *param, const float *grad, float *buffer, long n, const
 /* Sum of squares of n elements, accumulated in double. */
 double mt_sum_squares(const float *x, long n);
 
+/* The largest |x[i]| (NaN when any is NaN; 0 for none). */
+float mt_max_abs(const float *x, long n);
+/* Adds sum over i of round(x[i]^2 * 2^shift) into the 128-bit integer sum[1] 2^64 + sum[0],
+ * exactly: the result depends on neither the order nor the threads (each term must stay below
+ * 2^63; the caller picks shift from the largest |x|). */
+void mt_sum_squares_fixed(const float *x, long n, int shift, uint64_t sum[2]);
+
 #endif
