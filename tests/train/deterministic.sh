@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # --deterministic on gives the same bits on any dp and micro-batch count: dp 1, 2, 4 x
-# microbatches 1, 4 within ZeRO 0 and within ZeRO 3, on 1 thread per rank and some on 2, must
-# log the same losses and gradient norms and write byte-identical model.safetensors. Without it
-# dp 2 differs from one process (so the comparison can tell). bench/deterministic/run.sh runs
+# microbatches 1, 4 within ZeRO 0 and within ZeRO 3, on 1 thread per rank and some on 2 (and dp
+# 4 over tcp, whose rings sum in another order than shm), must log the same losses and gradient
+# norms and write byte-identical model.safetensors. Without it dp 2 differs from one process (so
+# the comparison can tell). bench/deterministic/run.sh runs
 # the issue's whole matrix (20 steps, every run on 1 and 2 threads) and the cost.
 # usage: deterministic.sh MESHTRAIN [SCRATCH]
 set -euo pipefail
@@ -30,14 +31,15 @@ run() { # name, then train flags
   fi
 }
 
-layouts=${MT_DETERMINISTIC_LAYOUTS:-"1:1:1 2:1:1 4:1:1 1:4:1 2:4:1 4:4:1 1:1:2 2:1:2 4:4:2"}
+# dp:microbatches:threads[:back end]; tcp's rings sum in another order than shm's
+layouts=${MT_DETERMINISTIC_LAYOUTS:-"1:1:1 2:1:1 4:1:1 1:4:1 2:4:1 4:4:1 1:1:2 2:1:2 4:4:2 4:1:1:tcp"}
 for zero in 0 3; do
   reference=""
   for layout in $layouts; do
-    IFS=: read -r dp micro threads <<< "$layout"
-    name="zero${zero}_dp${dp}_m${micro}_t${threads}"
-    run "$name" --deterministic on --zero $zero --nproc $dp --microbatches $micro \
-      --threads $threads || continue
+    IFS=: read -r dp micro threads backend <<< "$layout"
+    name="zero${zero}_dp${dp}_m${micro}_t${threads}${backend:+_$backend}"
+    MT_COMM_BACKEND=${backend:-shm} run "$name" --deterministic on --zero $zero --nproc $dp \
+      --microbatches $micro --threads $threads || continue
     print=$(fingerprint "$scratch/$name" | tr '\n' ' ')
     if [ -z "$reference" ]; then
       reference=$print; first=$name
