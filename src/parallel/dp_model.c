@@ -58,7 +58,7 @@ mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, floa
             memcpy(out, in, m->gpt->units[unit].numel * sizeof(float));
         return MT_OK;
     }
-    if (m->tree_passes) /* the tree over ranks; blocking, it waits for nothing in flight */
+    if (m->tree_passes) /* the tree over ranks, blocking: it runs after the work in flight */
         return dp_tree_reduce_scatter_unit(m, unit, in, out);
     return mt_comm_reduce_scatterv_async(m->group, in, out, m->counts + (size_t)unit * m->size,
                                          MT_F32, MT_SUM, work);
