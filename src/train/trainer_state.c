@@ -214,6 +214,11 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     if (status)
         return status;
     mt_kernels_set_threads(st->threads.threads);
+    /* OpenBLAS's threaded products round otherwise than its single-threaded ones at some
+     * shapes; the deterministic run keeps them on one thread (the other kernels own fixed
+     * column blocks and keep every thread) */
+    if (cfg->deterministic)
+        mt_kernels_set_blas_threads(1);
     if ((status = balance_stages(plan, st->world)))
         return status;
     tr->plan = plan; /* final: the rest of the run only reads it */

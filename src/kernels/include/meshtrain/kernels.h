@@ -8,6 +8,9 @@
 
 /* Sets the threads used by the kernels (OpenMP loops and BLAS share one pool). */
 void mt_kernels_set_threads(int threads);
+/* The threads of OpenBLAS's products alone (after mt_kernels_set_threads): 1 makes a product's
+ * bits independent of the thread count, which its threaded split does not promise. */
+void mt_kernels_set_blas_threads(int threads);
 
 /* y[n,out] = x[n,in] W^T + b, overwriting y; or adding to y when `accumulate`
  * (how residual branches are summed without a separate buffer). b may be NULL. */
