@@ -103,6 +103,10 @@ static const config_key KEYS[] = {
      "folder of the offload files, on fast local storage (empty: OUT/offload)"},
     {"offload_buffers", KEY_INT, FIELD(offload_buffers), "4", 2, 1024,
      "offload: unit-sized buffers per rank that state streams through (read ahead, written behind)"},
+    {"deterministic", KEY_SWITCH, FIELD(deterministic), "off", 0, 1,
+     "the same bits on any dp and micro-batch count: every sum over the batch in one fixed tree "
+     "over groups of its sequences (power-of-2 dp and microbatches; fp32, no tp, pp, local "
+     "steps or grad_comm hooks) (on|off)"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
     {"local_steps", KEY_INT, FIELD(local_steps), "1", 1, 1e9,

@@ -12,3 +12,8 @@ void mt_kernels_set_threads(int threads)
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
 }
+
+void mt_kernels_set_blas_threads(int threads)
+{
+    openblas_set_num_threads(threads < 1 ? 1 : threads);
+}

@@ -128,7 +128,10 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
         status = dp_reduce_scatter_unit(m, unit, grad, grad + m->slices[unit].first, &work);
     } else {
         for (int i = 0; i < m->bucket_count; i++)
-            if (m->buckets[i].first_unit == unit)
+            if (m->buckets[i].first_unit == unit && m->tree_passes)
+                status = dp_tree_allreduce(m, m->full_grad + m->buckets[i].offset,
+                                           m->buckets[i].numel);
+            else if (m->buckets[i].first_unit == unit)
                 status = mt_comm_allreduce_async(m->group, m->full_grad + m->buckets[i].offset,
                                                  m->full_grad + m->buckets[i].offset,
                                                  m->buckets[i].numel, MT_F32, MT_SUM, &work);

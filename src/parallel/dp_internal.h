@@ -95,6 +95,14 @@ struct mt_dp_model {
     mt_offload *offload;
     int *record_unit, record_count;
     mt_arena staged_arena;
+    /* --deterministic on (dp_tree.c): passes per step, the kept partials of the pass tree (one
+     * per level below the top, gradient-arena sized, `tree_kept` of them), the scratch of the
+     * group's tree reductions, and the square sums and bytes of the passes so far */
+    int tree_passes, tree_levels;
+    mt_arena tree_arena;
+    float **tree_kept;
+    float *tree_scratch;
+    double tree_squares, tree_bytes;
 };
 
 /* dp_model.c */
@@ -161,6 +169,15 @@ mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const m
 /* Where a gather of `unit` into `out` takes this rank's slice from: the slice arena, or with
  * offloaded parameters the slice's place in out, read there from the file (an in-place gather). */
 mt_status dp_param_source(mt_dp_model *m, int unit, float *out, const float **slice);
+/* dp_tree.c (--deterministic on) */
+mt_status dp_tree_create(mt_dp_model *m, int passes);
+void dp_tree_destroy(mt_dp_model *m);
+/* The group's sums in a fixed tree over its ranks: a unit's reduce-scatter, a bucket's
+ * all-reduce (in place) */
+mt_status dp_tree_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out);
+mt_status dp_tree_allreduce(mt_dp_model *m, float *buffer, size_t count);
+/* The norm as an exact sum, so where slices are cut and the threads cannot change it */
+mt_status dp_tree_grad_norm(mt_dp_model *m, double *norm);
 
 /* dp_hooks.c */
 mt_status dp_hook_before(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);

@@ -59,6 +59,8 @@ mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, floa
             memcpy(out, in, m->gpt->units[unit].numel * sizeof(float));
         return MT_OK;
     }
+    if (m->tree_passes) /* the tree over ranks, blocking: it runs after the work in flight */
+        return dp_tree_reduce_scatter_unit(m, unit, in, out);
     return mt_comm_reduce_scatterv_async(m->group, in, out, m->counts + (size_t)unit * m->size,
                                          MT_F32, MT_SUM, work);
 }
@@ -348,12 +350,18 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'zero': a gradient-communication "
                                     "hook needs zero 0 or 1 (zero %d's reduce-scatter owns the "
                                     "gradient)", m->zero);
+    if (status == MT_OK && options->deterministic_passes &&
+        options->grad_comm.kind != MT_GRAD_COMM_ALLREDUCE)
+        status = mt_fail(MT_EINVAL, "data parallel: deterministic sums take the plain reduction, "
+                                    "not a gradient-communication hook");
     if (status == MT_OK && (m->zero == 0 || options->grad_comm.kind != MT_GRAD_COMM_ALLREDUCE))
         status = plan_buckets(m, options->bucket_bytes);
     if (status == MT_OK)
         status = allocate_state(m);
     if (status == MT_OK)
         status = dp_offload_open(m, options);
+    if (status == MT_OK && options->deterministic_passes && !m->parameters_only)
+        status = dp_tree_create(m, options->deterministic_passes);
     /* A step keeps at most one operation per unit in flight (buckets, gathers, reductions),
      * plus a blocking call queued behind them: handles for all of them, once. */
     if (status == MT_OK && group)
@@ -400,6 +408,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     mt_arena_free(&m->gathered_arena);
     mt_arena_free(&m->grad_buffer_arena);
     dp_offload_close(m);
+    dp_tree_destroy(m);
     if (m->gpt) {
         m->gpt->hooks = (mt_gpt_hooks){0};
         for (int u = 0; u < m->gpt->unit_count; u++)

@@ -73,6 +73,8 @@ mt_status mt_dp_model_grad_norm(mt_dp_model *m, double *norm)
     /* Each element once: this rank's slice of every tensor (zero 0: the whole replicated
      * gradient, the same on every replica), a tensor that every tensor-parallel rank holds
      * whole only on tensor-parallel rank 0, and the tied embeddings on the first stage only. */
+    if (m->tree_passes)
+        return dp_tree_grad_norm(m, norm);
     const mt_gpt *gpt = m->gpt;
     double sum = 0;
     for (int i = 0; i < gpt->param_count; i++) {

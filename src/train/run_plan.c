@@ -10,6 +10,7 @@
 #include "meshtrain/model.h"
 #include "meshtrain/offload.h"
 #include "meshtrain/pipeline_stage.h"
+#include "deterministic.h"
 #include "local_sgd.h"
 
 /* The mesh against the world: dp x pp x tp must be the world (dp 0 takes the rest), tp must
@@ -178,6 +179,8 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
         status = trainer_local_check_config(cfg);
     if (status == MT_OK)
         status = check_offload(cfg, &out->shape);
+    if (status == MT_OK)
+        status = trainer_deterministic_plan(cfg, out);
     if (status == MT_OK && out->shape.pp > 1)
         status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, cfg->microbatches,
                                        out->chunks, &out->schedule);

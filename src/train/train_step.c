@@ -9,18 +9,18 @@
 #include "meshtrain/clock.h"
 #include "trainer_internal.h"
 
-/* This rank's micro-batch number `key` = batch x microbatches + micro (batch: the global
- * batch's number in the data, from 0): its dp_rank-th slice of the global batch's micro-th
- * part, so the group together draws exactly the sequences one process would. Reads only what
+/* This rank's micro-batch number `key` = batch x passes + micro (batch: the global batch's
+ * number in the data, from 0; passes: the plan's micro-batches, or deterministic groups per
+ * rank): its dp_rank-th slice of the global batch's micro-th part, so the group together draws exactly the sequences one process would. Reads only what
  * the run never changes, so the prefetch thread calls it. */
 static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, int32_t *targets)
 {
     const trainer *tr = context;
     const mt_config *cfg = tr->cfg;
     const trainer_state *st = &tr->state;
-    uint64_t batch = key / (uint64_t)cfg->microbatches, micro = key % (uint64_t)cfg->microbatches;
+    uint64_t passes = (uint64_t)tr->plan->passes, batch = key / passes, micro = key % passes;
     int t = cfg->context, sequences = tr->plan->micro_sequences;
-    uint64_t first = batch * (uint64_t)cfg->batch + micro * (uint64_t)(cfg->batch / cfg->microbatches) +
+    uint64_t first = batch * (uint64_t)cfg->batch + micro * ((uint64_t)cfg->batch / passes) +
                      (uint64_t)st->at.dp * (uint64_t)sequences;
     mt_status status = MT_OK;
     for (int i = 0; status == MT_OK && i < sequences; i++)
@@ -32,7 +32,7 @@ static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, in
 mt_status trainer_draw_microbatch(trainer *tr, int step, int micro)
 {
     trainer_state *st = &tr->state;
-    uint64_t key = (uint64_t)st->step_batch * (uint64_t)tr->cfg->microbatches + (uint64_t)micro;
+    uint64_t key = (uint64_t)st->step_batch * (uint64_t)tr->plan->passes + (uint64_t)micro;
     double start = mt_clock_seconds();
     mt_status status = st->prefetch
                            ? trainer_prefetch_take(st->prefetch, key, st->inputs, st->targets)
@@ -53,7 +53,7 @@ mt_status trainer_prefetch_begin(trainer *tr)
         return MT_OK;
     /* the batches the remaining steps draw unless they meet left-out ones (a key the thread
      * did not prepare is drawn when taken) */
-    uint64_t m = (uint64_t)cfg->microbatches, first = (uint64_t)st->training.cursor;
+    uint64_t m = (uint64_t)tr->plan->passes, first = (uint64_t)st->training.cursor;
     return trainer_prefetch_start(&st->prefetch, cfg->prefetch,
                                   (size_t)tr->plan->micro_sequences * (size_t)cfg->context,
                                   first * m, (first + (uint64_t)(cfg->steps - st->start_step)) * m,
@@ -126,7 +126,9 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
                              any_nan ? "NaN" : "infinite",
                              count > 1 ? "s" : "", ranks);
     }
-    *loss = total / ((double)tr->cfg->microbatches * tr->plan->shape.dp);
+    /* deterministic: the groups' tree, not the ranks' sum in the all-reduce's order */
+    *loss = tr->cfg->deterministic ? tr->state.group_mean_loss
+                                   : total / ((double)tr->cfg->microbatches * tr->plan->shape.dp);
     return status;
 }
 

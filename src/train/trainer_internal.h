@@ -39,7 +39,8 @@ typedef struct trainer_passes {
     /* The whole model's forward, for validation and sampling. */
     mt_forward (*forward)(trainer *tr);
 } trainer_passes;
-extern const trainer_passes trainer_plain_passes, trainer_pipeline_passes;
+/* deterministic: one pass per group of the batch, each reduced and added into the tree */
+extern const trainer_passes trainer_plain_passes, trainer_pipeline_passes, trainer_group_passes;
 
 /* The training state: this rank's place on the mesh, the model and what it learns (one
  * mt_dp_model owns parameters, gradients and Adam moments on every layout, one process
@@ -62,6 +63,9 @@ typedef struct trainer_state {
     double val_bpb_per_loss;
     int32_t *inputs, *targets; /* one micro-batch of this rank */
     double *finite_checks;     /* every rank's loss and gradient square sum (train_step.c) */
+    /* deterministic: each pass's loss, the group's gathered (2 x groups), and the step's mean
+     * loss over them in the groups' tree (step_groups.c) */
+    double *group_losses, *group_gather, group_mean_loss;
     trainer_prefetch *prefetch; /* NULL: the step draws its micro-batches itself */
     const trainer_passes *passes;
     /* pp > 1: the stage's executor, the communicator its gradients travel on (activations

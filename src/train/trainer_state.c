@@ -221,7 +221,8 @@ static mt_status build_model(trainer *tr, int parameters_only)
                              .grad_comm = {.powersgd_rank = cfg->powersgd_rank,
                                            .powersgd_start = cfg->powersgd_start,
                                            .onebit_warmup = cfg->onebit_warmup,
-                                           .seed = cfg->seed}};
+                                           .seed = cfg->seed},
+                             .deterministic_passes = cfg->deterministic ? tr->plan->passes : 0};
     if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
         return mt_fail_context(status, "config key 'grad_comm'");
     char offload_path[MT_PATH_MAX + 64];
@@ -248,6 +249,11 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     if (status)
         return status;
     mt_kernels_set_threads(st->threads.threads);
+    /* OpenBLAS's threaded products round otherwise than its single-threaded ones at some
+     * shapes; the deterministic run keeps them on one thread (the other kernels own fixed
+     * column blocks and keep every thread) */
+    if (cfg->deterministic)
+        mt_kernels_set_blas_threads(1);
     if ((status = balance_stages(plan, st->world)))
         return status;
     tr->plan = plan; /* final: the rest of the run only reads it */
@@ -270,14 +276,20 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     trainer_spike_guard_init(&st->spike, cfg, resume->step >= 0 ? &resume->training.spike : NULL);
     st->training.scaler = st->scaler.state;
     st->training.spike = st->spike.state;
-    st->passes = tr->plan->shape.pp > 1 ? &trainer_pipeline_passes : &trainer_plain_passes;
+    st->passes = tr->plan->shape.pp > 1 ? &trainer_pipeline_passes
+                 : cfg->deterministic      ? &trainer_group_passes
+                                           : &trainer_plain_passes;
     if (tr->plan->shape.pp > 1 && (status = trainer_pipeline_start(tr)))
         return status;
     size_t tokens = (size_t)tr->plan->micro_sequences * cfg->context;
     st->inputs = malloc(tokens * sizeof *st->inputs);
     st->targets = malloc(tokens * sizeof *st->targets);
     st->finite_checks = calloc(2 * (size_t)tr->plan->world_size, sizeof *st->finite_checks);
-    if (!st->inputs || !st->targets || !st->finite_checks)
+    size_t groups = (size_t)tr->plan->passes * (size_t)tr->plan->shape.dp;
+    st->group_losses = calloc((size_t)tr->plan->passes, sizeof *st->group_losses);
+    st->group_gather = calloc(2 * groups, sizeof *st->group_gather);
+    if (!st->inputs || !st->targets || !st->finite_checks || !st->group_losses ||
+        !st->group_gather)
         return mt_fail(MT_ENOMEM, "cannot allocate the batch buffers");
     return with_corpus ? trainer_prefetch_begin(tr) : MT_OK; /* no corpus, nothing to read */
 }
@@ -309,6 +321,8 @@ void trainer_state_close(trainer *tr)
     free(st->inputs);
     free(st->targets);
     free(st->finite_checks);
+    free(st->group_losses);
+    free(st->group_gather);
     free(st->training.skipped);
     st->training.skipped = NULL;
 }

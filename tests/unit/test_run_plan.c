@@ -78,5 +78,34 @@ int main(void)
                   whole[i][1], whole[i][3], mt_last_error());
         mt_run_plan_free(&plan);
     }
+    /* --deterministic on: the layouts it cannot make bitwise, each saying why */
+    REFUSED(3, "config keys 'deterministic' and 'dp': dp 3 is not a power of 2", "deterministic",
+            "on", "batch", "12");
+    REFUSED(1, "config keys 'deterministic' and 'microbatches': 3 micro-batches is not a power "
+               "of 2", "deterministic", "on", "batch", "12", "microbatches", "3");
+    REFUSED(2, "config keys 'deterministic' and 'tp', 'pp': deterministic sums cover data "
+               "parallelism alone", "deterministic", "on", "tp", "2");
+    REFUSED(2, "config keys 'deterministic' and 'tp', 'pp'", "deterministic", "on", "pp", "2",
+            "microbatches", "2", "layers", "2");
+    REFUSED(1, "config keys 'deterministic' and 'precision'", "deterministic", "on", "precision",
+            "bf16");
+    REFUSED(2, "config keys 'deterministic' and 'grad_comm'", "deterministic", "on", "grad_comm",
+            "powersgd");
+    REFUSED(2, "config keys 'deterministic' and 'local_steps', 'outer_optimizer'",
+            "deterministic", "on", "local_steps", "4");
+    REFUSED(4, "config keys 'deterministic' and 'zero_shard_size'", "deterministic", "on",
+            "zero", "1", "zero_shard_size", "2");
+    REFUSED(2, "config keys 'deterministic' and 'offload'", "deterministic", "on", "offload",
+            "optimizer");
+    /* the groups: the largest power of 2 dividing the batch (24: 8 groups of 3 sequences),
+     * one pass per group, dp x microbatches cutting them into whole subtrees */
+    mt_config_defaults(&c);
+    CHECK(mt_config_set(&c, "deterministic", "on", "test") == MT_OK);
+    CHECK(mt_config_set(&c, "batch", "24", "test") == MT_OK);
+    CHECK(mt_config_set(&c, "microbatches", "2", "test") == MT_OK);
+    CHECK_MSG(mt_run_plan_resolve(&c, 2, &plan) == MT_OK, "deterministic: %s", mt_last_error());
+    CHECK_MSG(plan.micro_sequences == 3 && plan.passes == 4, "groups of %d, %d passes",
+              plan.micro_sequences, plan.passes);
+    mt_run_plan_free(&plan);
     return check_summary("test_run_plan");
 }

@@ -103,6 +103,20 @@ mt_status mt_comm_alltoall(mt_comm *comm, const void *send, void *recv, size_t c
                            mt_dtype dtype);
 mt_status mt_comm_barrier(mt_comm *comm);
 
+/* Float sums in one fixed pairwise tree over the ranks, ((r0 + r1) + (r2 + r3)) for 4, the same
+ * bits on every back end and algorithm (the plain sums above combine in whatever order their
+ * algorithm takes): an all-to-all of the blocks, each rank summing its block locally, then for
+ * the all-reduce an all-gather. Rank r's block of `count` is [r count / size, (r + 1) count /
+ * size). `scratch` holds mt_comm_tree_scratch(size, count) floats. recv may be this rank's
+ * block of send; the all-reduce is in place. */
+size_t mt_comm_tree_scratch(int size, size_t count);
+mt_status mt_comm_reduce_scatter_tree(mt_comm *comm, const float *send, float *recv, size_t count,
+                                      float *scratch);
+mt_status mt_comm_allreduce_tree(mt_comm *comm, float *buffer, size_t count, float *scratch);
+/* The local tree: piece 0 (of n, `stride` floats apart, `count` each) becomes their sum, piece
+ * i taking piece i + 1, then i + 2, ... level by level. */
+void mt_reduce_tree_f32(float *pieces, size_t stride, int n, size_t count);
+
 /* Point to point. Messages from one rank to another arrive in the order sent; a receive must
  * name the tag, count and type of the next message from that peer, else both sides fail. */
 mt_status mt_comm_send(mt_comm *comm, const void *buffer, size_t count, mt_dtype dtype, int peer,

@@ -35,6 +35,7 @@ typedef struct mt_config {
     int zero;          /* ZeRO stage 0-3 over the data-parallel group */
     int zero_shard_size; /* ZeRO 1-3: data-parallel ranks per shard group (0: all of them) */
     int zero3_keep_params; /* ZeRO 3: gathered blocks kept for the whole step */
+    int deterministic;     /* the same bits on any dp and micro-batch count (run_plan.h) */
     char schedule[MT_TEXT_MAX]; /* pipeline schedule: gpipe, 1f1b or interleaved */
     int chunks;        /* model chunks per pipeline stage (interleaved) */
     char balance[MT_TEXT_MAX];  /* layers per stage: even, or cost (measured) */

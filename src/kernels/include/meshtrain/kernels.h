@@ -8,6 +8,9 @@
 
 /* Sets the threads used by the kernels (OpenMP loops and BLAS share one pool). */
 void mt_kernels_set_threads(int threads);
+/* The threads of OpenBLAS's products alone (after mt_kernels_set_threads): 1 makes a product's
+ * bits independent of the thread count, which its threaded split does not promise. */
+void mt_kernels_set_blas_threads(int threads);
 
 /* y[n,out] = x[n,in] W^T + b, overwriting y; or adding to y when `accumulate`
  * (how residual branches are summed without a separate buffer). b may be NULL. */
@@ -124,5 +127,12 @@ void mt_sgd_update(float *param, const float *grad, float *buffer, long n, const
 
 /* Sum of squares of n elements, accumulated in double. */
 double mt_sum_squares(const float *x, long n);
+
+/* The largest |x[i]| (NaN when any is NaN; 0 for none). */
+float mt_max_abs(const float *x, long n);
+/* Adds sum over i of round(x[i]^2 * 2^shift) into the 128-bit integer sum[1] 2^64 + sum[0],
+ * exactly: the result depends on neither the order nor the threads (each term must stay below
+ * 2^63; the caller picks shift from the largest |x|). */
+void mt_sum_squares_fixed(const float *x, long n, int shift, uint64_t sum[2]);
 
 #endif

@@ -87,6 +87,10 @@ typedef struct mt_dp_options {
     mt_offload_kind offload;
     const char *offload_path;
     int offload_buffers;
+    int deterministic_passes; /* --deterministic on: the passes this rank runs per step (a power
+                               * of 2), each its own begin_micro(0, 1) ... finish_gradients,
+                               * then mt_dp_model_end_pass; the group's sums in a fixed tree
+                               * (mt_comm_*_tree) and an exact norm. 0: off */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
@@ -116,6 +120,14 @@ void mt_dp_model_set_last_backward(mt_dp_model *model, int last);
  * *local_sum_squares is the sum of squares of the gradients this rank computed, before any
  * reduction mixed them with its peers' (a NaN there says where a NaN started). */
 mt_status mt_dp_model_finish_gradients(mt_dp_model *model, double *local_sum_squares);
+
+/* --deterministic on, after pass `pass`'s mt_dp_model_finish_gradients: the pass's reduced
+ * gradient joins the others in a balanced binary tree over the passes (a pass's partial is kept
+ * until its sibling's arrives); after the last pass the gradients hold the tree's sum, and
+ * finish_gradients reports the square sum of every pass. Pass j of data-parallel rank r is
+ * group j dp + r of the global batch, so with the group's tree over ranks the step's gradient
+ * is one tree over the batch's groups, whatever dp and the passes per rank. */
+mt_status mt_dp_model_end_pass(mt_dp_model *model, int pass);
 
 /* The global norm of the reduced gradient, every element counted once across the data- and
  * tensor-parallel groups, the same value on every rank. */

@@ -15,7 +15,10 @@ typedef struct mt_run_plan {
     mt_pp_schedule_kind schedule_kind; /* the pipeline's (read only when pp > 1) */
     int chunks;                /* model chunks per stage: 1 unless interleaved with pp > 1 */
     mt_pp_schedule schedule;   /* pp > 1: every stage's actions, proven runnable; else empty */
-    int micro_sequences;       /* sequences per micro-batch on one data-parallel rank */
+    int micro_sequences;       /* sequences per micro-batch on one data-parallel rank (under
+                                * deterministic: per pass, the group size g) */
+    int passes;                /* forward-backward passes per rank and step: the micro-batches,
+                                * or under deterministic the rank's groups, one pass each */
     int balance_by_cost;       /* stage layers follow measured layer costs (balance = cost) */
     /* Layers of each virtual stage (pp x chunks, chunk c of stage s at c * pp + s): the even
      * split; a cost-balanced run replaces it once with mt_run_plan_balance. */
