@@ -52,6 +52,15 @@ static mt_status all_reduce(mt_gpt *gpt, float *data, size_t count, const char *
     return timed(gpt, gpt->tp.all_reduce(gpt->tp.context, data, count), start, what);
 }
 
+/* Activations and their gradients take the activation hooks when the owner gave them. */
+static mt_status activation_all_reduce(mt_gpt *gpt, float *data, size_t count, const char *what)
+{
+    if (!gpt->tp.activation_all_reduce)
+        return all_reduce(gpt, data, count, what);
+    double start = mt_clock_seconds();
+    return timed(gpt, gpt->tp.activation_all_reduce(gpt->tp.context, data, count), start, what);
+}
+
 mt_status gpt_tp_all_reduce(mt_gpt *gpt, float *data, size_t count, const char *what)
 {
     return all_reduce(gpt, data, count, what);
@@ -64,11 +73,25 @@ static mt_status all_gather(mt_gpt *gpt, const float *in, float *out, const size
     return timed(gpt, gpt->tp.all_gather(gpt->tp.context, in, out, counts), start, what);
 }
 
+static mt_status activation_all_gather(mt_gpt *gpt, const float *in, float *out,
+                                       const size_t *counts, const char *what)
+{
+    if (!gpt->tp.activation_all_gather)
+        return all_gather(gpt, in, out, counts, what);
+    double start = mt_clock_seconds();
+    return timed(gpt, gpt->tp.activation_all_gather(gpt->tp.context, in, out, counts), start,
+                 what);
+}
+
+/* Every reduce-scatter sums activations or their gradients. */
 static mt_status reduce_scatter(mt_gpt *gpt, const float *in, float *out, const size_t *counts,
                                 const char *what)
 {
     double start = mt_clock_seconds();
-    return timed(gpt, gpt->tp.reduce_scatter(gpt->tp.context, in, out, counts), start, what);
+    mt_status (*run)(void *, const float *, float *, const size_t *) =
+        gpt->tp.activation_reduce_scatter ? gpt->tp.activation_reduce_scatter
+                                          : gpt->tp.reduce_scatter;
+    return timed(gpt, run(gpt->tp.context, in, out, counts), start, what);
 }
 
 mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *into,
@@ -78,7 +101,8 @@ mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *
     if (!sequence_parallel(gpt))
         return MT_OK;
     *full = into;
-    return all_gather(gpt, local, into, row_counts(gpt, width), "all-gather of the sequence");
+    return activation_all_gather(gpt, local, into, row_counts(gpt, width),
+                                 "all-gather of the sequence");
 }
 
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,
@@ -99,7 +123,8 @@ mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *resi
                                 "reduce-scatter of a row-parallel output");
     } else {
         mt_linear_forward(out, in, w, NULL, n, in_width, c, 0);
-        status = all_reduce(gpt, out, (size_t)n * c, "all-reduce of a row-parallel output");
+        status = activation_all_reduce(gpt, out, (size_t)n * c,
+                                       "all-reduce of a row-parallel output");
     }
     if (status)
         return status;
@@ -126,7 +151,8 @@ mt_status gpt_tp_sum_input_grad(mt_gpt *gpt)
     if (sequence_parallel(gpt))
         return reduce_scatter(gpt, gpt->acts->partial, gpt->acts->dln, row_counts(gpt, c),
                               "reduce-scatter of an input gradient");
-    return all_reduce(gpt, gpt->acts->dln, (size_t)n * c, "all-reduce of an input gradient");
+    return activation_all_reduce(gpt, gpt->acts->dln, (size_t)n * c,
+                                 "all-reduce of an input gradient");
 }
 
 void gpt_tp_norm_grads_begin(mt_gpt *gpt, float *const *grads, float **pass, int count)
@@ -168,7 +194,8 @@ mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
         status = reduce_scatter(gpt, lookup, a->encoded, row_counts(gpt, c),
                                 "reduce-scatter of the token embeddings");
     else
-        status = all_reduce(gpt, lookup, (size_t)n * c, "all-reduce of the token embeddings");
+        status = activation_all_reduce(gpt, lookup, (size_t)n * c,
+                                       "all-reduce of the token embeddings");
     if (status == MT_OK)
         mt_position_add(a->encoded, wpe, gpt->first_row, gpt->rows_local, gpt->t, c);
     return status;

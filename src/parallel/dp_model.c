@@ -49,6 +49,16 @@ mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *ou
                                     MT_F32, work);
 }
 
+mt_status dp_gather_unit_for_pass(mt_dp_model *m, int unit, float *out, mt_work **work,
+                                  int *packed)
+{
+    *packed = m->packed_counts != NULL;
+    if (!*packed)
+        return dp_gather_unit(m, unit, m->slice_param + m->slices[unit].local, out, work);
+    *work = NULL;
+    return dp_gather_bf16_start(m, unit, out, work);
+}
+
 mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out,
                                  mt_work **work)
 {
@@ -58,8 +68,9 @@ mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, floa
             memcpy(out, in, m->gpt->units[unit].numel * sizeof(float));
         return MT_OK;
     }
-    return mt_comm_reduce_scatterv_async(m->group, in, out, m->counts + (size_t)unit * m->size,
-                                         MT_F32, MT_SUM, work);
+    return mt_comm_reduce_scatterv_wire_async(m->group, in, out,
+                                              m->counts + (size_t)unit * m->size, MT_SUM,
+                                              m->grad_wire, work);
 }
 
 /* Rank r's slice of n elements: [r n / dp, (r + 1) n / dp), so sizes differ by at most one. */
@@ -320,6 +331,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->zero = options->zero;
     m->parameters_only = options->parameters_only;
     m->keep_params = options->keep_params;
+    m->grad_wire = options->grad_wire;
+    m->param_wire = options->param_wire;
     m->tensor_group = options->tensor_group;
     m->pipeline_group = options->pipeline_group;
     m->embedding_group = options->embedding_group;
@@ -344,6 +357,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = plan_buckets(m, options->bucket_bytes);
     if (status == MT_OK)
         status = allocate_state(m);
+    if (status == MT_OK && group && m->zero == 3 && m->param_wire == MT_BF16)
+        status = dp_gather_bf16_plan(m);
     /* A step keeps at most one operation per unit in flight (buckets, gathers, reductions),
      * plus a blocking call queued behind them: handles for all of them, once. */
     if (status == MT_OK && group)
@@ -382,6 +397,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
             m->gpt->unit_param[u] = m->gpt->unit_grad[u] = NULL;
     }
     free(m->counts);
+    free(m->packed_counts);
     free(m->checksums);
     free(m->slices);
     free(m->buckets);

@@ -174,6 +174,10 @@ static mt_status build_model(trainer *tr, int parameters_only)
         status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
     if (status == MT_OK)
         status = mt_gpt_precision_parse(cfg->precision, &kernels.precision);
+    /* tp, pp and zero 3's traffic travels in the compute precision: bf16's (fp16 keeps fp32,
+     * the collectives' wire being bf16 alone) */
+    mt_dtype compute_wire = kernels.precision == MT_PRECISION_BF16 ? MT_BF16 : MT_F32;
+    mt_tensor_parallel_set_wire(&split, compute_wire);
     if (status == MT_OK && pipelined)
         status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
     if (status == MT_OK)
@@ -193,7 +197,9 @@ static mt_status build_model(trainer *tr, int parameters_only)
                              .grad_comm = {.powersgd_rank = cfg->powersgd_rank,
                                            .powersgd_start = cfg->powersgd_start,
                                            .onebit_warmup = cfg->onebit_warmup,
-                                           .seed = cfg->seed}};
+                                           .seed = cfg->seed},
+                             .grad_wire = strcmp(cfg->grad_reduce, "bf16") ? MT_F32 : MT_BF16,
+                             .param_wire = compute_wire};
     if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
         return mt_fail_context(status, "config key 'grad_comm'");
     /* local steps: the gradients stay inside a replica (a rank, or a host's ranks) */

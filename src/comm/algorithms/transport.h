@@ -64,7 +64,8 @@ struct comm_transport {
     /* Reused between collectives (the collective thread only); freed by the transport. */
     uint8_t *scratch;
     size_t scratch_bytes;
-    /* Bytes this rank has written to its peers in collectives (frame headers included), for
+    /* Bytes this rank has written to its peers in collectives and transfers (frame headers
+     * included; tcp counts its transfers too), for
      * mt_comm_bytes_sent; counted where a transport sends. */
     _Atomic uint64_t sent_bytes;
 };

@@ -62,7 +62,8 @@ const char *mt_comm_backend_name(const mt_comm *comm);
 size_t mt_comm_buffer_bytes(const mt_comm *comm);
 
 /* Bytes this rank has sent to its peers over a network (tcp, hier's tcp part) in collectives
- * on `comm` since its creation, frame headers included; 0 for shared memory, MPI and NULL. */
+ * and transfers on `comm` since its creation, frame headers included; 0 for shared memory,
+ * MPI and NULL. */
 uint64_t mt_comm_bytes_sent(const mt_comm *comm);
 
 /* Memory that peers on this host can read directly (registered): collectives whose buffers

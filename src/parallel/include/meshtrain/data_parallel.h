@@ -72,6 +72,11 @@ typedef struct mt_dp_options {
                                * micro-batch, for a buffer per block: FSDP's
                                * reshard_after_forward=False) */
     mt_grad_comm_options grad_comm; /* zero 0 and 1 only; zeroed: the plain all-reduce */
+    /* What travels (mt_comm_*_wire): MT_F32 (the zero default) or MT_BF16, half the bytes.
+     * grad_wire: the gradient reductions (DDP all-reduce, ZeRO reduce-scatter; every rank's
+     * rounded gradient summed in f32); param_wire: zero 3's gathers of a unit for a pass (the
+     * compute precision; updates, checkpoints and the replica check still read fp32). */
+    mt_dtype grad_wire, param_wire;
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
