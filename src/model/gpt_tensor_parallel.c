@@ -83,15 +83,21 @@ static mt_status activation_all_gather(mt_gpt *gpt, const float *in, float *out,
                  what);
 }
 
-/* Every reduce-scatter sums activations or their gradients. */
 static mt_status reduce_scatter(mt_gpt *gpt, const float *in, float *out, const size_t *counts,
                                 const char *what)
 {
     double start = mt_clock_seconds();
-    mt_status (*run)(void *, const float *, float *, const size_t *) =
-        gpt->tp.activation_reduce_scatter ? gpt->tp.activation_reduce_scatter
-                                          : gpt->tp.reduce_scatter;
-    return timed(gpt, run(gpt->tp.context, in, out, counts), start, what);
+    return timed(gpt, gpt->tp.reduce_scatter(gpt->tp.context, in, out, counts), start, what);
+}
+
+static mt_status activation_reduce_scatter(mt_gpt *gpt, const float *in, float *out,
+                                           const size_t *counts, const char *what)
+{
+    if (!gpt->tp.activation_reduce_scatter)
+        return reduce_scatter(gpt, in, out, counts, what);
+    double start = mt_clock_seconds();
+    return timed(gpt, gpt->tp.activation_reduce_scatter(gpt->tp.context, in, out, counts), start,
+                 what);
 }
 
 mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *into,
@@ -103,6 +109,17 @@ mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *
     *full = into;
     return activation_all_gather(gpt, local, into, row_counts(gpt, width),
                                  "all-gather of the sequence");
+}
+
+mt_status gpt_tp_gather_grad_rows(mt_gpt *gpt, const float *local, int width, float *into,
+                                  const float **full)
+{
+    *full = local;
+    if (!sequence_parallel(gpt))
+        return MT_OK;
+    *full = into;
+    return all_gather(gpt, local, into, row_counts(gpt, width),
+                      "all-gather of the sequence's gradient");
 }
 
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,
@@ -119,8 +136,8 @@ mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *resi
     mt_status status;
     if (sequence_parallel(gpt)) {
         mt_linear_forward(gpt->acts->partial, in, w, NULL, n, in_width, c, 0);
-        status = reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
-                                "reduce-scatter of a row-parallel output");
+        status = activation_reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
+                                           "reduce-scatter of a row-parallel output");
     } else {
         mt_linear_forward(out, in, w, NULL, n, in_width, c, 0);
         status = activation_all_reduce(gpt, out, (size_t)n * c,
@@ -151,8 +168,7 @@ mt_status gpt_tp_sum_input_grad(mt_gpt *gpt)
     if (sequence_parallel(gpt))
         return reduce_scatter(gpt, gpt->acts->partial, gpt->acts->dln, row_counts(gpt, c),
                               "reduce-scatter of an input gradient");
-    return activation_all_reduce(gpt, gpt->acts->dln, (size_t)n * c,
-                                 "all-reduce of an input gradient");
+    return all_reduce(gpt, gpt->acts->dln, (size_t)n * c, "all-reduce of an input gradient");
 }
 
 void gpt_tp_norm_grads_begin(mt_gpt *gpt, float *const *grads, float **pass, int count)
@@ -191,8 +207,8 @@ mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
     mt_embedding_lookup(lookup, a->tokens, wte, gpt->tp.rank * v_tp, v_tp, n, c);
     mt_status status;
     if (sequence_parallel(gpt))
-        status = reduce_scatter(gpt, lookup, a->encoded, row_counts(gpt, c),
-                                "reduce-scatter of the token embeddings");
+        status = activation_reduce_scatter(gpt, lookup, a->encoded, row_counts(gpt, c),
+                                           "reduce-scatter of the token embeddings");
     else
         status = activation_all_reduce(gpt, lookup, (size_t)n * c,
                                        "all-reduce of the token embeddings");
@@ -207,7 +223,8 @@ mt_status gpt_tp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe)
     const float *dy;
     /* Every row's gradient: this rank's vocabulary rows take theirs, and the position
      * gradient, taken over every row, comes out the same on every rank. */
-    mt_status status = gpt_tp_gather_rows(gpt, gpt->acts->dresidual, c, gpt->acts->gathered, &dy);
+    mt_status status =
+        gpt_tp_gather_grad_rows(gpt, gpt->acts->dresidual, c, gpt->acts->gathered, &dy);
     if (status == MT_OK)
         mt_embedding_backward(dwte, dwpe, dy, gpt->acts->tokens, gpt->b, gpt->t, c,
                               gpt->tp.rank * v_tp, v_tp);
