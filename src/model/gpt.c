@@ -671,7 +671,7 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
     gpt_tp_norm_grads_begin(gpt, norm, pass, 4);
     const float *dy, *ln;
 
-    if ((status = gpt_tp_gather_grad_rows(gpt, s->dresidual, c, s->gathered, &dy)))
+    if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
     gpt_linear_backward(gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy,
                         gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand, rows * 4 * c_tp),
@@ -690,7 +690,7 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
     mt_layernorm_backward(s->dresidual, pass[0], pass[1], s->dln, a->res2, a->ln2_mean,
                           a->ln2_rstd, w.ln2_w, local, c);
 
-    if ((status = gpt_tp_gather_grad_rows(gpt, s->dresidual, c, s->gathered, &dy)))
+    if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
     gpt_linear_backward(gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy,
                         gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), w.proj_w, n,

@@ -159,9 +159,6 @@ void gpt_tp_choose_rows(mt_gpt *gpt, int n);
  * reduce-scatter), else `local` itself (its backward is an all-reduce). */
 mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *into,
                              const float **full);
-/* The same for a gradient, which stays fp32 (the activation hooks carry activations only). */
-mt_status gpt_tp_gather_grad_rows(mt_gpt *gpt, const float *local, int width, float *into,
-                                  const float **full);
 /* Out of a row-parallel layer: out[local, c] = residual + sum over ranks of in W^T + b, the
  * sum an all-reduce, or a reduce-scatter under sequence parallelism; b is added once. */
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,

@@ -52,15 +52,6 @@ static mt_status all_reduce(mt_gpt *gpt, float *data, size_t count, const char *
     return timed(gpt, gpt->tp.all_reduce(gpt->tp.context, data, count), start, what);
 }
 
-/* Activations and their gradients take the activation hooks when the owner gave them. */
-static mt_status activation_all_reduce(mt_gpt *gpt, float *data, size_t count, const char *what)
-{
-    if (!gpt->tp.activation_all_reduce)
-        return all_reduce(gpt, data, count, what);
-    double start = mt_clock_seconds();
-    return timed(gpt, gpt->tp.activation_all_reduce(gpt->tp.context, data, count), start, what);
-}
-
 mt_status gpt_tp_all_reduce(mt_gpt *gpt, float *data, size_t count, const char *what)
 {
     return all_reduce(gpt, data, count, what);
@@ -73,31 +64,11 @@ static mt_status all_gather(mt_gpt *gpt, const float *in, float *out, const size
     return timed(gpt, gpt->tp.all_gather(gpt->tp.context, in, out, counts), start, what);
 }
 
-static mt_status activation_all_gather(mt_gpt *gpt, const float *in, float *out,
-                                       const size_t *counts, const char *what)
-{
-    if (!gpt->tp.activation_all_gather)
-        return all_gather(gpt, in, out, counts, what);
-    double start = mt_clock_seconds();
-    return timed(gpt, gpt->tp.activation_all_gather(gpt->tp.context, in, out, counts), start,
-                 what);
-}
-
 static mt_status reduce_scatter(mt_gpt *gpt, const float *in, float *out, const size_t *counts,
                                 const char *what)
 {
     double start = mt_clock_seconds();
     return timed(gpt, gpt->tp.reduce_scatter(gpt->tp.context, in, out, counts), start, what);
-}
-
-static mt_status activation_reduce_scatter(mt_gpt *gpt, const float *in, float *out,
-                                           const size_t *counts, const char *what)
-{
-    if (!gpt->tp.activation_reduce_scatter)
-        return reduce_scatter(gpt, in, out, counts, what);
-    double start = mt_clock_seconds();
-    return timed(gpt, gpt->tp.activation_reduce_scatter(gpt->tp.context, in, out, counts), start,
-                 what);
 }
 
 mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *into,
@@ -107,19 +78,7 @@ mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *
     if (!sequence_parallel(gpt))
         return MT_OK;
     *full = into;
-    return activation_all_gather(gpt, local, into, row_counts(gpt, width),
-                                 "all-gather of the sequence");
-}
-
-mt_status gpt_tp_gather_grad_rows(mt_gpt *gpt, const float *local, int width, float *into,
-                                  const float **full)
-{
-    *full = local;
-    if (!sequence_parallel(gpt))
-        return MT_OK;
-    *full = into;
-    return all_gather(gpt, local, into, row_counts(gpt, width),
-                      "all-gather of the sequence's gradient");
+    return all_gather(gpt, local, into, row_counts(gpt, width), "all-gather of the sequence");
 }
 
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,
@@ -136,12 +95,11 @@ mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *resi
     mt_status status;
     if (sequence_parallel(gpt)) {
         mt_linear_forward(gpt->acts->partial, in, w, NULL, n, in_width, c, 0);
-        status = activation_reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
-                                           "reduce-scatter of a row-parallel output");
+        status = reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
+                                "reduce-scatter of a row-parallel output");
     } else {
         mt_linear_forward(out, in, w, NULL, n, in_width, c, 0);
-        status = activation_all_reduce(gpt, out, (size_t)n * c,
-                                       "all-reduce of a row-parallel output");
+        status = all_reduce(gpt, out, (size_t)n * c, "all-reduce of a row-parallel output");
     }
     if (status)
         return status;
@@ -207,11 +165,10 @@ mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
     mt_embedding_lookup(lookup, a->tokens, wte, gpt->tp.rank * v_tp, v_tp, n, c);
     mt_status status;
     if (sequence_parallel(gpt))
-        status = activation_reduce_scatter(gpt, lookup, a->encoded, row_counts(gpt, c),
-                                           "reduce-scatter of the token embeddings");
+        status = reduce_scatter(gpt, lookup, a->encoded, row_counts(gpt, c),
+                                "reduce-scatter of the token embeddings");
     else
-        status = activation_all_reduce(gpt, lookup, (size_t)n * c,
-                                       "all-reduce of the token embeddings");
+        status = all_reduce(gpt, lookup, (size_t)n * c, "all-reduce of the token embeddings");
     if (status == MT_OK)
         mt_position_add(a->encoded, wpe, gpt->first_row, gpt->rows_local, gpt->t, c);
     return status;
@@ -223,8 +180,7 @@ mt_status gpt_tp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe)
     const float *dy;
     /* Every row's gradient: this rank's vocabulary rows take theirs, and the position
      * gradient, taken over every row, comes out the same on every rank. */
-    mt_status status =
-        gpt_tp_gather_grad_rows(gpt, gpt->acts->dresidual, c, gpt->acts->gathered, &dy);
+    mt_status status = gpt_tp_gather_rows(gpt, gpt->acts->dresidual, c, gpt->acts->gathered, &dy);
     if (status == MT_OK)
         mt_embedding_backward(dwte, dwpe, dy, gpt->acts->tokens, gpt->b, gpt->t, c,
                               gpt->tp.rank * v_tp, v_tp);

@@ -1,6 +1,5 @@
 /* The GPT's tensor-parallel collectives over a communicator: float sums and gathers on the
- * tensor-parallel group, which reduces in rank order, so every rank gets the same bits; its
- * activations in fp32 or as bf16. */
+ * tensor-parallel group, which reduces in rank order, so every rank gets the same bits. */
 #include "meshtrain/tensor_parallel.h"
 
 static mt_status tp_all_reduce(void *group, float *data, size_t count)
@@ -16,32 +15,6 @@ static mt_status tp_all_gather(void *group, const float *in, float *out, const s
 static mt_status tp_reduce_scatter(void *group, const float *in, float *out, const size_t *counts)
 {
     return mt_comm_reduce_scatterv(group, in, out, counts, MT_F32, MT_SUM);
-}
-
-/* Activations travel as bf16: sums in f32 from every rank's rounded addend (mt_comm_*_wire). */
-static mt_status tp_all_reduce_bf16(void *group, float *data, size_t count)
-{
-    return mt_comm_allreduce_wire(group, data, data, count, MT_SUM, MT_BF16);
-}
-
-static mt_status tp_all_gather_bf16(void *group, const float *in, float *out,
-                                    const size_t *counts)
-{
-    return mt_comm_allgatherv_wire(group, in, out, counts, MT_BF16);
-}
-
-static mt_status tp_reduce_scatter_bf16(void *group, const float *in, float *out,
-                                        const size_t *counts)
-{
-    return mt_comm_reduce_scatterv_wire(group, in, out, counts, MT_SUM, MT_BF16);
-}
-
-void mt_tensor_parallel_set_wire(mt_gpt_tensor_parallel *tp, mt_dtype wire)
-{
-    int bf16 = tp->size > 1 && wire == MT_BF16;
-    tp->activation_all_reduce = bf16 ? tp_all_reduce_bf16 : NULL;
-    tp->activation_all_gather = bf16 ? tp_all_gather_bf16 : NULL;
-    tp->activation_reduce_scatter = bf16 ? tp_reduce_scatter_bf16 : NULL;
 }
 
 mt_gpt_tensor_parallel mt_tensor_parallel_over(mt_comm *group, int sequence_parallel)

@@ -174,10 +174,9 @@ static mt_status build_model(trainer *tr, int parameters_only)
         status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
     if (status == MT_OK)
         status = mt_gpt_precision_parse(cfg->precision, &kernels.precision);
-    /* tp, pp and zero 3's traffic travels in the compute precision: bf16's (fp16 keeps fp32,
-     * the collectives' wire being bf16 alone) */
+    /* zero 3's gathers travel in the compute precision: bf16's (fp16 keeps fp32, the wire
+     * being bf16 alone); pipeline messages follow the model's own precision (pp_runner.c) */
     mt_dtype compute_wire = kernels.precision == MT_PRECISION_BF16 ? MT_BF16 : MT_F32;
-    mt_tensor_parallel_set_wire(&split, compute_wire);
     if (status == MT_OK && pipelined)
         status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
     if (status == MT_OK)

@@ -114,9 +114,9 @@ static void case_reduce_scatter(mt_comm *c, float *send, float *recv, size_t n, 
 
 static void case_allgather(mt_comm *c, float *send, float *recv, size_t n, int salt)
 {
-    size_t counts[MAX_RANKS], total = 0;
+    size_t counts[MAX_RANKS];
     for (int r = 0; r < size; r++)
-        total += counts[r] = n + (size_t)(r % 2);
+        counts[r] = n + (size_t)(r % 2);
     float *mine = send;
     for (size_t j = 0; j < counts[rank]; j++)
         mine[j] = value_of(rank, j, salt);

@@ -144,14 +144,6 @@ typedef struct mt_gpt_tensor_parallel {
     /* in is the concatenation of blocks of counts[r]; rank r gets the sum of block r */
     mt_status (*reduce_scatter)(void *context, const float *in, float *out,
                                 const size_t *counts);
-    /* The same three for forward activations (not their gradients, which stay fp32 as in the
-     * model, nor statistics or logits), which may travel rounded to the compute precision,
-     * each sum taken in fp32; NULL: the plain ones. */
-    mt_status (*activation_all_reduce)(void *context, float *data, size_t count);
-    mt_status (*activation_all_gather)(void *context, const float *in, float *out,
-                                       const size_t *counts);
-    mt_status (*activation_reduce_scatter)(void *context, const float *in, float *out,
-                                           const size_t *counts);
 } mt_gpt_tensor_parallel;
 
 /* Called before and after every per-unit pass, so that whoever owns the state can make a

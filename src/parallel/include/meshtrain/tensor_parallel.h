@@ -10,9 +10,5 @@
  * over it; NULL or a group of one is the whole model on one rank. The group must outlive every
  * model made with the result. */
 mt_gpt_tensor_parallel mt_tensor_parallel_over(mt_comm *group, int sequence_parallel);
-/* What its activations and their gradients travel as: MT_BF16 (half the bytes, each sum in
- * fp32 from every rank's rounded addend), or MT_F32 (as they are; any other type too). The
- * statistics of the loss, logits and norms' gradients stay fp32. */
-void mt_tensor_parallel_set_wire(mt_gpt_tensor_parallel *tp, mt_dtype wire);
 
 #endif
