@@ -17,6 +17,7 @@ enum { BLOCK = 512 };
 
 static mt_status scratch(mt_comm *comm, size_t bytes, uint16_t **out)
 {
+    bytes = bytes ? bytes : 64; /* never NULL, so empty calls compute no offsets from it */
     if (bytes > comm->wire_scratch_bytes) {
         size_t rounded = (bytes + 63) / 64 * 64;
         void *grown = aligned_alloc(64, rounded);
@@ -100,7 +101,8 @@ static mt_status exchange(mt_comm *comm, const mt_comm_op *op, uint64_t seq, siz
             first = mt_op_offset_of(op, r);
             n = mt_op_count_of(op, r);
         }
-        round_into(out + (size_t)r * block, send + first, n);
+        if (n) /* send may be NULL for an empty call */
+            round_into(out + (size_t)r * block, send + first, n);
         memset(out + (size_t)r * block + n, 0, (block - n) * sizeof *out);
     }
     mt_comm_op swap = {.kind = MT_OP_ALLTOALL, .send = out, .recv = in, .count = block,
@@ -135,10 +137,12 @@ static mt_status all_reduce(mt_comm *comm, const mt_comm_op *op, uint64_t seq)
         return st;
     /* The send copy is spent: this rank's sums go through recv (free until the widening) and
      * into their place in it, rounded once, for the all-gather. */
-    float *sums = (float *)op->recv + first;
-    sum_pieces(sums, in, p, block, mine, op->redop);
+    float *sums = mine ? (float *)op->recv + first : NULL;
+    if (mine)
+        sum_pieces(sums, in, p, block, mine, op->redop);
     uint16_t *own = out + (size_t)me * block;
-    round_into(own, sums, mine);
+    if (mine)
+        round_into(own, sums, mine);
     memset(own + mine, 0, (block - mine) * sizeof *own);
     mt_comm_op gather = {.kind = MT_OP_ALLGATHER, .send = own, .recv = out, .count = block,
                          .dtype = MT_BF16};
