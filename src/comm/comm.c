@@ -50,6 +50,7 @@ void comm_release(mt_comm *c)
         free(c->spare_work);
         c->spare_work = next;
     }
+    free(c->wire_scratch);
     free(c->world_ranks);
     free(c);
 }

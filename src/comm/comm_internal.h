@@ -34,6 +34,9 @@ typedef struct mt_comm_op {
     mt_redop redop;
     int root;              /* reduce, broadcast */
     int peer, tag;         /* send, recv */
+    /* f32 all-reduce, reduce-scatter and all-gather that travel as this 2-byte type (wire.c);
+     * MT_F32 (the zero default): as they are */
+    mt_dtype wire;
 } mt_comm_op;
 
 const char *comm_op_name(mt_op_kind kind);
@@ -188,6 +191,11 @@ struct mt_comm {
 
     /* The last calls, for hang diagnosis (flight_recorder.h). */
     mt_flight_recorder flight;
+
+    /* wire.c's rounded copies: one collective runs at a time, so one scratch serves them all;
+     * it grows to the largest call and is then reused. */
+    void *wire_scratch;
+    size_t wire_scratch_bytes;
 };
 
 /* comm.c */
@@ -210,6 +218,9 @@ mt_status comm_run(mt_comm *comm, const mt_comm_op *op);
  * error naming it. */
 mt_status comm_collective_run(mt_comm *comm, const mt_comm_op *op, uint64_t seq);
 void comm_progress_stop(mt_comm *comm);
+/* wire.c: op (an f32 collective with a 2-byte wire type) as collectives of that type, each sum
+ * taken in f32 by the rank that keeps it. */
+mt_status comm_wire_run(mt_comm *comm, const mt_comm_op *op, uint64_t seq);
 /* Advances pending transfers if no other thread is doing so; returns 1 if any moved. */
 int comm_progress_p2p(mt_comm *comm);
 void comm_mark_broken(mt_comm *comm, const char *message);

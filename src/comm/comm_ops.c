@@ -41,6 +41,17 @@ static mt_status validate(mt_comm *comm, const mt_comm_op *op)
         (op->peer < 0 || op->peer >= comm->size))
         return mt_fail(MT_EINVAL, "%s: peer %d is not a rank of this group of %d", what,
                        op->peer, comm->size);
+    if (op->wire != MT_F32) {
+        if (op->wire != MT_BF16)
+            return mt_fail(MT_EINVAL, "%s: f32 cannot travel as %s (only as bf16)", what,
+                           mt_dtype_name(op->wire));
+        if (op->dtype != MT_F32)
+            return mt_fail(MT_EINVAL, "%s: only f32 travels as bf16, not %s", what,
+                           mt_dtype_name(op->dtype));
+        if (mt_op_is_reduction(op->kind) && op->redop != MT_SUM && op->redop != MT_AVG)
+            return mt_fail(MT_EINVAL, "%s: a %s sums or averages, not %s", what, "bf16 wire",
+                           mt_redop_name(op->redop));
+    }
     size_t p = (size_t)comm->size, n = op->count, mine = n, all = n;
     if (op->counts) {
         mine = op->counts[comm->rank];
@@ -186,6 +197,32 @@ mt_status mt_comm_recv_async(mt_comm *comm, void *buffer, size_t count, mt_dtype
                           .peer = peer, .tag = tag), work);
 }
 
+mt_status mt_comm_allreduce_wire_async(mt_comm *comm, const float *send, float *recv,
+                                       size_t count, mt_redop op, mt_dtype wire, mt_work **work)
+{
+    return issue(comm, OP(.kind = MT_OP_ALLREDUCE, .send = send, .recv = recv, .count = count,
+                          .dtype = MT_F32, .redop = op, .wire = wire), work);
+}
+
+mt_status mt_comm_reduce_scatterv_wire_async(mt_comm *comm, const float *send, float *recv,
+                                             const size_t *counts, mt_redop op, mt_dtype wire,
+                                             mt_work **work)
+{
+    if (!counts)
+        return mt_fail(MT_EINVAL, "reduce-scatter: counts is NULL");
+    return issue(comm, OP(.kind = MT_OP_REDUCE_SCATTER, .send = send, .recv = recv,
+                          .counts = counts, .dtype = MT_F32, .redop = op, .wire = wire), work);
+}
+
+mt_status mt_comm_allgatherv_wire_async(mt_comm *comm, const float *send, float *recv,
+                                        const size_t *counts, mt_dtype wire, mt_work **work)
+{
+    if (!counts)
+        return mt_fail(MT_EINVAL, "all-gather: counts is NULL");
+    return issue(comm, OP(.kind = MT_OP_ALLGATHER, .send = send, .recv = recv, .counts = counts,
+                          .dtype = MT_F32, .wire = wire), work);
+}
+
 /* The blocking forms are the non-blocking ones without a handle. */
 mt_status mt_comm_allreduce(mt_comm *comm, const void *send, void *recv, size_t count,
                             mt_dtype dtype, mt_redop op)
@@ -236,4 +273,19 @@ mt_status mt_comm_recv(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype
                        int tag)
 {
     return mt_comm_recv_async(comm, buffer, count, dtype, peer, tag, NULL);
+}
+mt_status mt_comm_allreduce_wire(mt_comm *comm, const float *send, float *recv, size_t count,
+                                 mt_redop op, mt_dtype wire)
+{
+    return mt_comm_allreduce_wire_async(comm, send, recv, count, op, wire, NULL);
+}
+mt_status mt_comm_reduce_scatterv_wire(mt_comm *comm, const float *send, float *recv,
+                                       const size_t *counts, mt_redop op, mt_dtype wire)
+{
+    return mt_comm_reduce_scatterv_wire_async(comm, send, recv, counts, op, wire, NULL);
+}
+mt_status mt_comm_allgatherv_wire(mt_comm *comm, const float *send, float *recv,
+                                  const size_t *counts, mt_dtype wire)
+{
+    return mt_comm_allgatherv_wire_async(comm, send, recv, counts, wire, NULL);
 }

@@ -42,6 +42,8 @@ static mt_status note_result(mt_comm *comm, mt_status st)
 
 mt_status comm_collective_run(mt_comm *comm, const mt_comm_op *op, uint64_t seq)
 {
+    if (op->wire != MT_F32 && op->dtype == MT_F32)
+        return comm_wire_run(comm, op, seq);
     const comm_algorithms *a = comm->backend->collectives;
     comm_algorithm run = NULL;
     switch (op->kind) {

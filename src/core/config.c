@@ -45,6 +45,10 @@ static const config_key KEYS[] = {
     {"grad_comm", KEY_TEXT, FIELD(grad_comm), "allreduce", 0, 0,
      "how data parallelism sends gradients (zero 0 or 1): allreduce, powersgd, signsgd (majority "
      "vote), onebit (sign x scale with error feedback; --optimizer sgd)"},
+    {"grad_reduce", KEY_TEXT, FIELD(grad_reduce), "fp32", 0, 0,
+     "what the data-parallel gradient reduction (DDP all-reduce, ZeRO reduce-scatter) sends: "
+     "fp32, or bf16 (half the bytes; every rank's rounded gradient summed in fp32, with any "
+     "precision)"},
     {"powersgd_rank", KEY_INT, FIELD(powersgd_rank), "2", 1, 4096, "PowerSGD: the rank R of the factors"},
     {"powersgd_start", KEY_INT, FIELD(powersgd_start), "10", 0, 1e9,
      "PowerSGD: steps before this one take the plain all-reduce"},
@@ -446,6 +450,14 @@ mt_status mt_config_validate(const mt_config *c)
         strcmp(c->grad_comm, "signsgd") && strcmp(c->grad_comm, "onebit"))
         return mt_fail(MT_EINVAL, "config key 'grad_comm': '%s' is not allreduce, powersgd, "
                                   "signsgd or onebit", c->grad_comm);
+    if (strcmp(c->grad_reduce, "fp32") && strcmp(c->grad_reduce, "bf16"))
+        return mt_fail(MT_EINVAL, "config key 'grad_reduce': '%s' is neither fp32 nor bf16",
+                       c->grad_reduce);
+    /* a hook sends its own compressed form, not the gradient */
+    if (strcmp(c->grad_comm, "allreduce") && strcmp(c->grad_reduce, "fp32"))
+        return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'grad_reduce': --grad_comm %s "
+                                  "sends its own compressed form of the gradient; leave "
+                                  "--grad_reduce at fp32", c->grad_comm);
     if (strcmp(c->grad_comm, "allreduce") && c->zero > 1)
         return mt_fail(MT_EINVAL, "config keys 'grad_comm' and 'zero': --grad_comm %s needs zero "
                                   "0 or 1 (zero %d's reduce-scatter owns the gradient)",

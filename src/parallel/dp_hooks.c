@@ -121,7 +121,7 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
     m->local_sum_squares += mt_sum_squares(grad, (long)u->numel);
     if (!m->group || m->grad_comm) /* a hook takes every bucket once backward is done */
         return MT_OK;
-    m->comm_bytes += 4.0 * (double)u->numel;
+    m->comm_bytes += (double)mt_dtype_size(m->grad_wire) * (double)u->numel;
     mt_work *work = NULL;
     mt_status status = MT_OK;
     if (m->zero == 1) {
@@ -132,9 +132,10 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
                 status = dp_tree_allreduce(m, m->full_grad + m->buckets[i].offset,
                                            m->buckets[i].numel);
             else if (m->buckets[i].first_unit == unit)
-                status = mt_comm_allreduce_async(m->group, m->full_grad + m->buckets[i].offset,
-                                                 m->full_grad + m->buckets[i].offset,
-                                                 m->buckets[i].numel, MT_F32, MT_SUM, &work);
+                status = mt_comm_allreduce_wire_async(
+                    m->group, m->full_grad + m->buckets[i].offset,
+                    m->full_grad + m->buckets[i].offset, m->buckets[i].numel, MT_SUM,
+                    m->grad_wire, &work);
     }
     if (work)
         m->pending[m->pending_count++] = work;
@@ -213,9 +214,7 @@ static mt_status start_gather(mt_dp_model *m, int unit)
     if (!b)
         return mt_fail(MT_EINVAL, "data parallel: no free parameter buffer for unit %d", unit);
     b->unit = unit;
-    const float *slice;
-    mt_status status = dp_param_source(m, unit, b->data, &slice);
-    return status ? status : dp_gather_unit(m, unit, slice, b->data, &b->work);
+    return dp_gather_unit_for_pass(m, unit, b->data, &b->work, &b->packed);
 }
 
 static mt_status acquire_block(mt_dp_model *m, int unit)
@@ -226,6 +225,9 @@ static mt_status acquire_block(mt_dp_model *m, int unit)
         status = dp_wait(m, &b->work);
     if (status)
         return status;
+    if (b->packed)
+        dp_gather_bf16_unpack(m, unit, b->data);
+    b->packed = 0;
     b->in_use = 1;
     m->gpt->unit_param[unit] = b->data;
     return MT_OK;

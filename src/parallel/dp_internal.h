@@ -21,6 +21,7 @@ typedef struct dp_buffer {
     mt_work *work;  /* the gather or reduce-scatter in flight, NULL when none */
     int accumulate; /* gradients: add `landing` into the slice when the work completes */
     int in_use;     /* parameters: a pass is reading it */
+    int packed;     /* parameters: the gather in flight is dp_gather_bf16's stream */
 } dp_buffer;
 
 /* DDP: units [first_unit, last_unit], contiguous in the gradient arena, all-reduced together
@@ -103,6 +104,9 @@ struct mt_dp_model {
     float **tree_kept;
     float *tree_scratch;
     double tree_squares, tree_bytes;
+    mt_dtype grad_wire, param_wire; /* see mt_dp_options */
+    size_t *packed_counts; /* zero 3 under a bf16 param_wire: [unit * size + r], rank r's words
+                            * of dp_gather_bf16's stream */
 };
 
 /* dp_model.c */
@@ -130,6 +134,15 @@ static inline float *dp_grad_at(const mt_dp_model *m, int unit, size_t at)
 /* The all-gather of a unit's slices into `out` (the whole unit); started, or done at once for a
  * single replica (*work NULL). */
 mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *out, mt_work **work);
+/* dp_gather_unit for a pass's read of a block (zero 3), as dp_gather_bf16_start under a bf16
+ * param_wire (*packed set: unpack once waited for). */
+mt_status dp_gather_unit_for_pass(mt_dp_model *m, int unit, float *out, mt_work **work,
+                                  int *packed);
+
+/* dp_gather_bf16.c: a block's matrices gathered as bf16, its vectors in fp32 */
+mt_status dp_gather_bf16_plan(mt_dp_model *m);
+mt_status dp_gather_bf16_start(mt_dp_model *m, int unit, float *out, mt_work **work);
+void dp_gather_bf16_unpack(mt_dp_model *m, int unit, float *data);
 /* The reduce-scatter of a whole unit's gradient `in` into this rank's slice `out`. */
 mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out,
                                  mt_work **work);

@@ -50,6 +50,19 @@ mt_status dp_gather_unit(mt_dp_model *m, int unit, const float *slice, float *ou
                                     MT_F32, work);
 }
 
+mt_status dp_gather_unit_for_pass(mt_dp_model *m, int unit, float *out, mt_work **work,
+                                  int *packed)
+{
+    *packed = m->packed_counts != NULL;
+    if (!*packed) { /* the slice from memory, or read into its place in out when offloaded */
+        const float *slice;
+        mt_status status = dp_param_source(m, unit, out, &slice);
+        return status ? status : dp_gather_unit(m, unit, slice, out, work);
+    }
+    *work = NULL;
+    return dp_gather_bf16_start(m, unit, out, work);
+}
+
 mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out,
                                  mt_work **work)
 {
@@ -61,8 +74,9 @@ mt_status dp_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, floa
     }
     if (m->tree_passes) /* the tree over ranks, blocking: it runs after the work in flight */
         return dp_tree_reduce_scatter_unit(m, unit, in, out);
-    return mt_comm_reduce_scatterv_async(m->group, in, out, m->counts + (size_t)unit * m->size,
-                                         MT_F32, MT_SUM, work);
+    return mt_comm_reduce_scatterv_wire_async(m->group, in, out,
+                                              m->counts + (size_t)unit * m->size, MT_SUM,
+                                              m->grad_wire, work);
 }
 
 /* Rank r's slice of n elements: [r n / dp, (r + 1) n / dp), so sizes differ by at most one. */
@@ -328,6 +342,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->zero = options->zero;
     m->parameters_only = options->parameters_only;
     m->keep_params = options->keep_params;
+    m->grad_wire = options->grad_wire;
+    m->param_wire = options->param_wire;
     m->tensor_group = options->tensor_group;
     m->replica_group = options->replica_group;
     m->pipeline_group = options->pipeline_group;
@@ -362,6 +378,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = dp_offload_open(m, options);
     if (status == MT_OK && options->deterministic_passes && !m->parameters_only)
         status = dp_tree_create(m, options->deterministic_passes);
+    if (status == MT_OK && group && m->zero == 3 && m->param_wire == MT_BF16)
+        status = dp_gather_bf16_plan(m);
     /* A step keeps at most one operation per unit in flight (buckets, gathers, reductions),
      * plus a blocking call queued behind them: handles for all of them, once. */
     if (status == MT_OK && group)
@@ -415,6 +433,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
             m->gpt->unit_param[u] = m->gpt->unit_grad[u] = NULL;
     }
     free(m->counts);
+    free(m->packed_counts);
     free(m->checksums);
     free(m->slices);
     free(m->buckets);

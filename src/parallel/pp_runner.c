@@ -5,13 +5,20 @@
 #include <stdlib.h>
 
 #include "meshtrain/clock.h"
+#include "meshtrain/half.h"
 #include "meshtrain/pipeline_stage.h"
 
-/* A slot's state: the micro-batch it holds and the transfers in flight out of or into it. */
+/* A slot's state: the micro-batch it holds and the transfers in flight out of or into it.
+ * Under bf16 messages travel rounded (half the bytes) through the slot's own buffers: the
+ * outgoing one is rounded into before the send and left alone until it is waited for, the
+ * incoming one is widened into `widen_into` once the receive is waited for. */
 typedef struct slot_state {
     int micro;         /* -1: free */
     mt_work *send;     /* the activation, then the gradient, going out */
     mt_work *recv;     /* the activation, then the gradient, coming in */
+    mt_half *out_wire, *in_wire; /* bf16 only: max_values each */
+    float *widen_into; /* where the message being received goes (bf16), else NULL */
+    size_t in_count;
 } slot_state;
 
 struct mt_pp_runner {
@@ -30,6 +37,9 @@ struct mt_pp_runner {
     mt_trace *trace;
     mt_pp_step_report *report; /* the step's, while it runs */
     int live, peak;
+    int bf16;             /* messages travel as bf16 (the model computes in bf16) */
+    int total_slots;
+    mt_half *wire;        /* every slot's out_wire and in_wire */
 };
 
 mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt *gpt,
@@ -74,8 +84,20 @@ mt_status mt_pp_runner_create(const mt_pp_schedule *schedule, int stage, mt_gpt 
         mt_pp_runner_destroy(r);
         return reserved;
     }
-    for (int i = 0; i < total; i++)
+    r->total_slots = total;
+    r->bf16 = gpt->precision == MT_PRECISION_BF16;
+    size_t most = (size_t)gpt->max_sequences * (size_t)gpt->shape.context * gpt->shape.width;
+    if (r->bf16 && !(r->wire = malloc(2 * (size_t)total * most * sizeof *r->wire))) {
+        mt_pp_runner_destroy(r);
+        return mt_fail(MT_ENOMEM, "pipeline stage %d: out of memory for bf16 messages", stage);
+    }
+    for (int i = 0; i < total; i++) {
         r->slots[i].micro = -1;
+        if (r->bf16) {
+            r->slots[i].out_wire = r->wire + 2 * (size_t)i * most;
+            r->slots[i].in_wire = r->slots[i].out_wire + most;
+        }
+    }
     for (int c = 0; c < v; c++)
         r->last_backward[c] = r->last_weight[c] = -1;
     for (int i = 0; i < schedule->counts[stage]; i++) {
@@ -125,6 +147,37 @@ static mt_status wait_work(mt_pp_runner *r, mt_work **work, mt_trace_kind kind, 
     if (r->report)
         *(kind == MT_TRACE_SEND ? &r->report->send_wait : &r->report->recv_wait) += end - start;
     mt_trace_span(r->trace, kind, start, end, micro, chunk);
+    return status;
+}
+
+/* A message out of the slot: fp32 as it is, or rounded to bf16 into the slot's buffer. */
+static mt_status send_values(mt_pp_runner *r, mt_comm *comm, slot_state *slot,
+                             const float *values, size_t count, int peer, int tag)
+{
+    if (!r->bf16)
+        return mt_comm_send_async(comm, values, count, MT_F32, peer, tag, &slot->send);
+    mt_half_from_f32(MT_HALF_BF16, slot->out_wire, values, count);
+    return mt_comm_send_async(comm, slot->out_wire, count, MT_BF16, peer, tag, &slot->send);
+}
+
+static mt_status recv_values(mt_pp_runner *r, mt_comm *comm, slot_state *slot, float *values,
+                             size_t count, int peer, int tag)
+{
+    if (!r->bf16)
+        return mt_comm_recv_async(comm, values, count, MT_F32, peer, tag, &slot->recv);
+    slot->widen_into = values;
+    slot->in_count = count;
+    return mt_comm_recv_async(comm, slot->in_wire, count, MT_BF16, peer, tag, &slot->recv);
+}
+
+/* Waits for the slot's receive and, under bf16, widens it where it belongs. */
+static mt_status wait_received(mt_pp_runner *r, slot_state *slot, mt_trace_kind kind, int micro,
+                               int chunk)
+{
+    mt_status status = wait_work(r, &slot->recv, kind, micro, chunk);
+    if (status == MT_OK && slot->widen_into)
+        mt_half_to_f32(MT_HALF_BF16, slot->widen_into, slot->in_wire, slot->in_count);
+    slot->widen_into = NULL;
     return status;
 }
 
@@ -206,7 +259,7 @@ static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_act
                                          st->context, &slot)
                            : find_slot(r, a->micro, a->chunk, &slot);
     if (status == MT_OK) /* the message this pass reads; waiting for it is the bubble */
-        status = wait_work(r, &slot->recv, MT_TRACE_IDLE, a->micro, chunk);
+        status = wait_received(r, slot, MT_TRACE_IDLE, a->micro, chunk);
     if (status)
         return status;
     double start = mt_clock_seconds();
@@ -262,24 +315,24 @@ static mt_status run_transfer(mt_pp_runner *r, const step_state *st, const mt_pp
     switch (a->op) {
     case MT_PP_RECV_ACTIVATION:
         kind = MT_TRACE_RECV;
-        status = mt_comm_recv_async(r->activations, mt_gpt_chunk_input(r->gpt), count, MT_F32,
-                                    r->prev, tag_of(r, a->micro, vs), &slot->recv);
+        status = recv_values(r, r->activations, slot, mt_gpt_chunk_input(r->gpt), count,
+                             r->prev, tag_of(r, a->micro, vs));
         break;
     case MT_PP_SEND_ACTIVATION:
-        status = mt_comm_send_async(r->activations, mt_gpt_chunk_output(r->gpt), count, MT_F32,
-                                    r->next, tag_of(r, a->micro, vs + 1), &slot->send);
+        status = send_values(r, r->activations, slot, mt_gpt_chunk_output(r->gpt), count,
+                             r->next, tag_of(r, a->micro, vs + 1));
         break;
     case MT_PP_RECV_GRADIENT:
         kind = MT_TRACE_RECV;
-        status = mt_comm_recv_async(r->gradients, mt_gpt_chunk_grad(r->gpt), count, MT_F32,
-                                    r->next, tag_of(r, a->micro, vs), &slot->recv);
+        status = recv_values(r, r->gradients, slot, mt_gpt_chunk_grad(r->gpt), count, r->next,
+                             tag_of(r, a->micro, vs));
         break;
     default: /* MT_PP_SEND_GRADIENT: the slot's last use unless a W follows; its send is
               * waited for on reuse */
         status = wait_work(r, &slot->send, MT_TRACE_SEND, a->micro, trace_chunk(r, a->chunk));
         if (status == MT_OK)
-            status = mt_comm_send_async(r->gradients, mt_gpt_chunk_grad(r->gpt), count, MT_F32,
-                                        r->prev, tag_of(r, a->micro, vs - 1), &slot->send);
+            status = send_values(r, r->gradients, slot, mt_gpt_chunk_grad(r->gpt), count,
+                                 r->prev, tag_of(r, a->micro, vs - 1));
         if (!r->split)
             free_slot(r, a->micro, a->chunk);
         break;
@@ -297,7 +350,7 @@ static mt_status drain(mt_pp_runner *r)
                 r->gpt->stage.slots[r->schedule->chunks - 1];
     for (int i = 0; i < total; i++) {
         mt_status a = wait_work(r, &r->slots[i].send, MT_TRACE_SEND, -1, -1);
-        mt_status b = wait_work(r, &r->slots[i].recv, MT_TRACE_RECV, -1, -1);
+        mt_status b = wait_received(r, &r->slots[i], MT_TRACE_RECV, -1, -1);
         first = first ? first : a ? a : b;
     }
     return first;
@@ -345,5 +398,6 @@ void mt_pp_runner_destroy(mt_pp_runner *r)
     free(r->slot_of);
     free(r->last_backward);
     free(r->last_weight);
+    free(r->wire);
     free(r);
 }

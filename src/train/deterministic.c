@@ -44,6 +44,9 @@ mt_status trainer_deterministic_plan(const mt_config *c, mt_run_plan *p)
         return refuse("'zero_shard_size'", "hybrid sharding's replica all-reduce is not the "
                                            "fixed tree over the ranks (use zero_shard_size 0, "
                                            "or deterministic off)");
+    if (strcmp(c->grad_reduce, "fp32") != 0)
+        return refuse("'grad_reduce'", "a bf16 reduction rounds each rank's gradient before the "
+                                       "tree (use grad_reduce fp32, or deterministic off)");
     if (strcmp(c->offload, "none") != 0)
         return refuse("'offload'", "the offloaded update is not covered by the deterministic "
                                    "mode's tests (use offload none, or deterministic off)");

@@ -124,6 +124,12 @@ static mt_status check_offload(const mt_config *c, const mt_mesh_shape *shape)
         return mt_fail(MT_EINVAL, "config keys 'offload', 'tp' and 'pp': offloaded parameters "
                                   "run on data parallelism alone (tp %d, pp %d); use --offload "
                                   "optimizer with tp or pp", shape->tp, shape->pp);
+    /* a bf16 gather packs each slice from memory */
+    if (kind == MT_OFFLOAD_PARAMS && strcmp(c->precision, "fp32") != 0)
+        return mt_fail(MT_EINVAL, "config keys 'offload' and 'precision': offloaded parameters "
+                                  "are gathered in fp32, and precision %s gathers them packed in "
+                                  "half precision from memory; use --offload optimizer with %s",
+                       c->precision, c->precision);
     /* hybrid sharding's replica check reads the parameter shards in memory */
     if (kind == MT_OFFLOAD_PARAMS && c->zero_shard_size > 0 && c->zero_shard_size < shape->dp)
         return mt_fail(MT_EINVAL, "config keys 'offload' and 'zero_shard_size': offloaded "

@@ -202,6 +202,9 @@ static mt_status build_model(trainer *tr, int parameters_only)
         status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
     if (status == MT_OK)
         status = mt_gpt_precision_parse(cfg->precision, &kernels.precision);
+    /* zero 3's gathers travel in the compute precision: bf16's (fp16 keeps fp32, the wire
+     * being bf16 alone); pipeline messages follow the model's own precision (pp_runner.c) */
+    mt_dtype compute_wire = kernels.precision == MT_PRECISION_BF16 ? MT_BF16 : MT_F32;
     if (status == MT_OK && pipelined)
         status = mt_pp_stage_of(&tr->plan->schedule, st->at.pp, tr->plan->virtual_layers, &stage);
     if (status == MT_OK)
@@ -222,7 +225,9 @@ static mt_status build_model(trainer *tr, int parameters_only)
                                            .powersgd_start = cfg->powersgd_start,
                                            .onebit_warmup = cfg->onebit_warmup,
                                            .seed = cfg->seed},
-                             .deterministic_passes = cfg->deterministic ? tr->plan->passes : 0};
+                             .deterministic_passes = cfg->deterministic ? tr->plan->passes : 0,
+                             .grad_wire = strcmp(cfg->grad_reduce, "bf16") ? MT_F32 : MT_BF16,
+                             .param_wire = compute_wire};
     if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
         return mt_fail_context(status, "config key 'grad_comm'");
     char offload_path[MT_PATH_MAX + 64];

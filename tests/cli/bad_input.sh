@@ -124,6 +124,10 @@ run_case "zb1 under full recomputation" error \
 # refused by the run plan, before any worker starts
 run_case "unknown precision" error "config key 'precision': 'fp8' is not a training precision: fp32, bf16 or fp16" -- \
     "$MT" train "${TINY[@]}" --precision fp8 --nproc 2
+run_case "unknown gradient reduction type" error "config key 'grad_reduce': 'fp8' is neither fp32 nor bf16" -- \
+    "$MT" train "${TINY[@]}" --grad_reduce fp8 --nproc 2
+run_case "a gradient hook with a bf16 reduction" error "config keys 'grad_comm' and 'grad_reduce'" -- \
+    "$MT" train "${TINY[@]}" --grad_comm powersgd --grad_reduce bf16 --nproc 2
 run_case "control: a valid tiny run in bf16 succeeds" 0 "done" -- "$MT" train "${TINY[@]}" --precision bf16
 run_case "control: zb1 in bf16 with fused attention succeeds" 0 "done" -- \
     "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --microbatches 2 \

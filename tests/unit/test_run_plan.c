@@ -95,6 +95,10 @@ int main(void)
             "deterministic", "on", "local_steps", "4");
     REFUSED(4, "config keys 'deterministic' and 'zero_shard_size'", "deterministic", "on",
             "zero", "1", "zero_shard_size", "2");
+    REFUSED(2, "config keys 'deterministic' and 'grad_reduce'", "deterministic", "on",
+            "grad_reduce", "bf16");
+    REFUSED(2, "config keys 'offload' and 'precision': offloaded parameters", "zero", "3",
+            "offload", "params", "precision", "bf16");
     REFUSED(2, "config keys 'deterministic' and 'offload'", "deterministic", "on", "offload",
             "optimizer");
     /* the groups: the largest power of 2 dividing the batch (24: 8 groups of 3 sequences),

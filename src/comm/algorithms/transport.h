@@ -67,7 +67,8 @@ struct comm_transport {
     /* Room for a plan's flows (2 x size), made by the first collective and reused, so that
      * running one allocates nothing; freed by the transport. */
     comm_flow *plan_flows;
-    /* Bytes this rank has written to its peers in collectives (frame headers included), for
+    /* Bytes this rank has written to its peers in collectives and transfers (frame headers
+     * included; tcp counts its transfers too), for
      * mt_comm_bytes_sent; counted where a transport sends. */
     _Atomic uint64_t sent_bytes;
 };

@@ -59,6 +59,7 @@ static mt_status advance_send(tcp_group *g, mt_p2p *p2p, size_t total, const cha
         if (k == 0)
             return MT_OK;
         *moved = 1;
+        atomic_fetch_add(&g->transport.sent_bytes, (uint64_t)k); /* mt_comm_bytes_sent */
         size_t h = TCP_FRAME_BYTES - (size_t)p2p->header_done;
         h = k < h ? k : h;
         p2p->header_done += (int)h;

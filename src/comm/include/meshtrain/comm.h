@@ -62,7 +62,8 @@ const char *mt_comm_backend_name(const mt_comm *comm);
 size_t mt_comm_buffer_bytes(const mt_comm *comm);
 
 /* Bytes this rank has sent to its peers over a network (tcp, hier's tcp part) in collectives
- * on `comm` since its creation, frame headers included; 0 for shared memory, MPI and NULL. */
+ * and transfers on `comm` since its creation, frame headers included; 0 for shared memory,
+ * MPI and NULL. */
 uint64_t mt_comm_bytes_sent(const mt_comm *comm);
 /* Seconds collectives on `comm` have run since its creation, on the caller's thread or the
  * progress thread (0 for NULL): set against the time a rank waited for them, the share that
@@ -152,6 +153,28 @@ mt_status mt_comm_send_async(mt_comm *comm, const void *buffer, size_t count, mt
                              int peer, int tag, mt_work **work);
 mt_status mt_comm_recv_async(mt_comm *comm, void *buffer, size_t count, mt_dtype dtype, int peer,
                              int tag, mt_work **work);
+
+/* f32 collectives that travel as `wire`: MT_BF16 sends half the bytes, MT_F32 is the plain
+ * call. No rounded partial sum goes from hop to hop on any back end: every rank sends each
+ * rank its rounded piece of that rank's block directly (an all-to-all), and the keeper sums
+ * the pieces in f32 in rank order, so for N ranks
+ *   reduce-scatter: recv = sum_r bf16(x_r), in f32, and
+ *   all-reduce:     recv = bf16(sum_r bf16(x_r)), gathered as bf16 (the same on every rank),
+ * within (N + 1) 2^-8 max(|sum|, max_r |x_r|) of the f32 sum; all-gather: recv = bf16(x).
+ * op is MT_SUM or MT_AVG. Each rank sends what a ring sends at 2 bytes an element. */
+mt_status mt_comm_allreduce_wire(mt_comm *comm, const float *send, float *recv, size_t count,
+                                 mt_redop op, mt_dtype wire);
+mt_status mt_comm_reduce_scatterv_wire(mt_comm *comm, const float *send, float *recv,
+                                       const size_t *counts, mt_redop op, mt_dtype wire);
+mt_status mt_comm_allgatherv_wire(mt_comm *comm, const float *send, float *recv,
+                                  const size_t *counts, mt_dtype wire);
+mt_status mt_comm_allreduce_wire_async(mt_comm *comm, const float *send, float *recv,
+                                       size_t count, mt_redop op, mt_dtype wire, mt_work **work);
+mt_status mt_comm_reduce_scatterv_wire_async(mt_comm *comm, const float *send, float *recv,
+                                             const size_t *counts, mt_redop op, mt_dtype wire,
+                                             mt_work **work);
+mt_status mt_comm_allgatherv_wire_async(mt_comm *comm, const float *send, float *recv,
+                                        const size_t *counts, mt_dtype wire, mt_work **work);
 
 /* Keeps at least `count` operation handles ready on comm (spare or in flight), so that up to
  * that many non-blocking operations in flight at once allocate nothing. Not collective. */

@@ -20,6 +20,7 @@ typedef struct mt_config {
     char optimizer[MT_TEXT_MAX]; /* adamw or sgd */
     double momentum;             /* sgd's */
     char grad_comm[MT_TEXT_MAX]; /* allreduce, powersgd, signsgd or onebit */
+    char grad_reduce[MT_TEXT_MAX]; /* the dp gradient reduction's wire type: fp32 or bf16 */
     int powersgd_rank, powersgd_start, onebit_warmup;
     double loss_scale_min; /* fp16's dynamic loss scaler: its least scale */
     int loss_scale_window, loss_scale_hysteresis; /* clean steps to double; overflows to halve */

@@ -91,6 +91,11 @@ typedef struct mt_dp_options {
                                * of 2), each its own begin_micro(0, 1) ... finish_gradients,
                                * then mt_dp_model_end_pass; the group's sums in a fixed tree
                                * (mt_comm_*_tree) and an exact norm. 0: off */
+    /* What travels (mt_comm_*_wire): MT_F32 (the zero default) or MT_BF16, half the bytes.
+     * grad_wire: the gradient reductions (DDP all-reduce, ZeRO reduce-scatter; every rank's
+     * rounded gradient summed in f32); param_wire: zero 3's gathers of a unit for a pass (the
+     * compute precision; updates, checkpoints and the replica check still read fp32). */
+    mt_dtype grad_wire, param_wire;
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
