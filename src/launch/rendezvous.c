@@ -250,10 +250,82 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
     return st;
 }
 
-mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
-                                  launch_round *out)
+/* A newcomer's wait for the verdict of `attempt`: 1 when it came, 0 when the job finished
+ * first. Polled, so a Ctrl-C is taken at once; it lasts as long as the job runs. */
+static mt_status await_verdict(const rendezvous *r, int attempt, char *verdict, size_t capacity,
+                               int *came)
+{
+    char key[64], flag[4];
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_MEMBERS, -1);
+    *came = 0;
+    for (;;) {
+        size_t got = 0;
+        int found = 0;
+        mt_status st = mt_store_try_get(r->store, key, verdict, capacity - 1, &got, &found);
+        if (st == MT_OK && found) {
+            verdict[got < capacity ? got : capacity - 1] = '\0';
+            *came = 1;
+            return MT_OK;
+        }
+        if (st == MT_OK)
+            st = mt_store_try_get(r->store, LAUNCH_KEY_FINISHED, flag, sizeof flag, &got, &found);
+        if (st || found)
+            return st;
+        if ((st = check_stop(r, attempt)))
+            return st;
+        mt_clock_nap(ROUND_POLL_SECONDS);
+    }
+}
+
+/* A node that came after the round of `*attempt` closed, under --nnodes MIN:MAX: it announces
+ * itself for the next attempt, then tells the running one (its `waiting` key), whose workers
+ * stop at their next checkpoint so that the launchers meet again with it (as torchrun's
+ * waiting nodes do). Returns the round it joins (*attempt its number), or out->finished when
+ * the job ended without taking it in. */
+static mt_status wait_to_join(const rendezvous *r, int *attempt, char *verdict, size_t capacity,
+                              launch_round *out)
+{
+    int missed = *attempt; /* the latest attempt known to have started without this node */
+    for (;;) {
+        launch_round_free(out);
+        char key[64], text[32], node[16];
+        size_t got = 0;
+        int found = 0;
+        mt_status st = mt_store_try_get(r->store, LAUNCH_KEY_ATTEMPT, text, sizeof text - 1, &got,
+                                        &found);
+        if (st)
+            return st;
+        text[found ? got : 0] = '\0';
+        int running = found && atoi(text) > missed ? atoi(text) : missed;
+        launch_key(key, sizeof key, running + 1, LAUNCH_ATTEMPT_NODE, r->node);
+        if ((st = mt_store_set(r->store, key, r->host, strlen(r->host) + 1)))
+            return st;
+        launch_key(key, sizeof key, running, LAUNCH_ATTEMPT_WAITING, -1);
+        snprintf(node, sizeof node, "%d", r->node);
+        if ((st = mt_store_set(r->store, key, node, strlen(node) + 1)))
+            return st;
+        int came = 0;
+        if ((st = await_verdict(r, running + 1, verdict, capacity, &came)))
+            return st;
+        if (!came) {
+            out->finished = 1;
+            return MT_OK;
+        }
+        if ((st = parse_members(verdict, running + 1, r->node, r->max_nodes, out)))
+            return st;
+        if (out->group_rank >= 0) {
+            *attempt = running + 1;
+            return MT_OK;
+        }
+        missed = running + 1; /* that round closed before it saw this node: the next one */
+    }
+}
+
+mt_status launch_rendezvous_round(const rendezvous *r, int *attempt_io,
+                                  const launch_round *previous, launch_round *out)
 {
     *out = (launch_round){.group_rank = -1};
+    int attempt = *attempt_io;
     char key[64];
     launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_NODE, r->node);
     mt_status st = mt_store_set(r->store, key, r->host, strlen(r->host) + 1);
@@ -276,6 +348,11 @@ mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch
         mt_status told = mt_store_set(r->store, key, verdict, strlen(verdict) + 1);
         if (st == MT_OK)
             st = told;
+        /* after the members, so that a newcomer finds them under the attempt it reads */
+        char number[16];
+        snprintf(number, sizeof number, "%d", attempt);
+        if (st == MT_OK)
+            st = mt_store_set(r->store, LAUNCH_KEY_ATTEMPT, number, strlen(number) + 1);
     } else {
         /* Polled rather than waited for, so that a Ctrl-C is taken at once. */
         size_t got = 0;
@@ -297,11 +374,19 @@ mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch
             verdict[got < capacity ? got : capacity - 1] = '\0';
             st = parse_members(verdict, attempt, r->node, r->max_nodes, out);
         }
-        if (st == MT_OK && out->group_rank < 0) {
+        if (st == MT_OK && out->group_rank < 0 && r->min_nodes < r->max_nodes) {
+            if (r->waits)
+                r->waits(r->agent, attempt);
+            st = wait_to_join(r, attempt_io, verdict, capacity, out);
+            if (st)
+                st = mt_fail_context(st, "launch: node %d waiting to join the running job",
+                                     r->node);
+        } else if (st == MT_OK && out->group_rank < 0) {
             char members[200];
             launch_list_nodes(out->members, out->count, members, sizeof members);
             st = mt_fail(MT_EPEER, "launch: node %d came too late: attempt %d of the job "
-                                   "started without it, on node%s %s", r->node, attempt,
+                                   "started without it, on node%s %s (a fixed --nnodes cannot "
+                                   "grow; --nnodes MIN:MAX can)", r->node, attempt,
                          out->count > 1 ? "s" : "", members);
         }
     }
