@@ -83,6 +83,7 @@ typedef struct rendezvous {
     mt_store *store;
     mt_store_server *server; /* node 0: told each round's world before anyone can join it */
     int node;                /* this launcher's --node-rank */
+    int leader;              /* the node whose store the round uses: 0, or the standby's */
     int min_nodes, max_nodes; /* --nnodes MIN:MAX (equal when fixed) */
     int nproc, max_restarts;
     double join_timeout;     /* how long a round may wait for its first MIN nodes */

@@ -15,12 +15,14 @@
  *                        connection ends (mt_store_server_config.departed_prefix)
  *   launch/departed      how many launchers have left (departed_count): one key to poll
  *   launch/attempt       the latest attempt whose round closed (node 0 writes it after the
- *                        members), where a launcher that came late looks for the running job */
+ *                        members), where a launcher that came late looks for the running job
+ *   launch/standby       "host:port" of the standby store (the standby node writes it at start) */
 #define LAUNCH_KEY_SETTINGS "launch/settings"
 #define LAUNCH_KEY_FINISHED "launch/finished"
 #define LAUNCH_KEY_DEPARTED_PREFIX "launch/departed/"
 #define LAUNCH_KEY_DEPARTED_COUNT "launch/departed"
 #define LAUNCH_KEY_ATTEMPT "launch/attempt"
+#define LAUNCH_KEY_STANDBY "launch/standby"
 
 /* Keys of one attempt, "launch/<attempt>/<what>[/<node or rank>]" (launch_key):
  *   node/<n>    node n's launcher is in the round (its host)

@@ -104,6 +104,8 @@ static mt_status setup(agent *a)
     a->rdv.server = a->server;
     if (st == MT_OK)
         st = launch_rendezvous_agree_settings(&a->rdv);
+    if (st == MT_OK)
+        st = launch_standby_start(a);
     return st;
 }
 
@@ -115,6 +117,7 @@ static void teardown(agent *a, int keep_dumps)
     }
     mt_store_close(a->store);
     mt_store_server_stop(a->server);
+    launch_standby_stop(a);
     launch_round_free(&a->round);
     if (a->dump_dir[0] && a->dump_dir_is_temporary && !keep_dumps)
         launch_remove_dumps(a->dump_dir, 1);
@@ -145,6 +148,7 @@ static mt_status begin_attempt(agent *a, int *attempt, int *finished)
     a->nodes = round.count;
     a->world = round.count * a->nproc;
     a->first_rank = round.group_rank * a->nproc;
+    launch_standby_follow(a, *attempt);
     if (changed) {
         char nnodes[32], members[200];
         launch_rendezvous_describe_nnodes(&a->rdv, nnodes, sizeof nnodes);
@@ -220,6 +224,10 @@ static mt_status run_attempts(agent *a, mt_launch_result *result)
             return mt_fail(MT_EPEER, "%s%s", out.failure,
                            a->o->max_restarts ? " (no restart left)" : "");
         result->restarts = ++failures;
+        if (launch_standby_take_over(a) < 0)
+            return mt_fail(MT_EPEER, "%s; node 0's store is lost and no standby store can take "
+                                     "over (a standby runs on node 1 of --nnodes MIN:MAX)",
+                           out.failure);
         launch_say(a, "restarting the job (%d of %d)", failures, a->o->max_restarts);
     }
 }

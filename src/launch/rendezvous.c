@@ -1,6 +1,7 @@
-/* Which launchers run each attempt of a job: every live launcher announces itself, node 0
- * closes the round (all nodes in, or the missing ones gone, or the last call over) and
- * publishes the members; group ranks are dense, so a job that lost a node runs on fewer. */
+/* Which launchers run each attempt of a job: every live launcher announces itself, node 0 (or
+ * the standby that took over its store) closes the round (all nodes in, or the missing ones
+ * gone, or the last call over) and publishes the members; group ranks are dense, so a job that
+ * lost a node runs on fewer. */
 #define _GNU_SOURCE /* strsignal */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,9 +72,10 @@ void launch_list_nodes(const int *nodes, int n, char *out, size_t capacity)
         snprintf(out + used, capacity - used, ", ...");
 }
 
-/* Parses node 0's verdict "0,1,3" (or "!reason") into the round; `node` finds its group rank. */
-static mt_status parse_members(const char *text, int attempt, int node, int max_nodes,
-                               launch_round *out)
+/* Parses the leader's verdict "0,1,3" (or "!reason") into the round; `node` finds its group
+ * rank. The leader (node 0, or the standby that took over from it) is always the first. */
+static mt_status parse_members(const char *text, int attempt, int node, int leader,
+                               int max_nodes, launch_round *out)
 {
     if (text[0] == '!')
         return mt_fail(MT_EPEER, "%s", text + 1);
@@ -94,9 +96,9 @@ static mt_status parse_members(const char *text, int attempt, int node, int max_
         out->members[out->count++] = (int)id;
         p = *end ? end + 1 : end;
     }
-    if (out->count == 0 || out->members[0] != 0)
-        return mt_fail(MT_EPEER, "launch: attempt %d's members '%s' leave out node 0", attempt,
-                       text);
+    if (out->count == 0 || out->members[0] != leader)
+        return mt_fail(MT_EPEER, "launch: attempt %d's members '%s' do not begin with node %d, "
+                                 "which hosts the store", attempt, text, leader);
     return MT_OK;
 }
 
@@ -143,13 +145,13 @@ static int name_nodes(const node_state *state, const unsigned char *only, int ma
     return count;
 }
 
-/* Node 0, about to close: a node that announced and then left (its launcher died during the
+/* The leader (node 0, or the standby after it), about to close: a node that announced and then left (its launcher died during the
  * last call) is no member; returns 1 when one was found (the round is weighed again). */
 static mt_status recheck_members(const rendezvous *r, node_state *state, int *left)
 {
     *left = 0;
-    for (int n = 1; n < r->max_nodes; n++) {
-        if (state[n] != NODE_IN)
+    for (int n = 0; n < r->max_nodes; n++) {
+        if (n == r->leader || state[n] != NODE_IN)
             continue;
         int found = 0;
         mt_status st = launch_node_gone(r->store, n, &found);
@@ -163,7 +165,7 @@ static mt_status recheck_members(const rendezvous *r, node_state *state, int *le
     return MT_OK;
 }
 
-/* Node 0's side: waits until the round can close, then returns its members (or an error
+/* The leader's side (node 0's, or the standby's after it): waits until the round can close, then returns its members (or an error
  * that says why the job cannot go on, which the others get too). */
 static mt_status close_round(const rendezvous *r, int attempt, const launch_round *previous,
                              char *verdict, size_t capacity)
@@ -311,7 +313,7 @@ static mt_status wait_to_join(const rendezvous *r, int *attempt, char *verdict, 
             out->finished = 1;
             return MT_OK;
         }
-        if ((st = parse_members(verdict, running + 1, r->node, r->max_nodes, out)))
+        if ((st = parse_members(verdict, running + 1, r->node, r->leader, r->max_nodes, out)))
             return st;
         if (out->group_rank >= 0) {
             *attempt = running + 1;
@@ -337,10 +339,10 @@ mt_status launch_rendezvous_round(const rendezvous *r, int *attempt_io,
     if (!verdict)
         return mt_fail(MT_ENOMEM, "launch: out of memory");
     launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_MEMBERS, -1);
-    if (r->node == 0) {
+    if (r->node == r->leader) {
         st = close_round(r, attempt, previous, verdict, capacity - 1);
         if (st == MT_OK)
-            st = parse_members(verdict, attempt, 0, r->max_nodes, out);
+            st = parse_members(verdict, attempt, r->node, r->leader, r->max_nodes, out);
         if (st == MT_OK && r->server)
             mt_store_server_begin_round(r->server, out->count * r->nproc);
         if (st) /* the others learn why instead of waiting out their timeout */
@@ -363,16 +365,17 @@ mt_status launch_rendezvous_round(const rendezvous *r, int *attempt_io,
             st = mt_store_try_get(r->store, key, verdict, capacity - 1, &got, &found);
             if (st == MT_OK && !found && (st = check_stop(r, attempt)) == MT_OK) {
                 if (mt_clock_seconds() > deadline)
-                    st = mt_fail(MT_EPEER, "no word from node 0 after %.0f s", wait);
+                    st = mt_fail(MT_EPEER, "no word from node %d after %.0f s", r->leader,
+                                 wait);
                 mt_clock_nap(ROUND_POLL_SECONDS);
             }
         }
         if (st)
-            st = mt_fail_context(st, "launch: node %d waiting for node 0 to start attempt %d",
-                                 r->node, attempt);
+            st = mt_fail_context(st, "launch: node %d waiting for node %d to start attempt %d",
+                                 r->node, r->leader, attempt);
         else {
             verdict[got < capacity ? got : capacity - 1] = '\0';
-            st = parse_members(verdict, attempt, r->node, r->max_nodes, out);
+            st = parse_members(verdict, attempt, r->node, r->leader, r->max_nodes, out);
         }
         if (st == MT_OK && out->group_rank < 0 && r->min_nodes < r->max_nodes) {
             if (r->waits)
