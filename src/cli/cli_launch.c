@@ -27,8 +27,10 @@ static const char USAGE[] =
     "                       checkpoint (a growth: no restart used)\n"
     "  --last-call SECONDS  elastic: once MIN nodes are in, how long the others get unless\n"
     "                       known to have left (default 30)\n"
-    "  --node-rank I        this node's index, 0..M-1 (node 0 hosts the store; under\n"
-    "                       --nnodes MIN:M node 1 a standby that takes over if node 0 is lost)\n"
+    "  --node-rank I        this node's index, 0..M-1 (node 0 hosts the store)\n"
+    "  --standby            elastic, on every node: node 1 hosts a standby of the store that\n"
+    "                       takes over if node 0 is lost (a node 0 cut off, not dead, goes on\n"
+    "                       too: for jobs where losing the way to node 0 means losing it)\n"
     "  --master HOST:PORT   where node 0's store listens (several nodes: required; one node:\n"
     "                       default 127.0.0.1 and a free port). Nothing listens beyond\n"
     "                       loopback unless this names another address.\n"
@@ -109,7 +111,8 @@ int cli_launch(int argc, char **argv)
             fputs(USAGE, stdout);
             return 0;
         }
-        int takes_value = strcmp(flag, "--bind-to-core") != 0 && strcmp(flag, "--no-prefix") != 0;
+        int takes_value = strcmp(flag, "--bind-to-core") != 0 && strcmp(flag, "--no-prefix") != 0 &&
+                          strcmp(flag, "--standby") != 0;
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "meshtrain launch: error: %s needs a value\n\n%s", flag, USAGE);
             return 2;
@@ -141,6 +144,8 @@ int cli_launch(int argc, char **argv)
             o.bind_to_core = 1;
         else if (strcmp(flag, "--no-prefix") == 0)
             o.prefix_output = 0;
+        else if (strcmp(flag, "--standby") == 0)
+            o.standby = 1;
         else {
             fprintf(stderr, "meshtrain launch: error: unknown option '%s'\n\n%s", flag, USAGE);
             return 2;

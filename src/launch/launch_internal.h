@@ -86,6 +86,7 @@ typedef struct rendezvous {
     int leader;              /* the node whose store the round uses: 0, or the standby's */
     int min_nodes, max_nodes; /* --nnodes MIN:MAX (equal when fixed) */
     int nproc, max_restarts;
+    int standby;             /* --standby (in the settings every launcher shares) */
     double join_timeout;     /* how long a round may wait for its first MIN nodes */
     double last_call;        /* then, how long for the rest of the nodes it expects */
     const char *host;

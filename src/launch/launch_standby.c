@@ -15,7 +15,7 @@ static const double STANDBY_JOIN_SECONDS = 5.0;
 
 int launch_standby_node(const agent *a)
 {
-    return a->rdv.min_nodes < a->rdv.max_nodes && a->rdv.max_nodes >= 2 ? 1 : -1;
+    return a->o->standby && a->rdv.min_nodes < a->rdv.max_nodes ? 1 : -1;
 }
 
 static mt_status join_standby(agent *a, const char *host, int port, double timeout)

@@ -54,6 +54,9 @@ static mt_status check_options(const mt_launch_options *o, char *const argv[])
                        o->min_nnodes, nodes, nodes);
     if (o->last_call_seconds != o->last_call_seconds)
         return mt_fail(MT_EINVAL, "launch: --last-call is not a number of seconds");
+    if (o->standby && (nodes < 2 || o->min_nnodes < 1 || o->min_nnodes >= nodes))
+        return mt_fail(MT_EINVAL, "launch: --standby needs an elastic --nnodes MIN:M with MIN "
+                                  "below M (the job goes on without node 0)");
     if (o->node_rank < 0 || o->node_rank >= nodes)
         return mt_fail(MT_EINVAL, "launch: --node-rank %d is outside 0..%d", o->node_rank,
                        nodes - 1);
@@ -86,6 +89,7 @@ static mt_status setup(agent *a)
     a->rdv = (rendezvous){
         .node = o->node_rank, .min_nodes = o->min_nnodes > 0 ? o->min_nnodes : max_nodes,
         .max_nodes = max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
+        .standby = o->standby,
         .join_timeout = a->join_timeout,
         .last_call = o->last_call_seconds >= 0 ? o->last_call_seconds : DEFAULT_LAST_CALL_SECONDS,
         .host = a->host, .stop_signal = launch_stop_signal_of, .waits = say_waiting, .agent = a};
@@ -226,7 +230,7 @@ static mt_status run_attempts(agent *a, mt_launch_result *result)
         result->restarts = ++failures;
         if (launch_standby_take_over(a) < 0)
             return mt_fail(MT_EPEER, "%s; node 0's store is lost and no standby store can take "
-                                     "over (a standby runs on node 1 of --nnodes MIN:MAX)",
+                                     "over (--standby: node 1 of --nnodes MIN:M hosts one)",
                            out.failure);
         launch_say(a, "restarting the job (%d of %d)", failures, a->o->max_restarts);
     }

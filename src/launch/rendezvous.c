@@ -32,8 +32,8 @@ static void settings_text(const rendezvous *r, char *out, size_t capacity)
     char nnodes[32];
     launch_rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
     snprintf(out, capacity, "--nnodes %s --nproc-per-node %d --max-restarts %d --join-timeout "
-             "%g --last-call %g", nnodes, r->nproc, r->max_restarts, r->join_timeout,
-             r->last_call);
+             "%g --last-call %g%s", nnodes, r->nproc, r->max_restarts, r->join_timeout,
+             r->last_call, r->standby ? " --standby" : "");
 }
 
 mt_status launch_rendezvous_agree_settings(const rendezvous *r)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# No node that must live: two launchers on loopback train dp 4 x ZeRO 2 under --nnodes 1:2;
+# No node that must live: two launchers on loopback train dp 4 x ZeRO 2 under --nnodes 1:2 --standby;
 # node 1 hosts the standby store. Node 0 is lost whole at step 8 (rank 0 SIGKILLs its launcher,
 # which hosts the store, then itself): node 1's launcher moves to the standby, leads the next
 # round alone and the job resumes step 6 on dp 2, ending within 1e-5 of the uninterrupted dp 4
@@ -36,10 +36,10 @@ expect_in() { # FILE PATTERN WHAT
 reference="$scratch/uninterrupted"
 train_into "$reference" --nproc 4
 out="$scratch/standby"
-MT_INJECT_FAULT=kill_node@0:8 node "$out.node0" 0 --nnodes 1:2 --last-call 2 --max-restarts 1 \
+MT_INJECT_FAULT=kill_node@0:8 node "$out.node0" 0 --nnodes 1:2 --last-call 2 --max-restarts 1 --standby \
   -- "$meshtrain" train "${job[@]}" --out "$out"
 pid0=$!
-MT_INJECT_FAULT=kill_node@0:8 node "$out.node1" 1 --nnodes 1:2 --last-call 2 --max-restarts 1 \
+MT_INJECT_FAULT=kill_node@0:8 node "$out.node1" 1 --nnodes 1:2 --last-call 2 --max-restarts 1 --standby \
   -- "$meshtrain" train "${job[@]}" --out "$out"
 pid1=$!
 wait_for rc0 $pid0; wait_for rc1 $pid1

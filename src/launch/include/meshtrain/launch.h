@@ -24,6 +24,10 @@ typedef struct mt_launch_options {
      * meets again with it (a growth, not counted against max_restarts). */
     int min_nnodes;
     double last_call_seconds;
+    /* Elastic, given to every launcher alike: node 1 hosts a standby of the store, which takes
+     * over when node 0's store is lost (node 0 cut off rather than dead goes on as well, so a
+     * partition splits the job: for clusters where the way to node 0 fails only with it). */
+    int standby;
     /* The store: node 0 binds master_host:master_port, every launcher and worker connects
      * there. One node: NULL means 127.0.0.1, port 0 a free one. */
     const char *master_host;
