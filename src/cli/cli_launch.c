@@ -22,10 +22,15 @@ static const char USAGE[] =
     "  --nnodes M           nodes in the job (default 1); each runs one launcher\n"
     "  --nnodes MIN:M       elastic: an attempt starts on the nodes that meet for it, at least\n"
     "                       MIN, ranks renumbered densely; a restart goes on without a lost\n"
-    "                       node (the program resumes on the smaller world)\n"
+    "                       node (the program resumes on the smaller world); a node that\n"
+    "                       comes late waits, and the job takes it in at its next\n"
+    "                       checkpoint (a growth: no restart used)\n"
     "  --last-call SECONDS  elastic: once MIN nodes are in, how long the others get unless\n"
     "                       known to have left (default 30)\n"
-    "  --node-rank I        this node's index, 0..M-1 (node 0 hosts the store and must live)\n"
+    "  --node-rank I        this node's index, 0..M-1 (node 0 hosts the store)\n"
+    "  --standby            elastic, on every node: node 1 hosts a standby of the store that\n"
+    "                       takes over if node 0 is lost (a node 0 cut off, not dead, goes on\n"
+    "                       too: for jobs where losing the way to node 0 means losing it)\n"
     "  --master HOST:PORT   where node 0's store listens (several nodes: required; one node:\n"
     "                       default 127.0.0.1 and a free port). Nothing listens beyond\n"
     "                       loopback unless this names another address.\n"
@@ -106,7 +111,8 @@ int cli_launch(int argc, char **argv)
             fputs(USAGE, stdout);
             return 0;
         }
-        int takes_value = strcmp(flag, "--bind-to-core") != 0 && strcmp(flag, "--no-prefix") != 0;
+        int takes_value = strcmp(flag, "--bind-to-core") != 0 && strcmp(flag, "--no-prefix") != 0 &&
+                          strcmp(flag, "--standby") != 0;
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "meshtrain launch: error: %s needs a value\n\n%s", flag, USAGE);
             return 2;
@@ -138,6 +144,8 @@ int cli_launch(int argc, char **argv)
             o.bind_to_core = 1;
         else if (strcmp(flag, "--no-prefix") == 0)
             o.prefix_output = 0;
+        else if (strcmp(flag, "--standby") == 0)
+            o.standby = 1;
         else {
             fprintf(stderr, "meshtrain launch: error: unknown option '%s'\n\n%s", flag, USAGE);
             return 2;

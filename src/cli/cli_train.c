@@ -101,6 +101,8 @@ static int dry_run(const mt_run_plan *plan, const mt_job_env *job)
 
 static void print_done(const mt_train_summary *summary)
 {
+    if (summary->regrouped_at) /* the run goes on in the next attempt, which says when it is done */
+        return;
     if (summary->steps == 0) { /* resumed at its last step: nothing left but the outputs */
         printf("done: no step left to take\n");
         return;

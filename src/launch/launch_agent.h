@@ -29,8 +29,15 @@ typedef struct agent {
      * the way to the store (loopback on one node), which the other nodes reach too. */
     char tcp_host[64];
     mt_store_secret secret;
-    mt_store_server *server; /* node 0 */
+    mt_store_server *server; /* the store this node hosts for the rounds: node 0's, or the
+                              * standby's once it took over */
     mt_store *store;         /* this launcher's own connection, as launcher node_rank */
+    /* The standby store (launch_standby.c): hosted by the standby node of an elastic job,
+     * joined by every launcher of a round it is in, taking over when node 0's store is lost. */
+    mt_store_server *standby_server; /* on the standby node, until it takes over */
+    mt_store *standby;               /* this launcher's connection to it, or NULL */
+    char standby_address[300];       /* "host:port", as published */
+    int store_lost;                  /* a request to the store failed: node 0 lost? */
     double join_timeout;
     char dump_dir[PATH_MAX];
     int dump_dir_is_temporary;
@@ -80,6 +87,22 @@ int launch_other_node_lost(agent *a, int attempt, attempt_outcome *out);
 void launch_wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out);
 /* Node 0, at the end: keeps the store up until the other launchers have left it. */
 void launch_wait_for_launchers_to_leave(agent *a);
+
+/* ---- launch_standby.c ---- */
+/* The node that hosts the standby store of an elastic job (1), or -1 for a job without one. */
+int launch_standby_node(const agent *a);
+/* On the standby node, at the start: hosts the standby store where node 0's was asked to
+ * listen, and publishes its address (launch/standby). */
+mt_status launch_standby_start(agent *a);
+/* After each round: a member joins the standby as its launcher (so the standby knows who left),
+ * and the standby node copies the round (its members, its world) into its own store. */
+void launch_standby_follow(agent *a, int attempt);
+/* Before a restart: when node 0's store is lost, every launcher moves to the standby, whose
+ * node leads the rounds from then on. 1 when it moved, 0 when node 0's store still answers,
+ * -1 when it is lost and no standby can take over. */
+int launch_standby_take_over(agent *a);
+/* At the end: leaves the standby and stops it. */
+void launch_standby_stop(agent *a);
 
 /* ---- launch_dumps.c ---- */
 /* The dump folder: --dump-dir (checked) or a private temporary one. */

@@ -52,7 +52,7 @@ typedef struct worker_set {
 } worker_set;
 
 /* The variables one worker gets on top of the inherited environment ("NAME=value" strings). */
-enum { WORKER_VARIABLES = 13 };
+enum { WORKER_VARIABLES = 15 };
 
 /* Resolves the command, builds each worker's environment from `variables` (count x
  * WORKER_VARIABLES strings, which the set copies) and picks CPUs. */
@@ -83,13 +83,17 @@ typedef struct rendezvous {
     mt_store *store;
     mt_store_server *server; /* node 0: told each round's world before anyone can join it */
     int node;                /* this launcher's --node-rank */
+    int leader;              /* the node whose store the round uses: 0, or the standby's */
     int min_nodes, max_nodes; /* --nnodes MIN:MAX (equal when fixed) */
     int nproc, max_restarts;
+    int standby;             /* --standby (in the settings every launcher shares) */
     double join_timeout;     /* how long a round may wait for its first MIN nodes */
     double last_call;        /* then, how long for the rest of the nodes it expects */
     const char *host;
     /* A SIGINT or SIGTERM taken by the launcher (its number), or 0: ends the round. */
     int (*stop_signal)(void *agent);
+    /* A newcomer that found attempt running without it and waits for the next: says so. */
+    void (*waits)(void *agent, int attempt);
     void *agent;
 } rendezvous;
 
@@ -97,6 +101,7 @@ typedef struct launch_round {
     int count;       /* nodes running the attempt */
     int *members;    /* their --node-rank, ascending (node 0 first): group rank = index */
     int group_rank;  /* this node's */
+    int finished;    /* a newcomer's: the job ended before it took this node in */
 } launch_round;
 
 /* "0, 2, 3" into out (cut with "..." when long). */
@@ -109,9 +114,12 @@ void launch_rendezvous_describe_nnodes(const rendezvous *r, char *out, size_t ca
 /* Announces this launcher for the attempt and returns its members. Node 0 closes the round
  * once every node is in, or at least MIN are and the rest expected (the previous attempt's
  * members, every node the first time) left the job or missed the last call; it fails the
- * round, for every launcher, when MIN can no longer be reached or within the join timeout. */
-mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
-                                  launch_round *out);
+ * round, for every launcher, when MIN can no longer be reached or within the join timeout.
+ * A node that the round left out waits, under --nnodes MIN:MAX, for the round that takes it
+ * in (*attempt becomes its number) or for the job's end (out->finished); under a fixed
+ * --nnodes it is refused. */
+mt_status launch_rendezvous_round(const rendezvous *r, int *attempt,
+                                  const launch_round *previous, launch_round *out);
 void launch_round_free(launch_round *round);
 
 #endif

@@ -32,8 +32,8 @@ static mt_status look_for_job_before(agent *a, const char **why)
         launch_key(key, sizeof key, 0, LAUNCH_ATTEMPT_NODE, a->o->node_rank);
         st = mt_store_try_get(a->store, key, host, sizeof host, &got, &found);
         if (st == MT_OK && found)
-            *why = "had this node already (the job before, still ending? a launcher cannot "
-                   "join a running job)";
+            *why = "had this node already (the job before, still ending? a node number the "
+                   "job has had cannot join it again)";
     }
     /* Closed or silent: that job's node 0 stopping its store while we looked. */
     if (st == MT_EPEER)
@@ -169,6 +169,7 @@ void launch_node_lost(agent *a, int attempt, int node, attempt_outcome *out)
  * since no node can learn of the others any more). */
 void launch_lost_store(agent *a, attempt_outcome *out)
 {
+    a->store_lost = 1; /* a restart looks for the standby */
     if (out->failed)
         return;
     out->failed = 1;
@@ -267,19 +268,23 @@ void launch_wait_for_all_nodes(agent *a, int attempt, attempt_outcome *out)
         out->failed = launch_failure_elsewhere(a, attempt, out);
 }
 
-/* Node 0, at the end: the store stays up until every other launcher that came to the last
- * round has left it (at most 30 s), so none loses it while it reads the job's last keys (a
- * failed round's reason among them). */
+/* The node hosting the store (node 0, or the standby after it), at the end: the store stays up until every other launcher that came to the last
+ * round, or waits for the next, has left it (at most 30 s), so none loses it while it reads
+ * the job's last keys (a failed round's reason, or that the job finished, among them). */
 void launch_wait_for_launchers_to_leave(agent *a)
 {
     double deadline = mt_clock_seconds() + (a->join_timeout < 30 ? a->join_timeout : 30);
-    for (int node = 1; node < a->rdv.max_nodes; node++) {
+    for (int node = 0; node < a->rdv.max_nodes; node++) {
         char key[64], host[256];
         size_t got = 0;
         int came = 0, gone = 0;
-        launch_key(key, sizeof key, a->attempt, LAUNCH_ATTEMPT_NODE, node);
-        if (mt_store_try_get(a->store, key, host, sizeof host, &got, &came) != MT_OK)
-            return;
+        if (node == a->o->node_rank)
+            continue;
+        for (int attempt = a->attempt; attempt <= a->attempt + 1 && !came; attempt++) {
+            launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_NODE, node);
+            if (mt_store_try_get(a->store, key, host, sizeof host, &got, &came) != MT_OK)
+                return;
+        }
         while (came && launch_launcher_gone(a, node, &gone) && !gone && mt_clock_seconds() < deadline)
             mt_clock_nap(0.02);
     }

@@ -164,6 +164,12 @@ static char **worker_variables(const agent *a, int attempt)
     char **v = calloc((size_t)a->nproc * WORKER_VARIABLES, sizeof *v);
     if (!v)
         return NULL;
+    /* A job that may still grow has rank 0 look for waiting nodes at each checkpoint. */
+    char waiting[64] = "", regroup[64] = "";
+    if (a->nodes < a->rdv.max_nodes && a->rdv.min_nodes < a->rdv.max_nodes) {
+        launch_key(waiting, sizeof waiting, attempt, LAUNCH_ATTEMPT_WAITING, -1);
+        launch_key(regroup, sizeof regroup, attempt, LAUNCH_ATTEMPT_REGROUP, -1);
+    }
     for (int r = 0; r < a->nproc; r++) {
         char **w = v + (size_t)r * WORKER_VARIABLES;
         int ok = asprintf(&w[0], "RANK=%d", a->first_rank + r) > 0 &&
@@ -178,7 +184,9 @@ static char **worker_variables(const agent *a, int attempt)
                  asprintf(&w[9], "MT_FLIGHT_RECORDER_DIR=%s", a->dump_dir) > 0 &&
                  asprintf(&w[10], "GROUP_RANK=%d", a->round.group_rank) > 0 &&
                  asprintf(&w[11], "MT_COMM_TCP_HOST=%s", a->tcp_host) > 0 &&
-                 asprintf(&w[12], "GROUP_WORLD_SIZE=%d", a->nodes) > 0;
+                 asprintf(&w[12], "GROUP_WORLD_SIZE=%d", a->nodes) > 0 &&
+                 asprintf(&w[13], "MT_ELASTIC_WAITING_KEY=%s", waiting) > 0 &&
+                 asprintf(&w[14], "MT_ELASTIC_REGROUP_KEY=%s", regroup) > 0;
         if (!ok)
             return v; /* the NULL left in the table is reported by the caller */
     }

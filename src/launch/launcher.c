@@ -34,6 +34,14 @@ void launch_say(const agent *a, const char *fmt, ...)
 
 /* ---- the whole run ---- */
 
+static void say_waiting(void *context, int attempt)
+{
+    const agent *a = context;
+    launch_say(a, "node %d came after attempt %d started: it waits for the job's next "
+                  "checkpoint, where the job meets again to take it in",
+               a->o->node_rank, attempt);
+}
+
 static mt_status check_options(const mt_launch_options *o, char *const argv[])
 {
     if (o->nproc < 1)
@@ -46,6 +54,9 @@ static mt_status check_options(const mt_launch_options *o, char *const argv[])
                        o->min_nnodes, nodes, nodes);
     if (o->last_call_seconds != o->last_call_seconds)
         return mt_fail(MT_EINVAL, "launch: --last-call is not a number of seconds");
+    if (o->standby && (nodes < 2 || o->min_nnodes < 1 || o->min_nnodes >= nodes))
+        return mt_fail(MT_EINVAL, "launch: --standby needs an elastic --nnodes MIN:M with MIN "
+                                  "below M (the job goes on without node 0)");
     if (o->node_rank < 0 || o->node_rank >= nodes)
         return mt_fail(MT_EINVAL, "launch: --node-rank %d is outside 0..%d", o->node_rank,
                        nodes - 1);
@@ -78,9 +89,10 @@ static mt_status setup(agent *a)
     a->rdv = (rendezvous){
         .node = o->node_rank, .min_nodes = o->min_nnodes > 0 ? o->min_nnodes : max_nodes,
         .max_nodes = max_nodes, .nproc = o->nproc, .max_restarts = o->max_restarts,
+        .standby = o->standby,
         .join_timeout = a->join_timeout,
         .last_call = o->last_call_seconds >= 0 ? o->last_call_seconds : DEFAULT_LAST_CALL_SECONDS,
-        .host = a->host, .stop_signal = launch_stop_signal_of, .agent = a};
+        .host = a->host, .stop_signal = launch_stop_signal_of, .waits = say_waiting, .agent = a};
     a->round = (launch_round){.group_rank = -1};
     snprintf(a->master_host, sizeof a->master_host, "%s",
              o->master_host && o->master_host[0] ? o->master_host : "127.0.0.1");
@@ -96,6 +108,8 @@ static mt_status setup(agent *a)
     a->rdv.server = a->server;
     if (st == MT_OK)
         st = launch_rendezvous_agree_settings(&a->rdv);
+    if (st == MT_OK)
+        st = launch_standby_start(a);
     return st;
 }
 
@@ -107,6 +121,7 @@ static void teardown(agent *a, int keep_dumps)
     }
     mt_store_close(a->store);
     mt_store_server_stop(a->server);
+    launch_standby_stop(a);
     launch_round_free(&a->round);
     if (a->dump_dir[0] && a->dump_dir_is_temporary && !keep_dumps)
         launch_remove_dumps(a->dump_dir, 1);
@@ -114,37 +129,63 @@ static void teardown(agent *a, int keep_dumps)
 }
 
 /* Meets the other launchers for the attempt and takes this node's place in it: a job that
- * lost nodes runs on those left, its ranks renumbered densely. */
-static mt_status begin_attempt(agent *a, int attempt)
+ * lost nodes runs on those left, its ranks renumbered densely; a node that came late may
+ * join a later attempt (*attempt moves on), or none (*finished). */
+static mt_status begin_attempt(agent *a, int *attempt, int *finished)
 {
     launch_round round;
-    a->attempt = attempt;
-    mt_status st = launch_rendezvous_round(&a->rdv, attempt, attempt ? &a->round : NULL, &round);
+    int first = *attempt == 0 && a->round.count == 0;
+    mt_status st = launch_rendezvous_round(&a->rdv, attempt, first ? NULL : &a->round, &round);
+    a->attempt = *attempt;
     if (st)
         return st;
-    int changed = attempt ? round.count != a->round.count : round.count < a->rdv.max_nodes;
+    *finished = round.finished;
+    if (round.finished) {
+        launch_say(a, "the job finished before it took node %d in", a->o->node_rank);
+        launch_round_free(&round);
+        return MT_OK;
+    }
+    int changed = first ? round.count < a->rdv.max_nodes || *attempt > 0
+                        : round.count != a->round.count;
     launch_round_free(&a->round);
     a->round = round;
     a->nodes = round.count;
     a->world = round.count * a->nproc;
     a->first_rank = round.group_rank * a->nproc;
+    launch_standby_follow(a, *attempt);
     if (changed) {
         char nnodes[32], members[200];
         launch_rendezvous_describe_nnodes(&a->rdv, nnodes, sizeof nnodes);
         launch_list_nodes(round.members, round.count, members, sizeof members);
         launch_say(a, "attempt %d runs on %d node%s of --nnodes %s (%s), %d workers: this node (%d) "
-               "has ranks %d-%d", attempt, a->nodes, a->nodes > 1 ? "s" : "", nnodes, members,
+               "has ranks %d-%d", *attempt, a->nodes, a->nodes > 1 ? "s" : "", nnodes, members,
             a->world, a->o->node_rank, a->first_rank, a->first_rank + a->nproc - 1);
     }
     return MT_OK;
 }
 
+/* The step at which the workers of a successful attempt stopped so that the waiting nodes
+ * join (world rank 0 wrote it before any of them ended): 1 when they did. */
+static int regrouped(agent *a, int attempt, char *step, size_t capacity)
+{
+    char key[64];
+    size_t got = 0;
+    int found = 0;
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_REGROUP, -1);
+    if (mt_store_try_get(a->store, key, step, capacity - 1, &got, &found) != MT_OK || !found)
+        return 0;
+    step[got < capacity ? got : capacity - 1] = '\0';
+    return 1;
+}
+
 static mt_status run_attempts(agent *a, mt_launch_result *result)
 {
+    int failures = 0; /* restarts after a failure; growths do not count against the limit */
     for (int attempt = 0;; attempt++) {
-        mt_status st = begin_attempt(a, attempt);
+        int finished = 0;
+        mt_status st = begin_attempt(a, &attempt, &finished);
         attempt_outcome out = {.failed_rank = -1};
-        if (st)
+        if (st || finished)
             return st;
         if ((st = launch_run_workers(a, attempt, &out)) != MT_OK && !out.failed) {
             /* This node could not run its workers (fork, pipes): the others must hear it as
@@ -160,6 +201,14 @@ static mt_status run_attempts(agent *a, mt_launch_result *result)
         char settled[sizeof out.failure];
         if (out.failed && launch_read_failure(a, attempt, settled, sizeof settled) == 1)
             memcpy(out.failure, settled, sizeof out.failure); /* as every node sees it */
+        char step[32];
+        if (!out.failed && !out.interrupted && regrouped(a, attempt, step, sizeof step)) {
+            result->growths++;
+            launch_say(a, "attempt %d stopped at its checkpoint of step %s so that the waiting "
+                          "node joins: the launchers meet again (growth %d, not counted against "
+                          "--max-restarts)", attempt, step, result->growths);
+            continue;
+        }
         if (!out.failed && !out.interrupted)
             return MT_OK;
         result->failed_rank = out.failed_rank;
@@ -175,11 +224,15 @@ static mt_status run_attempts(agent *a, mt_launch_result *result)
             return mt_fail(MT_EPEER, "interrupted by signal %d (%s)%s%s", out.interrupted,
                            strsignal(out.interrupted), out.failed ? "; " : "",
                            out.failed ? out.failure : "");
-        if (attempt >= a->o->max_restarts)
+        if (failures >= a->o->max_restarts)
             return mt_fail(MT_EPEER, "%s%s", out.failure,
                            a->o->max_restarts ? " (no restart left)" : "");
-        result->restarts = attempt + 1;
-        launch_say(a, "restarting the job (%d of %d)", attempt + 1, a->o->max_restarts);
+        result->restarts = ++failures;
+        if (launch_standby_take_over(a) < 0)
+            return mt_fail(MT_EPEER, "%s; node 0's store is lost and no standby store can take "
+                                     "over (--standby: node 1 of --nnodes MIN:M hosts one)",
+                           out.failure);
+        launch_say(a, "restarting the job (%d of %d)", failures, a->o->max_restarts);
     }
 }
 

@@ -1,6 +1,7 @@
-/* Which launchers run each attempt of a job: every live launcher announces itself, node 0
- * closes the round (all nodes in, or the missing ones gone, or the last call over) and
- * publishes the members; group ranks are dense, so a job that lost a node runs on fewer. */
+/* Which launchers run each attempt of a job: every live launcher announces itself, node 0 (or
+ * the standby that took over its store) closes the round (all nodes in, or the missing ones
+ * gone, or the last call over) and publishes the members; group ranks are dense, so a job that
+ * lost a node runs on fewer. */
 #define _GNU_SOURCE /* strsignal */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +32,8 @@ static void settings_text(const rendezvous *r, char *out, size_t capacity)
     char nnodes[32];
     launch_rendezvous_describe_nnodes(r, nnodes, sizeof nnodes);
     snprintf(out, capacity, "--nnodes %s --nproc-per-node %d --max-restarts %d --join-timeout "
-             "%g --last-call %g", nnodes, r->nproc, r->max_restarts, r->join_timeout,
-             r->last_call);
+             "%g --last-call %g%s", nnodes, r->nproc, r->max_restarts, r->join_timeout,
+             r->last_call, r->standby ? " --standby" : "");
 }
 
 mt_status launch_rendezvous_agree_settings(const rendezvous *r)
@@ -71,9 +72,10 @@ void launch_list_nodes(const int *nodes, int n, char *out, size_t capacity)
         snprintf(out + used, capacity - used, ", ...");
 }
 
-/* Parses node 0's verdict "0,1,3" (or "!reason") into the round; `node` finds its group rank. */
-static mt_status parse_members(const char *text, int attempt, int node, int max_nodes,
-                               launch_round *out)
+/* Parses the leader's verdict "0,1,3" (or "!reason") into the round; `node` finds its group
+ * rank. The leader (node 0, or the standby that took over from it) is always the first. */
+static mt_status parse_members(const char *text, int attempt, int node, int leader,
+                               int max_nodes, launch_round *out)
 {
     if (text[0] == '!')
         return mt_fail(MT_EPEER, "%s", text + 1);
@@ -94,9 +96,9 @@ static mt_status parse_members(const char *text, int attempt, int node, int max_
         out->members[out->count++] = (int)id;
         p = *end ? end + 1 : end;
     }
-    if (out->count == 0 || out->members[0] != 0)
-        return mt_fail(MT_EPEER, "launch: attempt %d's members '%s' leave out node 0", attempt,
-                       text);
+    if (out->count == 0 || out->members[0] != leader)
+        return mt_fail(MT_EPEER, "launch: attempt %d's members '%s' do not begin with node %d, "
+                                 "which hosts the store", attempt, text, leader);
     return MT_OK;
 }
 
@@ -143,13 +145,13 @@ static int name_nodes(const node_state *state, const unsigned char *only, int ma
     return count;
 }
 
-/* Node 0, about to close: a node that announced and then left (its launcher died during the
+/* The leader (node 0, or the standby after it), about to close: a node that announced and then left (its launcher died during the
  * last call) is no member; returns 1 when one was found (the round is weighed again). */
 static mt_status recheck_members(const rendezvous *r, node_state *state, int *left)
 {
     *left = 0;
-    for (int n = 1; n < r->max_nodes; n++) {
-        if (state[n] != NODE_IN)
+    for (int n = 0; n < r->max_nodes; n++) {
+        if (n == r->leader || state[n] != NODE_IN)
             continue;
         int found = 0;
         mt_status st = launch_node_gone(r->store, n, &found);
@@ -163,7 +165,7 @@ static mt_status recheck_members(const rendezvous *r, node_state *state, int *le
     return MT_OK;
 }
 
-/* Node 0's side: waits until the round can close, then returns its members (or an error
+/* The leader's side (node 0's, or the standby's after it): waits until the round can close, then returns its members (or an error
  * that says why the job cannot go on, which the others get too). */
 static mt_status close_round(const rendezvous *r, int attempt, const launch_round *previous,
                              char *verdict, size_t capacity)
@@ -250,10 +252,82 @@ static mt_status close_round(const rendezvous *r, int attempt, const launch_roun
     return st;
 }
 
-mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch_round *previous,
-                                  launch_round *out)
+/* A newcomer's wait for the verdict of `attempt`: 1 when it came, 0 when the job finished
+ * first. Polled, so a Ctrl-C is taken at once; it lasts as long as the job runs. */
+static mt_status await_verdict(const rendezvous *r, int attempt, char *verdict, size_t capacity,
+                               int *came)
+{
+    char key[64], flag[4];
+    launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_MEMBERS, -1);
+    *came = 0;
+    for (;;) {
+        size_t got = 0;
+        int found = 0;
+        mt_status st = mt_store_try_get(r->store, key, verdict, capacity - 1, &got, &found);
+        if (st == MT_OK && found) {
+            verdict[got < capacity ? got : capacity - 1] = '\0';
+            *came = 1;
+            return MT_OK;
+        }
+        if (st == MT_OK)
+            st = mt_store_try_get(r->store, LAUNCH_KEY_FINISHED, flag, sizeof flag, &got, &found);
+        if (st || found)
+            return st;
+        if ((st = check_stop(r, attempt)))
+            return st;
+        mt_clock_nap(ROUND_POLL_SECONDS);
+    }
+}
+
+/* A node that came after the round of `*attempt` closed, under --nnodes MIN:MAX: it announces
+ * itself for the next attempt, then tells the running one (its `waiting` key), whose workers
+ * stop at their next checkpoint so that the launchers meet again with it (as torchrun's
+ * waiting nodes do). Returns the round it joins (*attempt its number), or out->finished when
+ * the job ended without taking it in. */
+static mt_status wait_to_join(const rendezvous *r, int *attempt, char *verdict, size_t capacity,
+                              launch_round *out)
+{
+    int missed = *attempt; /* the latest attempt known to have started without this node */
+    for (;;) {
+        launch_round_free(out);
+        char key[64], text[32], node[16];
+        size_t got = 0;
+        int found = 0;
+        mt_status st = mt_store_try_get(r->store, LAUNCH_KEY_ATTEMPT, text, sizeof text - 1, &got,
+                                        &found);
+        if (st)
+            return st;
+        text[found ? got : 0] = '\0';
+        int running = found && atoi(text) > missed ? atoi(text) : missed;
+        launch_key(key, sizeof key, running + 1, LAUNCH_ATTEMPT_NODE, r->node);
+        if ((st = mt_store_set(r->store, key, r->host, strlen(r->host) + 1)))
+            return st;
+        launch_key(key, sizeof key, running, LAUNCH_ATTEMPT_WAITING, -1);
+        snprintf(node, sizeof node, "%d", r->node);
+        if ((st = mt_store_set(r->store, key, node, strlen(node) + 1)))
+            return st;
+        int came = 0;
+        if ((st = await_verdict(r, running + 1, verdict, capacity, &came)))
+            return st;
+        if (!came) {
+            out->finished = 1;
+            return MT_OK;
+        }
+        if ((st = parse_members(verdict, running + 1, r->node, r->leader, r->max_nodes, out)))
+            return st;
+        if (out->group_rank >= 0) {
+            *attempt = running + 1;
+            return MT_OK;
+        }
+        missed = running + 1; /* that round closed before it saw this node: the next one */
+    }
+}
+
+mt_status launch_rendezvous_round(const rendezvous *r, int *attempt_io,
+                                  const launch_round *previous, launch_round *out)
 {
     *out = (launch_round){.group_rank = -1};
+    int attempt = *attempt_io;
     char key[64];
     launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_NODE, r->node);
     mt_status st = mt_store_set(r->store, key, r->host, strlen(r->host) + 1);
@@ -265,10 +339,10 @@ mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch
     if (!verdict)
         return mt_fail(MT_ENOMEM, "launch: out of memory");
     launch_key(key, sizeof key, attempt, LAUNCH_ATTEMPT_MEMBERS, -1);
-    if (r->node == 0) {
+    if (r->node == r->leader) {
         st = close_round(r, attempt, previous, verdict, capacity - 1);
         if (st == MT_OK)
-            st = parse_members(verdict, attempt, 0, r->max_nodes, out);
+            st = parse_members(verdict, attempt, r->node, r->leader, r->max_nodes, out);
         if (st == MT_OK && r->server)
             mt_store_server_begin_round(r->server, out->count * r->nproc);
         if (st) /* the others learn why instead of waiting out their timeout */
@@ -276,6 +350,11 @@ mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch
         mt_status told = mt_store_set(r->store, key, verdict, strlen(verdict) + 1);
         if (st == MT_OK)
             st = told;
+        /* after the members, so that a newcomer finds them under the attempt it reads */
+        char number[16];
+        snprintf(number, sizeof number, "%d", attempt);
+        if (st == MT_OK)
+            st = mt_store_set(r->store, LAUNCH_KEY_ATTEMPT, number, strlen(number) + 1);
     } else {
         /* Polled rather than waited for, so that a Ctrl-C is taken at once. */
         size_t got = 0;
@@ -286,22 +365,31 @@ mt_status launch_rendezvous_round(const rendezvous *r, int attempt, const launch
             st = mt_store_try_get(r->store, key, verdict, capacity - 1, &got, &found);
             if (st == MT_OK && !found && (st = check_stop(r, attempt)) == MT_OK) {
                 if (mt_clock_seconds() > deadline)
-                    st = mt_fail(MT_EPEER, "no word from node 0 after %.0f s", wait);
+                    st = mt_fail(MT_EPEER, "no word from node %d after %.0f s", r->leader,
+                                 wait);
                 mt_clock_nap(ROUND_POLL_SECONDS);
             }
         }
         if (st)
-            st = mt_fail_context(st, "launch: node %d waiting for node 0 to start attempt %d",
-                                 r->node, attempt);
+            st = mt_fail_context(st, "launch: node %d waiting for node %d to start attempt %d",
+                                 r->node, r->leader, attempt);
         else {
             verdict[got < capacity ? got : capacity - 1] = '\0';
-            st = parse_members(verdict, attempt, r->node, r->max_nodes, out);
+            st = parse_members(verdict, attempt, r->node, r->leader, r->max_nodes, out);
         }
-        if (st == MT_OK && out->group_rank < 0) {
+        if (st == MT_OK && out->group_rank < 0 && r->min_nodes < r->max_nodes) {
+            if (r->waits)
+                r->waits(r->agent, attempt);
+            st = wait_to_join(r, attempt_io, verdict, capacity, out);
+            if (st)
+                st = mt_fail_context(st, "launch: node %d waiting to join the running job",
+                                     r->node);
+        } else if (st == MT_OK && out->group_rank < 0) {
             char members[200];
             launch_list_nodes(out->members, out->count, members, sizeof members);
             st = mt_fail(MT_EPEER, "launch: node %d came too late: attempt %d of the job "
-                                   "started without it, on node%s %s", r->node, attempt,
+                                   "started without it, on node%s %s (a fixed --nnodes cannot "
+                                   "grow; --nnodes MIN:MAX can)", r->node, attempt,
                          out->count > 1 ? "s" : "", members);
         }
     }

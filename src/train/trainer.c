@@ -140,6 +140,15 @@ static mt_status run_steps(trainer *tr, mt_train_summary *summary)
         int log = step % cfg->log_every == 0 || step == cfg->steps;
         if ((status = end_step(tr, step, &record, log)))
             return status;
+        if (cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps)) {
+            int stop = 0;
+            if ((status = trainer_grow_check(tr, step, &stop)))
+                return status;
+            if (stop) { /* a node waits to join: the job goes on from here on more nodes */
+                tr->out.regrouped_at = summary->regrouped_at = step;
+                break;
+            }
+        }
     }
     /* a run that had no step left to take still leaves its state (a resharded copy) */
     if (cfg->save_every > 0 && st->start_step == cfg->steps) {
@@ -296,8 +305,9 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
         print_start(&tr, resumed_from, initialised, out);
     if (status == MT_OK)
         status = run_steps(&tr, summary);
-    if (status == MT_OK)
+    if (status == MT_OK && !tr.out.regrouped_at)
         status = finish_run(&tr, out, sample, summary);
+    trainer_grow_close(&tr);
     status = trainer_outputs_close(&tr, status);
     trainer_state_close(&tr);
     mt_run_plan_free(&plan);

@@ -128,6 +128,10 @@ typedef struct trainer_outputs {
     double save_stall_seconds; /* training's wait for saves (all of it unless async_save) */
     unsigned long long saved_bytes; /* every rank's shards (world rank 0) */
     int saves;
+    /* An elastic job that may grow: world rank 0's connection to the launchers' store
+     * (trainer_grow.c), and the step whose checkpoint the run stopped at to regroup (0: none). */
+    struct mt_store *grow_store;
+    int regrouped_at;
 } trainer_outputs;
 
 struct trainer {
@@ -211,6 +215,13 @@ mt_status trainer_rollback(trainer *tr, int step, int *resumed);
 mt_status trainer_save_checkpoint(trainer *tr, int step);
 /* Waits for the save in flight, if any, and returns its outcome. */
 mt_status trainer_finish_save(trainer *tr);
+
+/* trainer_grow.c */
+/* After the checkpoint of `step` (before the last): when a node waits to join the job, that
+ * checkpoint is committed and *stop is 1 on every rank (collective over the world), so the
+ * launchers meet again with it; the run then leaves no final outputs. */
+mt_status trainer_grow_check(trainer *tr, int step, int *stop);
+void trainer_grow_close(trainer *tr);
 
 /* trainer_resume.c */
 /* Before the run is set up: the checkpoint to resume from (cfg->resume, or auto after a

@@ -19,9 +19,15 @@ typedef struct mt_launch_options {
     int nnodes, node_rank;
     /* Elastic: an attempt may start with as few as min_nnodes nodes (0: nnodes, all), so a
      * restart goes on without a lost node. Once min_nnodes are in, the others get
-     * last_call_seconds more (negative: 30) unless they are known to have left. */
+     * last_call_seconds more (negative: 30) unless they are known to have left. A node that
+     * comes after a round closed waits: the running job stops at its next checkpoint and
+     * meets again with it (a growth, not counted against max_restarts). */
     int min_nnodes;
     double last_call_seconds;
+    /* Elastic, given to every launcher alike: node 1 hosts a standby of the store, which takes
+     * over when node 0's store is lost (node 0 cut off rather than dead goes on as well, so a
+     * partition splits the job: for clusters where the way to node 0 fails only with it). */
+    int standby;
     /* The store: node 0 binds master_host:master_port, every launcher and worker connects
      * there. One node: NULL means 127.0.0.1, port 0 a free one. */
     const char *master_host;
@@ -44,7 +50,8 @@ typedef struct mt_launch_result {
     int failed_rank;          /* job-wide rank of the first failure, or -1 */
     int exit_code;            /* its exit code, or -1 when a signal ended it */
     int signal;               /* that signal, or 0 */
-    int restarts;             /* restarts done */
+    int restarts;             /* restarts done after failures (at most max_restarts) */
+    int growths;              /* attempts begun to take in nodes that came late (elastic) */
     char failure[512];        /* "rank 3 (pid 77 on host a) was killed by signal 9 (Killed)" */
 } mt_launch_result;
 

@@ -144,6 +144,8 @@ typedef struct mt_train_summary {
     double comm_wait_share;            /* of the timed steps' time, blocked on communication */
     double tp_comm_share;              /* of the timed steps' time, in tensor-parallel collectives */
     char verdict[1600]; /* "verdict: ..." lines (world rank 0): what bounds the run and why */
+    int regrouped_at;  /* the step whose checkpoint an elastic job stopped at to take in a
+                        * node waiting to join (it goes on in the launcher's next attempt), or 0 */
 } mt_train_summary;
 
 /* The whole run: data, model, steps, metrics to OUT/metrics.jsonl, summary.json, the sample
