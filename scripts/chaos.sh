@@ -197,11 +197,8 @@ if [ $rc = 0 ]; then
       problems+=("ckpt/step_$steps/${shard##*/} differs from the uninterrupted run's")
   done
   # the logged figures without what timing decides (speed, data wait, the step accounting)
-  figures() {
-    sed 's/, "tokens_per_s": [^,}]*//; s/, "data_ms": [^,}]*//; s/, "accounting": {[^}]*}//' \
-      "$1/metrics.jsonl"
-  }
-  cmp -s <(figures "$work/ref") <(figures "$work/chaos") ||
+  untimed="$here/untimed_metrics.sh"
+  cmp -s <("$untimed" "$work/ref/metrics.jsonl") <("$untimed" "$work/chaos/metrics.jsonl") ||
     problems+=("metrics.jsonl (losses, gradient norms) differs from the uninterrupted run's")
 fi
 # nothing left behind: no hidden folder of a killed save or prune, no more than --keep

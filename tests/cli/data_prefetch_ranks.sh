@@ -10,6 +10,7 @@ if [[ $# -ne 1 || ! -x $1 ]]; then
     exit 2
 fi
 MT=$1
+untimed="$(cd "$(dirname "$0")/../../scripts" && pwd)/untimed_metrics.sh"
 WORK=$(mktemp -d /tmp/mt_data_prefetch.XXXXXX) || exit 2
 trap 'rm -rf -- "$WORK"' EXIT
 failed=0
@@ -26,9 +27,8 @@ timeout 20 "$MT" data text "$WORK/text.txt" --out "$WORK/corpus" --shard_tokens 
     fail "data text --shard_tokens"
 
 same_training() {
-    local metrics='s/"tokens_per_s": [^,}]*//; s/"data_ms": [^,}]*//; s/, "accounting": {[^}]*}//'
     cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
-        cmp -s <(sed "$metrics" "$1/metrics.jsonl") <(sed "$metrics" "$2/metrics.jsonl")
+        cmp -s <("$untimed" "$1/metrics.jsonl") <("$untimed" "$2/metrics.jsonl")
 }
 for layout in "--dp 2" "--pp 2"; do
     name=${layout// /}

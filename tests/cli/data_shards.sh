@@ -11,6 +11,7 @@ if [[ $# -ne 1 || ! -x $1 ]]; then
     exit 2
 fi
 MT=$1
+untimed="$(cd "$(dirname "$0")/../../scripts" && pwd)/untimed_metrics.sh"
 WORK=$(mktemp -d /tmp/mt_data_shards.XXXXXX) || exit 2
 trap 'rm -rf -- "$WORK"' EXIT
 failed=0
@@ -51,9 +52,8 @@ cmp -s <(tail -c +33 "$WORK/single/train.bin") \
 
 # same_training A B: bitwise the same losses, norms, validation losses and final model
 same_training() {
-    local metrics='s/"tokens_per_s": [^,}]*//; s/"data_ms": [^,}]*//; s/, "accounting": {[^}]*}//'
     cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
-        cmp -s <(sed "$metrics" "$1/metrics.jsonl") <(sed "$metrics" "$2/metrics.jsonl")
+        cmp -s <("$untimed" "$1/metrics.jsonl") <("$untimed" "$2/metrics.jsonl")
 }
 train() { # NAME DATA ARGS...
     local name=$1 data=$2

@@ -30,9 +30,8 @@ examples="$source_dir/examples/slurm"
 
 # same_training A B: bitwise the same losses, norms, validation losses and final model.
 same_training() {
-  local metrics='s/"tokens_per_s": [^,}]*//; s/"data_ms": [^,}]*//; s/, "accounting": {[^}]*}//'
   cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
-    cmp -s <(sed "$metrics" "$1/metrics.jsonl") <(sed "$metrics" "$2/metrics.jsonl")
+    cmp -s <("$untimed" "$1/metrics.jsonl") <("$untimed" "$2/metrics.jsonl")
 }
 
 # sbatch_wait NAME [--SBATCH-OPTION VALUE...] SCRIPT ARGS...: submits SCRIPT from the source folder (its configs/ path)

@@ -23,9 +23,8 @@ job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 4 --widt
 train() { "$meshtrain" train "${job[@]}" "$@"; }
 # The losses, gradient norms and validation losses of two runs' metrics, bitwise.
 same_metrics() {
-  local untimed='s/, "accounting": {[^}]*}//'
-  diff <(cut -d, -f1-4 "$1/metrics.jsonl"; sed "$untimed" "$1/metrics.jsonl" | grep -o '"val_loss[^}]*') \
-       <(cut -d, -f1-4 "$2/metrics.jsonl"; sed "$untimed" "$2/metrics.jsonl" | grep -o '"val_loss[^}]*') >/dev/null
+  diff <(cut -d, -f1-4 "$1/metrics.jsonl"; "$untimed" "$1/metrics.jsonl" | grep -o '"val_loss[^}]*') \
+       <(cut -d, -f1-4 "$2/metrics.jsonl"; "$untimed" "$2/metrics.jsonl" | grep -o '"val_loss[^}]*') >/dev/null
 }
 
 # --- one process: resume bitwise, and every kind of bad input -----------------------------

@@ -14,31 +14,9 @@ scratch=
 source "$(dirname "$0")/genesis_setup.sh"
 source "$here/expect.sh"
 
-job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 4 --width 64
-     --batch 24 --steps 12 --warmup 2 --lr 3e-3 --eval_every 6 --eval_seqs 10
-     --sample_tokens 0 --threads 1 --save_every 3 --zero 2)
-umask 077
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$scratch/secret"
-umask 022
-port=$((12000 + $$ % 15000)) # below the ephemeral range
-
-# node LOG NODE LAUNCH-OPTIONS... -- COMMAND...: one launcher of the job on 127.0.0.1:$port in
-# the background ($! its pid), bounded in time, its output in LOG.
-node() {
-  local log=$1 rank=$2
-  shift 2
-  # (in a subshell that exits with the status, so bash does not announce a killed launcher)
-  (
-    timeout -k 2 150 "$meshtrain" launch --node-rank "$rank" --master "127.0.0.1:$port" \
-      --secret-file "$scratch/secret" --nproc-per-node 2 --join-timeout 60 "$@" > "$log" 2>&1
-    exit $?
-  ) 2> /dev/null &
-}
-# wait_for VAR PID: waits for the launcher and sets VAR to its exit status.
-wait_for() { local rc=0; wait "$2" || rc=$?; printf -v "$1" %s "$rc"; }
-expect_in() { # FILE PATTERN WHAT
-  grep -Eq -e "$2" "$1" || { fail "$3: no '$2' in $1"; sed 's/^/    /' "$1" | tail -n 25; }
-}
+launcher_seconds=150 join_seconds=60
+port_offset=0
+source "$here/elastic_lib.sh"
 
 # --- a node lost whole: the job goes on, on the node left ---------------------------------
 reference="$scratch/uninterrupted"

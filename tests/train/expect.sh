@@ -20,3 +20,20 @@ train_into() {
   timeout 240 "$meshtrain" train "${job[@]}" --out "$out" "$@" > "$out.log" 2>&1 ||
     { fail "the run into $out failed"; tail -n 20 "$out.log"; return 1; }
 }
+
+# metric_column OUT F: field F of every step line of OUT/metrics.jsonl, space-separated.
+metric_column() { grep -v '"event"' "$1/metrics.jsonl" | grep -o "\"$2\": [^,}]*" | cut -d' ' -f2 | tr '\n' ' '; }
+
+# resumes_same RUN STEP ARGS...: RUN's checkpoint of STEP, resumed into RUN_STEP with the job's
+# and RUN's own ARGS, ends with RUN's steps (compare_steps.py) and model, bit for bit.
+resumes_same() {
+  local run=$1 step=$2
+  shift 2
+  local resumed="${run}_$step"
+  mkdir -p "$resumed/ckpt"
+  cp -r "$run/ckpt/step_$step" "$resumed/ckpt/"
+  train_into "$resumed" "$@" --resume auto &&
+    python3 "$here/compare_steps.py" "$run" "$resumed" || failed=1
+  cmp -s "$run/model.safetensors" "$resumed/model.safetensors" ||
+    fail "resumed from step $step of $run: another model"
+}

@@ -10,12 +10,9 @@ set -euo pipefail
 meshtrain=$1
 source "$(dirname "$0")/genesis_setup.sh"
 source "$here/expect.sh"
-compare=(python3 "$here/compare_steps.py")
 
 job=(--data "$scratch/data" --vocab 257 --context 16 --layers 2 --heads 2 --width 16
      --batch 4 --warmup 2 --lr 5e-3 --eval_every 0 --sample_tokens 0 --threads 1)
-# field F of every step line of OUT/metrics.jsonl, space-separated
-column() { grep -v '"event"' "$1/metrics.jsonl" | grep -o "\"$2\": [^,}]*" | cut -d' ' -f2 | tr '\n' ' '; }
 
 # --- the loss scaler ---------------------------------------------------------------------------
 scaled=(--steps 8 --save_every 2 --precision fp16 --loss_scale_window 2)
@@ -26,19 +23,14 @@ train_into "$scratch/fp16" "${scaled[@]}" || exit 1
 cmp -s "$scratch/plain/model.safetensors" "$scratch/fp16/model.safetensors" ||
   fail "runs whose loss scales differ (powers of 2, no overflow) differ"
 MT_INJECT_FAULT=inf_grad@0:3 train_into "$scratch/overflow" "${scaled[@]}" || exit 1
-[ "$(column "$scratch/overflow" loss_scale)" = "65536 65536 131072 65536 65536 131072 131072 262144 " ] ||
-  fail "loss scales $(column "$scratch/overflow" loss_scale)"
-[ "$(column "$scratch/overflow" skipped)" = "false false true false false false false false " ] ||
-  fail "skipped $(column "$scratch/overflow" skipped)"
+[ "$(metric_column "$scratch/overflow" loss_scale)" = "65536 65536 131072 65536 65536 131072 131072 262144 " ] ||
+  fail "loss scales $(metric_column "$scratch/overflow" loss_scale)"
+[ "$(metric_column "$scratch/overflow" skipped)" = "false false true false false false false false " ] ||
+  fail "skipped $(metric_column "$scratch/overflow" skipped)"
 grep -q '"optimizer_steps": 7, "overflow_skips": 1,' "$scratch/overflow/summary.json" ||
   fail "summary.json does not count 7 updates and 1 overflow skip"
 # resumed after the skipped step (from step 4): the same steps, scales and model
-mkdir -p "$scratch/resumed/ckpt"
-cp -r "$scratch/overflow/ckpt/step_4" "$scratch/resumed/ckpt/"
-train_into "$scratch/resumed" "${scaled[@]}" --resume auto &&
-  "${compare[@]}" "$scratch/overflow" "$scratch/resumed" || failed=1
-cmp -s "$scratch/overflow/model.safetensors" "$scratch/resumed/model.safetensors" ||
-  fail "resumed across a skipped step: another model"
+resumes_same "$scratch/overflow" 4 "${scaled[@]}"
 MT_INJECT_FAULT=inf_grad@0:3 must_fail "step 3: the fp16 loss scale fell below loss_scale_min 65536 \(an overflow halved 65536 to 32768\); gradients overflowed in wte.weight, wpe.weight, .* and [0-9]+ more" \
   "$meshtrain" train "${job[@]}" --steps 4 --precision fp16 --loss_scale_min 65536 --out "$scratch/minimum"
 echo "ok loss scaler: skip and halve, grow after the window, minimum named, resumed bitwise"
@@ -55,14 +47,9 @@ grep -q '"optimizer_steps": 20, "overflow_skips": 0, "spike_skips": 4, "rollback
 grep -q "rolled back to step 12" "$scratch/spike.log" || fail "no rollback in the progress"
 # resumed before the rollbacks (the fault again) and after them (no fault): the same run
 for from in 12 16; do
-  mkdir -p "$scratch/spike_$from/ckpt"
-  cp -r "$scratch/spike/ckpt/step_$from" "$scratch/spike_$from/ckpt/"
   fault=spike@0:14
   [ $from = 16 ] && fault=
-  MT_INJECT_FAULT=$fault train_into "$scratch/spike_$from" "${guarded[@]}" --resume auto &&
-    "${compare[@]}" "$scratch/spike" "$scratch/spike_$from" || failed=1
-  cmp -s "$scratch/spike/model.safetensors" "$scratch/spike_$from/model.safetensors" ||
-    fail "resumed at step $from across a rollback: another model"
+  MT_INJECT_FAULT=$fault resumes_same "$scratch/spike" $from "${guarded[@]}"
 done
 MT_INJECT_FAULT=spike@0:14 must_fail "step 15: 2 consecutive loss spikes and no checkpoint to roll back to" \
   "$meshtrain" train "${job[@]}" --steps 16 --spike_guard 4 --spike_rollbacks 2 --out "$scratch/nothing"
