@@ -9,8 +9,29 @@
 /* a mod m in [0, m), for positions around a ring of m ranks. */
 static inline int comm_mod(int a, int m) { return ((a % m) + m) % m; }
 
-/* The real rank of a virtual one when a group of p2 + extra ranks folds onto a power of two
- * p2: the first 2 x extra ranks pair up and the odd one of each pair takes part. */
+/* A group of P ranks folded onto the largest power of two p2 <= P (at most 2^max_rounds): the
+ * first 2 x extra ranks (extra = P - p2) pair up, even with odd; the odd one takes part in the
+ * rounds for both, the even one hands its input over before them and takes the result after. */
+typedef struct comm_fold {
+    int rounds;       /* log2(p2) */
+    int extra;        /* P - p2 */
+    int virtual_rank; /* place among the p2, or -1 for a rank that hands off */
+    int partner;      /* the rank this one pairs up with before and after, or -1 */
+} comm_fold;
+
+static inline comm_fold comm_fold_make(int size, int rank, int max_rounds)
+{
+    int p2 = 1, rounds = 0;
+    while (p2 <= size / 2 && rounds < max_rounds)
+        p2 *= 2, rounds++;
+    int extra = size - p2;
+    comm_fold f = {.rounds = rounds, .extra = extra};
+    f.virtual_rank = rank < 2 * extra ? (rank % 2 ? rank / 2 : -1) : rank - extra;
+    f.partner = rank < 2 * extra ? (rank % 2 ? rank - 1 : rank + 1) : -1;
+    return f;
+}
+
+/* The real rank of a virtual one of the fold. */
 static inline int comm_fold_rank(int virtual_rank, int extra)
 {
     return virtual_rank < extra ? 2 * virtual_rank + 1 : virtual_rank + extra;

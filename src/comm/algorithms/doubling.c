@@ -5,9 +5,7 @@
 
 #include "algorithms.h"
 
-/* P ranks: the largest power of two p2 <= P takes part in the rounds; each of the first
- * 2 x (P - p2) ranks pairs up (even with odd), the even one handing its input to the odd one
- * before the rounds and taking the result after. Each round's value is a new buffer, acc[k+1] =
+/* P ranks folded onto a power of two (comm_fold). Each round's value is a new buffer, acc[k+1] =
  * acc[k] with the partner's acc[k], so a send never reads memory a reduction writes, and a
  * round's data may arrive before the round before it is done. Operands go lower virtual rank
  * first, so every rank evaluates the same expression and gets the same bits. */
@@ -120,14 +118,13 @@ static mt_status doubling_buffers(comm_transport *t, doubling *D, uint8_t *resul
 
 mt_status comm_doubling_reduce(comm_transport *t, const mt_comm_op *op, uint64_t seq, int root)
 {
-    int P = t->size, p2 = 1, rounds = 0;
-    while (p2 * 2 <= P)
-        p2 *= 2, rounds++;
-    int extra = P - p2, r = t->rank;
+    int P = t->size, r = t->rank;
+    comm_fold fold = comm_fold_make(P, r, 31);
+    int rounds = fold.rounds, extra = fold.extra;
     doubling D = {
         .rounds = rounds,
-        .virtual_rank = r < 2 * extra ? (r % 2 ? r / 2 : -1) : r - extra,
-        .partner = r < 2 * extra ? (r % 2 ? r - 1 : r + 1) : -1,
+        .virtual_rank = fold.virtual_rank,
+        .partner = fold.partner,
         .count = op->kind == MT_OP_BARRIER ? 0 : op->count,
         .dtype = op->dtype,
         .redop = op->redop == MT_AVG ? MT_SUM : op->redop,

@@ -4,9 +4,7 @@
 
 #include "algorithms.h"
 
-/* P ranks: the largest power of two p2 <= P takes part; of the first 2 x (P - p2) ranks the even
- * one hands its input to the odd one before and takes the result after, as in doubling.c.
- * Reduce-scatter: in round k partners differing in bit k of their virtual rank split their
+/* P ranks folded onto a power of two p2 (comm_fold), as in doubling.c. Reduce-scatter: in round k partners differing in bit k of their virtual rank split their
  * current range in half; the one whose bit is 0 keeps the lower half, and each reduces the
  * partner's copy of its half into its own (lower virtual rank first). After log2(p2) rounds a
  * rank holds one final piece; the all-gather retraces the rounds backwards, each partner sending
@@ -191,14 +189,13 @@ static mt_status halving_layout(comm_transport *t, halving *H)
 
 mt_status comm_halving_allreduce(comm_transport *t, const mt_comm_op *op, uint64_t seq)
 {
-    int P = t->size, p2 = 1, rounds = 0;
-    while (p2 * 2 <= P && rounds < MAX_ROUNDS)
-        p2 *= 2, rounds++;
-    int extra = P - p2, r = t->rank;
+    int P = t->size;
+    comm_fold fold = comm_fold_make(P, t->rank, MAX_ROUNDS);
+    int rounds = fold.rounds, extra = fold.extra;
     halving H = {
         .rounds = rounds,
-        .virtual_rank = r < 2 * extra ? (r % 2 ? r / 2 : -1) : r - extra,
-        .partner = r < 2 * extra ? (r % 2 ? r - 1 : r + 1) : -1,
+        .virtual_rank = fold.virtual_rank,
+        .partner = fold.partner,
         .count = op->count,
         .esz = mt_dtype_size(op->dtype),
         .dtype = op->dtype,
