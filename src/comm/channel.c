@@ -129,9 +129,9 @@ static void destroy(mt_channel *ch)
     }
     for (int i = 0; i < ch->n_pending; i++)
         close(ch->pending[i].fd);
-    for (channel_item *it = ch->held; it; it = NULL) {
-        free(it->data);
-        free(it);
+    if (ch->held) {
+        free(ch->held->data);
+        free(ch->held);
     }
     while (ch->head) {
         channel_item *it = ch->head;

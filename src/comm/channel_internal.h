@@ -115,6 +115,7 @@ struct mt_channel {
     channel_peer *peers; /* by rank */
     channel_pending pending[CHANNEL_PENDING_MAX];
     int n_pending;
+    double listen_resume; /* after an accept error (EMFILE...), not before this time */
     channel_item *head, *tail;
     channel_item *held; /* the event the caller holds */
     uint64_t duplicates;

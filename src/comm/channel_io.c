@@ -340,8 +340,13 @@ static void accept_new(mt_channel *ch, double now)
         socklen_t len = sizeof a;
         int fd = accept4(ch->listen_fd, (struct sockaddr *)&a, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return; /* none waiting, or one that went away; a lasting error shows again */
+        if (fd < 0) {
+            /* None waiting, or one that went away; a lasting error (out of descriptors)
+             * leaves the socket readable, so it is left out of the poll for a while. */
+            if (!would_block(errno) && errno != ECONNABORTED)
+                ch->listen_resume = now + 0.1;
+            return;
+        }
         channel_pending *c = &ch->pending[ch->n_pending++];
         *c = (channel_pending){.fd = fd, .deadline = now + HELLO_SECONDS};
         char ip[INET_ADDRSTRLEN] = "?";
@@ -454,7 +459,9 @@ void *comm_channel_thread(void *arg)
     while (fds && rank_of && !ch->stopping) {
         nfds_t n = 0;
         fds[n++] = (struct pollfd){.fd = ch->wake_fd, .events = POLLIN};
-        if (ch->listen_fd >= 0 && ch->n_pending < CHANNEL_PENDING_MAX)
+        int listening = ch->listen_fd >= 0 && ch->n_pending < CHANNEL_PENDING_MAX &&
+                        mt_clock_seconds() >= ch->listen_resume;
+        if (listening)
             fds[n++] = (struct pollfd){.fd = ch->listen_fd, .events = POLLIN};
         for (int i = 0; i < ch->n_pending; i++)
             fds[n++] = (struct pollfd){.fd = ch->pending[i].fd, .events = POLLIN};
@@ -475,7 +482,7 @@ void *comm_channel_thread(void *arg)
         while (read(ch->wake_fd, &drained, sizeof drained) > 0) {
         }
         double now = mt_clock_seconds();
-        if (ch->listen_fd >= 0)
+        if (listening)
             accept_new(ch, now);
         advance_pending(ch, now);
         for (nfds_t i = first_peer; i < n; i++) {
