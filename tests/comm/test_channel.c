@@ -333,7 +333,8 @@ static void test_worker_stuck(int port)
         }
     }
     CHECK(joined_at >= 0 && lost_at > joined_at);
-    CHECK_MSG(lost_at - joined_at < timeout + 1.0, "lost after %.1f s", lost_at - joined_at);
+    /* the timeout plus the thread's poll period; the rest is slack for a loaded machine */
+    CHECK_MSG(lost_at - joined_at < timeout + 2.5, "lost after %.1f s", lost_at - joined_at);
     kill(worker, SIGKILL);
     reap(worker, 5);
     mt_channel_close(server);
