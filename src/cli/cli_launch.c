@@ -37,6 +37,11 @@ static const char USAGE[] =
     "  --secret-file FILE   the job's secret, shared by every node's launcher (mode 600);\n"
     "                       else MT_JOB_SECRET or MT_JOB_SECRET_FILE; one node makes its own\n"
     "  --max-restarts K     restart the whole job up to K times after a failure (default 0)\n"
+    "  --ps-servers S       the last S ranks are parameter servers, the others workers (default 0)\n"
+    "  --ps-mode MODE       sync (default): any death fails the job; ssp or async: a worker's\n"
+    "                       death is logged and the job goes on (under --max-restarts that\n"
+    "                       rank starts again alone, MT_INCARNATION one higher); a server's\n"
+    "                       death fails the job\n"
     "  --grace SECONDS      after a failure, before SIGTERM (then SIGKILL 2 s later; default 3)\n"
     "  --join-timeout SECONDS  launchers waiting for each other (default 300)\n"
     "  --dump-dir DIR       flight recorder dumps (default: a temporary folder, kept on failure);\n"
@@ -132,6 +137,10 @@ int cli_launch(int argc, char **argv)
             o.master_host = master_host;
         } else if (strcmp(flag, "--max-restarts") == 0)
             ok = cli_parse_int("launch", flag, value, 0, 1000, &o.max_restarts);
+        else if (strcmp(flag, "--ps-servers") == 0)
+            ok = cli_parse_int("launch", flag, value, 0, 1 << 20, &o.ps_servers);
+        else if (strcmp(flag, "--ps-mode") == 0)
+            o.ps_mode = value;
         else if (strcmp(flag, "--grace") == 0)
             ok = parse_seconds(flag, value, &o.grace_seconds);
         else if (strcmp(flag, "--join-timeout") == 0)

@@ -21,6 +21,8 @@ typedef struct agent {
     rendezvous rdv;
     launch_round round;
     int attempt; /* the latest one begun */
+    int restarts; /* after failures, of the job or of one rank: at most --max-restarts */
+    int dropped;  /* worker deaths the failure policy let the job survive */
     char launchers_left[24]; /* the store's count of departed launchers, as last seen */
     char host[256];
     char master_host[256];
@@ -103,6 +105,16 @@ void launch_standby_follow(agent *a, int attempt);
 int launch_standby_take_over(agent *a);
 /* At the end: leaves the standby and stops it. */
 void launch_standby_stop(agent *a);
+
+/* ---- launch_policy.c: what a rank's death does, by role and parameter-server mode ---- */
+/* Refuses an unknown --ps-mode, and --ps-servers that leave no worker. */
+mt_status launch_policy_check(const mt_launch_options *o);
+/* Whether world rank `rank` of the current attempt is a parameter server. */
+int launch_policy_is_server(const agent *a, int rank);
+/* 1 when the job goes on after this rank dies (a worker in ssp or async), 0 when it fails. */
+int launch_policy_drops(const agent *a, int rank);
+/* "sync", "ssp" or "async". */
+const char *launch_policy_mode(const agent *a);
 
 /* ---- launch_dumps.c ---- */
 /* The dump folder: --dump-dir (checked) or a private temporary one. */

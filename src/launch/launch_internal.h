@@ -38,6 +38,10 @@ typedef struct worker {
     char **envp;      /* built before fork (the child may not allocate) */
     int pipes[2];     /* read ends of its stdout and stderr, -1 when not captured or closed */
     line_prefixer lines[2];
+    int droppable;    /* its death is dropped by the failure policy, not the job's failure */
+    int dropped;      /* it died and was dropped; the watch reports it (then sets reported) */
+    int reported;
+    unsigned incarnation; /* MT_INCARNATION: restarts of this rank alone */
 } worker;
 
 typedef struct worker_set {
@@ -52,7 +56,7 @@ typedef struct worker_set {
 } worker_set;
 
 /* The variables one worker gets on top of the inherited environment ("NAME=value" strings). */
-enum { WORKER_VARIABLES = 15 };
+enum { WORKER_VARIABLES = 16, INCARNATION_VARIABLE = 15 /* "MT_INCARNATION=n" */ };
 
 /* Resolves the command, builds each worker's environment from `variables` (count x
  * WORKER_VARIABLES strings, which the set copies) and picks CPUs. */
@@ -62,9 +66,13 @@ mt_status launch_workers_prepare(worker_set *s, int count, int first_rank, char 
 /* Forks and execs every worker, each heading its own process group. */
 mt_status launch_workers_start(worker_set *s);
 /* Reaps every child that ended (workers and orphans of theirs, which this process adopts as
- * subreaper); returns how many workers are still alive. */
+ * subreaper); returns how many workers are still alive. A droppable worker that ended badly
+ * (not by the launcher's own signal) is marked dropped instead of becoming the failure. */
 int launch_workers_reap(worker_set *s);
 void launch_workers_signal(worker_set *s, int sig);
+/* Starts a dropped worker again, alone, with MT_INCARNATION one higher (its old output flushed
+ * and what it left in its process group killed first). */
+mt_status launch_workers_restart(worker_set *s, worker *w);
 /* Moves what the workers printed to the prefixers, at most 64 KiB per pipe per call (so the
  * launcher's loop keeps turning under a flood); returns 1 if any pipe is still open. */
 int launch_workers_drain(worker_set *s);

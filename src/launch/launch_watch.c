@@ -109,6 +109,31 @@ static void wait_for_events(agent *a, worker_set *s, double seconds)
     free(fds);
 }
 
+/* Workers that died and the failure policy dropped: each is logged, and started again alone
+ * while restarts are left and the job runs on. */
+static void handle_dropped(agent *a, worker_set *s, const attempt_outcome *out)
+{
+    for (int r = 0; r < s->count; r++) {
+        worker *w = &s->workers[r];
+        if (!w->dropped || w->reported)
+            continue;
+        w->reported = 1;
+        a->dropped++;
+        char how[300];
+        launch_worker_describe_end(s, w, how, sizeof how);
+        launch_say(a, "rank %d (pid %d on host %.64s, incarnation %u) %s: dropped, the job goes "
+                      "on without it (--ps-mode %s: a worker may die, a server may not)",
+                   w->rank, (int)w->pid, a->host, w->incarnation, how, launch_policy_mode(a));
+        if (out->failed || out->interrupted || a->restarts >= a->o->max_restarts)
+            continue;
+        a->restarts++;
+        launch_say(a, "restarting rank %d alone as incarnation %u (restart %d of %d)", w->rank,
+                   w->incarnation + 1, a->restarts, a->o->max_restarts);
+        if (launch_workers_restart(s, w) != MT_OK)
+            launch_say(a, "rank %d could not start again: %s", w->rank, mt_last_error());
+    }
+}
+
 void launch_watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
 {
     shutdown_clock c = {.started = -1, .term_sent = -1};
@@ -116,6 +141,10 @@ void launch_watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
     const worker *named = NULL; /* the local failure described in out */
     for (;;) {
         int alive = launch_workers_reap(s);
+        handle_dropped(a, s, out);
+        alive = 0; /* again: a dropped worker may have started anew */
+        for (int r = 0; r < s->count; r++)
+            alive += s->workers[r].alive;
         launch_workers_drain(s);
         double now = mt_clock_seconds();
         /* a local failure, or a death by signal that replaced the one named (workers.c) */
@@ -186,7 +215,8 @@ static char **worker_variables(const agent *a, int attempt)
                  asprintf(&w[11], "MT_COMM_TCP_HOST=%s", a->tcp_host) > 0 &&
                  asprintf(&w[12], "GROUP_WORLD_SIZE=%d", a->nodes) > 0 &&
                  asprintf(&w[13], "MT_ELASTIC_WAITING_KEY=%s", waiting) > 0 &&
-                 asprintf(&w[14], "MT_ELASTIC_REGROUP_KEY=%s", regroup) > 0;
+                 asprintf(&w[14], "MT_ELASTIC_REGROUP_KEY=%s", regroup) > 0 &&
+                 asprintf(&w[INCARNATION_VARIABLE], "MT_INCARNATION=0") > 0;
         if (!ok)
             return v; /* the NULL left in the table is reported by the caller */
     }
@@ -215,6 +245,8 @@ mt_status launch_run_workers(agent *a, int attempt, attempt_outcome *out)
                                                      a->o->prefix_output, &a->original_mask)
                             : mt_fail(MT_ENOMEM, "launch: out of memory");
     free_variables(variables, a->nproc);
+    for (int r = 0; st == MT_OK && r < a->nproc; r++)
+        s.workers[r].droppable = launch_policy_drops(a, a->first_rank + r);
     if (st == MT_OK)
         st = launch_workers_start(&s);
     if (st == MT_OK) {

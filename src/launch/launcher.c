@@ -75,7 +75,7 @@ static mt_status check_options(const mt_launch_options *o, char *const argv[])
                                   "non-negative seconds");
     if ((long)nodes * o->nproc > (1 << 20))
         return mt_fail(MT_EINVAL, "launch: %d x %d workers is too many", nodes, o->nproc);
-    return MT_OK;
+    return launch_policy_check(o);
 }
 
 static mt_status setup(agent *a)
@@ -180,7 +180,6 @@ static int regrouped(agent *a, int attempt, char *step, size_t capacity)
 
 static mt_status run_attempts(agent *a, mt_launch_result *result)
 {
-    int failures = 0; /* restarts after a failure; growths do not count against the limit */
     for (int attempt = 0;; attempt++) {
         int finished = 0;
         mt_status st = begin_attempt(a, &attempt, &finished);
@@ -224,15 +223,15 @@ static mt_status run_attempts(agent *a, mt_launch_result *result)
             return mt_fail(MT_EPEER, "interrupted by signal %d (%s)%s%s", out.interrupted,
                            strsignal(out.interrupted), out.failed ? "; " : "",
                            out.failed ? out.failure : "");
-        if (failures >= a->o->max_restarts)
+        if (a->restarts >= a->o->max_restarts)
             return mt_fail(MT_EPEER, "%s%s", out.failure,
                            a->o->max_restarts ? " (no restart left)" : "");
-        result->restarts = ++failures;
+        result->restarts = ++a->restarts; /* growths do not count against the limit */
         if (launch_standby_take_over(a) < 0)
             return mt_fail(MT_EPEER, "%s; node 0's store is lost and no standby store can take "
                                      "over (--standby: node 1 of --nnodes MIN:M hosts one)",
                            out.failure);
-        launch_say(a, "restarting the job (%d of %d)", failures, a->o->max_restarts);
+        launch_say(a, "restarting the job (%d of %d)", a->restarts, a->o->max_restarts);
     }
 }
 
@@ -265,6 +264,8 @@ mt_status mt_launch(const mt_launch_options *options, char *const argv[],
         st = setup(&a);
     if (st == MT_OK)
         st = run_attempts(&a, result);
+    result->restarts = a.restarts;
+    result->dropped = a.dropped;
     int failed = st != MT_OK && launch_any_dump(a.dump_dir);
     if (failed && a.dump_dir_is_temporary)
         launch_say(&a, "flight recorder dumps kept in %s", a.dump_dir);

@@ -233,8 +233,10 @@ int launch_workers_reap(worker_set *s)
             if (s->workers[r].alive && s->workers[r].pid == got) {
                 s->workers[r].alive = 0;
                 s->workers[r].wait_status = status;
-                if (ended_badly(&s->workers[r]) &&
-                    (!s->first_failure || outranks(s, &s->workers[r], s->first_failure)))
+                if (ended_badly(&s->workers[r]) && s->workers[r].droppable && !s->signalled)
+                    s->workers[r].dropped = 1;
+                else if (ended_badly(&s->workers[r]) &&
+                         (!s->first_failure || outranks(s, &s->workers[r], s->first_failure)))
                     s->first_failure = &s->workers[r];
             }
         /* Any other pid was an orphan we adopted: reaped, nothing to record. */
@@ -251,6 +253,29 @@ void launch_workers_signal(worker_set *s, int sig)
     for (int r = 0; r < s->count; r++)
         if (s->workers[r].alive)
             kill(-s->workers[r].pid, sig);
+}
+
+mt_status launch_workers_restart(worker_set *s, worker *w)
+{
+    kill(-w->pid, SIGKILL); /* what it started and left behind */
+    for (int pass = 0; pass < 4 && launch_workers_drain(s); pass++) {
+    }
+    for (int i = 0; i < 2; i++)
+        if (w->pipes[i] >= 0) {
+            launch_line_prefixer_flush(&w->lines[i]);
+            close(w->pipes[i]);
+            w->pipes[i] = -1;
+        }
+    char *variable = NULL;
+    if (asprintf(&variable, "MT_INCARNATION=%u", w->incarnation + 1) < 0)
+        return mt_fail(MT_ENOMEM, "launch: out of memory");
+    free(w->envp[INCARNATION_VARIABLE]);
+    w->envp[INCARNATION_VARIABLE] = variable;
+    w->incarnation++;
+    w->dropped = w->reported = 0;
+    w->exec_errno = 0;
+    w->wait_status = 0;
+    return start_worker(s, w);
 }
 
 int launch_workers_drain(worker_set *s)

@@ -86,22 +86,44 @@ mt_status comm_tcp_hello_check_header(const uint8_t header[TCP_FRAME_BYTES])
     return MT_OK;
 }
 
-mt_status comm_tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
-                                const uint8_t hello[TCP_HELLO_BYTES], int *sender, int *channel,
-                                uint8_t welcome[TCP_WELCOME_BYTES])
+mt_status comm_tcp_hello_prove(const uint8_t key[TCP_KEY_BYTES],
+                               const uint8_t nonce[TCP_NONCE_BYTES],
+                               const uint8_t hello[TCP_HELLO_BYTES], tcp_frame *f)
 {
-    *sender = *channel = -1;
     mt_status st = comm_tcp_hello_check_header(hello);
     if (st)
         return st;
     const uint8_t *nonce_c = hello + TCP_FRAME_BYTES;
     uint8_t want[TCP_MAC_BYTES];
-    mac_of(e->key, HELLO_LABEL, sizeof HELLO_LABEL, nonce, hello, nonce_c, want);
+    mac_of(key, HELLO_LABEL, sizeof HELLO_LABEL, nonce, hello, nonce_c, want);
     int proven = mt_bytes_equal_const_time(want, nonce_c + TCP_NONCE_BYTES, TCP_MAC_BYTES);
     if (!proven)
         return mt_fail(MT_EPEER, "its hello does not prove the job's secret (bad MAC)");
+    comm_tcp_frame_decode(hello, f);
+    return MT_OK;
+}
+
+void comm_tcp_welcome_encode(const uint8_t key[TCP_KEY_BYTES], uint64_t comm_id, int rank,
+                             const uint8_t nonce[TCP_NONCE_BYTES],
+                             const uint8_t hello[TCP_HELLO_BYTES],
+                             uint8_t welcome[TCP_WELCOME_BYTES])
+{
+    tcp_frame w = {.kind = TCP_FRAME_WELCOME, .sender = rank, .comm_id = comm_id,
+                   .payload_bytes = TCP_MAC_BYTES};
+    comm_tcp_frame_encode(&w, welcome);
+    mac_of(key, WELCOME_LABEL, sizeof WELCOME_LABEL, nonce, hello, hello + TCP_FRAME_BYTES,
+           welcome + TCP_FRAME_BYTES);
+}
+
+mt_status comm_tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
+                                const uint8_t hello[TCP_HELLO_BYTES], int *sender, int *channel,
+                                uint8_t welcome[TCP_WELCOME_BYTES])
+{
+    *sender = *channel = -1;
     tcp_frame f;
-    comm_tcp_frame_decode(hello, &f);
+    mt_status st = comm_tcp_hello_prove(e->key, nonce, hello, &f);
+    if (st)
+        return st;
     /* A proven hello comes from a rank of this job; a mismatch is a confused rank, not an
      * intruder, and is refused all the same. */
     if (f.comm_id != e->comm_id || f.count != (uint64_t)e->rank)
@@ -114,11 +136,7 @@ mt_status comm_tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[T
                        e->rank, e->size);
     *sender = f.sender;
     *channel = f.root_or_tag;
-    tcp_frame w = {.kind = TCP_FRAME_WELCOME, .sender = e->rank, .comm_id = e->comm_id,
-                   .payload_bytes = TCP_MAC_BYTES};
-    comm_tcp_frame_encode(&w, welcome);
-    mac_of(e->key, WELCOME_LABEL, sizeof WELCOME_LABEL, nonce, hello, nonce_c,
-           welcome + TCP_FRAME_BYTES);
+    comm_tcp_welcome_encode(e->key, e->comm_id, e->rank, nonce, hello, welcome);
     return MT_OK;
 }
 

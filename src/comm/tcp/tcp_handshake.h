@@ -52,6 +52,16 @@ mt_status comm_tcp_hello_check_header(const uint8_t header[TCP_FRAME_BYTES]);
 mt_status comm_tcp_hello_verify(const tcp_hello_expect *e, const uint8_t nonce[TCP_NONCE_BYTES],
                                 const uint8_t hello[TCP_HELLO_BYTES], int *sender, int *channel,
                                 uint8_t welcome[TCP_WELCOME_BYTES]);
+/* The parts of comm_tcp_hello_verify for listeners with their own rules of who may connect
+ * (channel.c): the header and MAC of a hello answering `nonce` (MT_EPEER "bad MAC" otherwise;
+ * *f is decoded only once proven), and the welcome that answers a proven hello. */
+mt_status comm_tcp_hello_prove(const uint8_t key[TCP_KEY_BYTES],
+                               const uint8_t nonce[TCP_NONCE_BYTES],
+                               const uint8_t hello[TCP_HELLO_BYTES], tcp_frame *f);
+void comm_tcp_welcome_encode(const uint8_t key[TCP_KEY_BYTES], uint64_t comm_id, int rank,
+                             const uint8_t nonce[TCP_NONCE_BYTES],
+                             const uint8_t hello[TCP_HELLO_BYTES],
+                             uint8_t welcome[TCP_WELCOME_BYTES]);
 /* The connecting side on a connected socket: reads the challenge, sends the hello of
  * (sender, channel) to rank `to`, checks the welcome, all before the deadline. */
 mt_status comm_tcp_handshake_connect(int fd, const tcp_hello_expect *e, int sender, int to,

@@ -93,6 +93,12 @@ void comm_tcp_describe_rank(const tcp_group *g, int rank, char *out, size_t capa
 /* Listens on host (an IPv4 address) at an ephemeral port; *address gets "host:port" for
  * peers to connect to. */
 mt_status comm_tcp_listen(const char *host, int *fd, char address[TCP_ADDRESS_CAPACITY]);
+/* Connects to "host:port" before the deadline, retrying while nobody listens yet (the peer may
+ * still be starting); a host that never answers costs the deadline, not the kernel's SYN
+ * retries. `timeout` is what the message names. The socket is non-blocking. */
+mt_status comm_tcp_connect(const char *address, double deadline, double timeout, int *fd);
+/* TCP_NODELAY: frames go out as written. */
+void comm_tcp_tune_socket(int fd);
 /* Connects every pair of members twice (collectives, transfers): lower ranks accept, higher
  * ones connect, and each connection opens with the handshake of tcp_handshake.h. A connection
  * that does not complete it within a few seconds is a stranger: dropped, named on stderr, and

@@ -42,7 +42,7 @@ mt_status comm_tcp_listen(const char *host, int *fd_out, char address[TCP_ADDRES
     return MT_OK;
 }
 
-static void tune_socket(int fd)
+void comm_tcp_tune_socket(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -73,9 +73,7 @@ static int try_connect(int fd, const struct sockaddr_in *a, double deadline)
     return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ? errno : err;
 }
 
-/* Connects before the deadline, retrying while nobody listens yet (the peer may still be
- * starting); a host that never answers costs the deadline, not the kernel's SYN retries. */
-static mt_status connect_to(const char *address, double deadline, double timeout, int *fd_out)
+mt_status comm_tcp_connect(const char *address, double deadline, double timeout, int *fd_out)
 {
     char host[TCP_ADDRESS_CAPACITY];
     snprintf(host, sizeof host, "%s", address);
@@ -113,9 +111,9 @@ static mt_status connect_lower(tcp_group *g, const tcp_hello_expect *e, const ch
         for (int channel = 0; channel < 2 && st == MT_OK; channel++) {
             const char *address = addresses + (size_t)p * TCP_ADDRESS_CAPACITY;
             int fd = -1;
-            st = connect_to(address, deadline, g->transport.timeout_seconds, &fd);
+            st = comm_tcp_connect(address, deadline, g->transport.timeout_seconds, &fd);
             if (st == MT_OK) {
-                tune_socket(fd);
+                comm_tcp_tune_socket(fd);
                 tcp_link *l = &(channel == 0 ? g->collective : g->transfer)[p];
                 l->fd = l->recv_fd = fd;
                 st = comm_tcp_handshake_connect(fd, e, g->transport.rank, p, channel, deadline);
@@ -202,7 +200,7 @@ static mt_status accept_new(tcp_group *g, const tcp_hello_expect *e, int listen_
             (ssize_t)sizeof challenge)
             refuse(g, c, "it could not be sent a challenge (gone already)");
         else
-            tune_socket(fd);
+            comm_tcp_tune_socket(fd);
     }
     return MT_OK;
 }

@@ -35,7 +35,15 @@ typedef struct mt_launch_options {
     /* Shared by every launcher of a job on several nodes (required there); NULL on one node
      * means a fresh one. Workers receive it as MT_JOB_SECRET. */
     const mt_store_secret *secret;
-    int max_restarts;         /* restarts of the whole group after a failure */
+    int max_restarts;         /* restarts after a failure: of the whole group, or of one rank
+                               * that the failure policy drops (below) */
+    /* Parameter servers: the last ps_servers ranks of the world are servers, the others
+     * workers. With ps_mode "ssp" or "async" a worker's death is logged and dropped (the job
+     * goes on; under max_restarts that rank alone starts again, with MT_INCARNATION one
+     * higher, and rejoins); a server's death fails the job. "sync" (or NULL), and
+     * ps_servers 0, fail the job on any death. launch_policy.c holds the table. */
+    int ps_servers;
+    const char *ps_mode;
     double grace_seconds;     /* after a failure, before SIGTERM (then SIGKILL 2 s later) */
     double join_timeout;      /* launchers waiting for each other, and for the store */
     int bind_to_core;         /* pins local rank r to the r-th allowed CPU when they suffice */
@@ -50,7 +58,9 @@ typedef struct mt_launch_result {
     int failed_rank;          /* job-wide rank of the first failure, or -1 */
     int exit_code;            /* its exit code, or -1 when a signal ended it */
     int signal;               /* that signal, or 0 */
-    int restarts;             /* restarts done after failures (at most max_restarts) */
+    int restarts;             /* restarts done after failures (at most max_restarts), of the
+                               * job or of one dropped rank */
+    int dropped;              /* worker deaths the failure policy dropped */
     int growths;              /* attempts begun to take in nodes that came late (elastic) */
     char failure[512];        /* "rank 3 (pid 77 on host a) was killed by signal 9 (Killed)" */
 } mt_launch_result;
