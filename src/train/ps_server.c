@@ -62,11 +62,30 @@ static void server_close(server *sv)
     mt_gpt_destroy(&sv->gpt);
 }
 
+/* A server reads the table of a tensor-parallel model and runs none of its passes: collectives
+ * the model would call fail. */
+static mt_status no_pass(void)
+{
+    return mt_fail(MT_EINVAL, "parameter server: the model's table runs no passes");
+}
+static mt_status no_reduce(void *context, float *data, size_t count)
+{
+    (void)context, (void)data, (void)count;
+    return no_pass();
+}
+static mt_status no_gather(void *context, const float *in, float *out, const size_t *counts)
+{
+    (void)context, (void)in, (void)out, (void)counts;
+    return no_pass();
+}
+
 static mt_status server_open(server *sv)
 {
     const mt_config *cfg = sv->cfg;
     mt_gpt_shape shape = {cfg->vocab, cfg->context, cfg->layers, cfg->heads, cfg->width};
-    mt_gpt_tensor_parallel split = {.size = sv->tp, .rank = 0, .sequence_parallel = cfg->sp};
+    mt_gpt_tensor_parallel split = {.size = sv->tp, .rank = 0, .sequence_parallel = cfg->sp,
+                                    .all_reduce = no_reduce, .all_gather = no_gather,
+                                    .reduce_scatter = no_gather};
     mt_status status = mt_gpt_create_stateless(&sv->gpt, &shape, &split, 1, NULL);
     if (status == MT_OK)
         status = mt_ps_layout_plan(&sv->gpt, sv->tp, sv->plan->servers, &sv->layout);
