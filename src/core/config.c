@@ -125,6 +125,14 @@ static const config_key KEYS[] = {
     {"outer_lr", KEY_REAL, FIELD(outer_lr), "0.7", 0, 100, "DiLoCo: the outer optimizer's learning rate"},
     {"outer_momentum", KEY_REAL, FIELD(outer_momentum), "0.9", 0, 0.999999,
      "DiLoCo: the outer optimizer's momentum"},
+    {"ps_servers", KEY_INT, FIELD(ps_servers), "0", 0, 1 << 20,
+     "parameter-server ranks added to the job (the last ranks of the world; the others are "
+     "workers); 0: none"},
+    {"ps_mode", KEY_TEXT, FIELD(ps_mode), "sync", 0, 0,
+     "parameter servers' consistency: sync (every worker's gradient of a step before its "
+     "update: DDP's model), ssp or async"},
+    {"staleness", KEY_INT, FIELD(staleness), "0", 0, 1 << 20,
+     "ps_mode ssp: clocks a worker may run ahead of the slowest"},
     {"check_every", KEY_INT, FIELD(check_every), "50", 0, 1e9,
      "steps between checksums of the data-parallel replicas' parameters (0: never)"},
     {"save_model", KEY_SWITCH, FIELD(save_model), "on", 0, 1,

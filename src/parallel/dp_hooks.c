@@ -119,11 +119,14 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
     const mt_unit *u = &m->gpt->units[unit];
     float *grad = m->full_grad + u->offset;
     m->local_sum_squares += mt_sum_squares(grad, (long)u->numel);
-    if (!m->group || m->grad_comm) /* a hook takes every bucket once backward is done */
-        return MT_OK;
+    mt_status status = MT_OK;
+    for (int i = 0; m->ps && i < m->bucket_count && status == MT_OK; i++)
+        if (m->buckets[i].first_unit == unit)
+            status = dp_ps_push(m, i);
+    if (!m->group || m->grad_comm || status) /* a hook takes every bucket once backward is done */
+        return status;
     m->comm_bytes += (double)mt_dtype_size(m->grad_wire) * (double)u->numel;
     mt_work *work = NULL;
-    mt_status status = MT_OK;
     if (m->zero == 1) {
         status = dp_reduce_scatter_unit(m, unit, grad, grad + m->slices[unit].first, &work);
     } else {

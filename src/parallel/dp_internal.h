@@ -105,6 +105,7 @@ struct mt_dp_model {
     float *tree_scratch;
     double tree_squares, tree_bytes;
     mt_dtype grad_wire, param_wire; /* see mt_dp_options */
+    struct dp_ps *ps; /* parameter servers (dp_ps.c), NULL: none */
     size_t *packed_counts; /* zero 3 under a bf16 param_wire: [unit * size + r], rank r's words
                             * of dp_gather_bf16's stream */
 };
@@ -173,6 +174,15 @@ void dp_hybrid_save_range(const mt_dp_model *m, int unit, size_t *lo, size_t *hi
  * at moment_m and moment_v (each the slice's first element first). */
 void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_m,
                     float *moment_v, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+
+/* dp_ps.c: the parameter servers' side of the model (no-ops without them) */
+mt_status dp_ps_attach(mt_dp_model *m, const mt_ps_worker *worker);
+void dp_ps_detach(mt_dp_model *m);
+/* Bucket `bucket`'s gradient to the servers holding its ranges (sends started) */
+mt_status dp_ps_push(mt_dp_model *m, int bucket);
+/* The split of a checkpoint's writing: this rank's index among those writing the same state,
+ * and their count (the data-parallel group; a parameter server's workers, by their dp index) */
+void dp_ps_save_split(const mt_dp_model *m, int *rank, int *size);
 
 /* dp_offload.c */
 mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options);

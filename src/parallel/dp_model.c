@@ -374,6 +374,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = plan_buckets(m, options->bucket_bytes);
     if (status == MT_OK)
         status = allocate_state(m);
+    if (status == MT_OK && !m->parameters_only)
+        status = dp_ps_attach(m, options->ps);
     if (status == MT_OK)
         status = dp_offload_open(m, options);
     if (status == MT_OK && options->deterministic_passes && !m->parameters_only)
@@ -427,6 +429,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     mt_arena_free(&m->grad_buffer_arena);
     dp_offload_close(m);
     dp_tree_destroy(m);
+    dp_ps_detach(m);
     if (m->gpt) {
         m->gpt->hooks = (mt_gpt_hooks){0};
         for (int u = 0; u < m->gpt->unit_count; u++)
@@ -490,7 +493,9 @@ void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *sta
     }
     /* zero 0: the replicas write slice-sized parts of the state they all hold */
     size_t n = unit->numel;
-    size_t save_lo = slice_start(n, m->rank, m->size), save_hi = slice_start(n, m->rank + 1, m->size);
+    int rank, size; /* parameter servers' workers split it as the dp group's replicas do */
+    dp_ps_save_split(m, &rank, &size);
+    size_t save_lo = slice_start(n, rank, size), save_hi = slice_start(n, rank + 1, size);
     if (m->replica_group) /* hybrid sharding: the copies of the slice share it */
         dp_hybrid_save_range(m, p->unit, &save_lo, &save_hi);
     save_lo = save_lo > start ? save_lo : start;

@@ -9,7 +9,7 @@ mt_status mt_generate_run(const mt_config *cfg, mt_comm *world, const int32_t *p
     mt_ckpt_meta resume;
     trainer_init init;
     mt_run_plan plan;
-    mt_status status = trainer_resolve_run(cfg, world, &run, &resume, &init, &plan);
+    mt_status status = trainer_resolve_run(cfg, world, world ? mt_comm_size(world) : 1, &run, &resume, &init, &plan);
     if (status)
         return status;
     trainer tr = {.plan = &plan, .cfg = &plan.config, .state = {.world = world}};

@@ -12,6 +12,7 @@
 #include "meshtrain/pipeline_stage.h"
 #include "deterministic.h"
 #include "local_sgd.h"
+#include "ps_plan.h"
 
 /* The mesh against the world: dp x pp x tp must be the world (dp 0 takes the rest), tp must
  * divide the heads and pp the layers. mt_mesh_shape_resolve says which; this names the keys. */
@@ -173,6 +174,10 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
 {
     *out = (mt_run_plan){.config = *cfg, .world_size = world_size, .chunks = 1};
     mt_status status = mt_config_validate(cfg);
+    /* parameter servers: the mesh is the workers', the servers come after them */
+    if (status == MT_OK && (status = trainer_ps_check(cfg, world_size, &out->world_size)) == MT_OK)
+        out->servers = world_size - out->world_size;
+    world_size = out->world_size;
     if (status == MT_OK)
         status = check_names(cfg, out);
     if (status == MT_OK)

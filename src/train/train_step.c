@@ -246,8 +246,11 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
         status = judge(tr, step, overflow, scale, record, &apply);
     if (status || !apply)
         return status;
-    mt_optimizer_report report;
-    status = mt_optimizer_step_scaled(st->model, cfg, applied, record->lr, scale, &report);
+    mt_optimizer_report report = {.clip_scale = 1.0};
+    /* parameter servers: they clip and update; the worker takes the result */
+    status = mt_dp_model_has_servers(st->model)
+                 ? mt_dp_model_ps_pull(st->model, trainer_saves_at(cfg, step), &report.grad_norm)
+                 : mt_optimizer_step_scaled(st->model, cfg, applied, record->lr, scale, &report);
     if (mt_dp_model_offload(st->model)) { /* a rank's failed file I/O stops every rank's step */
         char what[64];
         snprintf(what, sizeof what, "step %d's update of the offloaded state", step);

@@ -278,6 +278,15 @@ static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                        const mt_sample_text *sample, mt_train_summary *summary)
 {
+    if (world && cfg->ps_servers > 0)
+        return trainer_ps_run(cfg, world, progress_out, sample, summary);
+    return trainer_run(cfg, world, NULL, progress_out, sample, summary);
+}
+
+mt_status trainer_run(const mt_config *cfg, mt_comm *world, const mt_ps_worker *ps,
+                      FILE *progress_out, const mt_sample_text *sample,
+                      mt_train_summary *summary)
+{
     *summary = (mt_train_summary){.final_loss = NAN, .final_val_loss = NAN,
                                     .final_val_bpb = NAN};
     /* a checkpoint fixes the model's shape and the optimizer's settings: validated after */
@@ -285,10 +294,11 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     mt_ckpt_meta resume;
     trainer_init init;
     mt_run_plan plan;
-    mt_status status = trainer_resolve_run(cfg, world, &run, &resume, &init, &plan);
+    int world_size = (world ? mt_comm_size(world) : 1) + (ps ? ps->servers : 0);
+    mt_status status = trainer_resolve_run(cfg, world, world_size, &run, &resume, &init, &plan);
     if (status)
         return status;
-    trainer tr = {.plan = &plan, .cfg = &plan.config, .state = {.world = world}};
+    trainer tr = {.plan = &plan, .cfg = &plan.config, .state = {.world = world, .ps = ps}};
     char resumed_from[MT_PATH_MAX];
     snprintf(resumed_from, sizeof resumed_from, "%s", resume.dir);
     status = trainer_state_open(&tr, &plan, &resume, &init);

@@ -251,8 +251,9 @@ mt_status trainer_load_init(trainer *tr, trainer_init *init)
     return mt_comm_agree_outcome(tr->state.world, status, "loading --init");
 }
 
-mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, mt_config *run,
-                              mt_ckpt_meta *resume, trainer_init *init, mt_run_plan *plan)
+mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, int world_size,
+                              mt_config *run, mt_ckpt_meta *resume, trainer_init *init,
+                              mt_run_plan *plan)
 {
     *run = *cfg;
     *init = (trainer_init){0};
@@ -261,7 +262,7 @@ mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, mt_config *r
     if (status)
         return status;
     if ((status = trainer_resolve_init(run, resume, world, init)) ||
-        (status = mt_run_plan_resolve(run, world ? mt_comm_size(world) : 1, plan))) {
+        (status = mt_run_plan_resolve(run, world_size, plan))) {
         mt_ckpt_meta_free(resume);
         mt_safetensors_close(init->file);
         init->file = NULL;

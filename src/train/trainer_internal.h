@@ -8,6 +8,7 @@
 #include "meshtrain/memory.h"
 #include "meshtrain/mesh.h"
 #include "meshtrain/pipeline_stage.h"
+#include "meshtrain/ps.h"
 #include "meshtrain/run_plan.h"
 #include "meshtrain/safetensors.h"
 #include "meshtrain/tensor_parallel.h"
@@ -74,6 +75,9 @@ typedef struct trainer_state {
     mt_comm *pp_gradients;
     int pp_step;
     trainer_fault fault;
+    /* a worker of parameter servers (ps_run.c): the servers and the transport to them; NULL
+     * otherwise. The world is then the workers' group. */
+    const mt_ps_worker *ps;
     trainer_local *local; /* local steps' anchor and outer state (local_sgd.c), NULL: DDP */
     int start_step;   /* the step the run resumed from (0: a fresh start) */
     /* The applied-step counter, the data cursor and the batches left out, the scaler's and
@@ -144,6 +148,12 @@ struct trainer {
 /* Per rank: the ledger's bytes of each kind, its total at peak, resident now and at peak. */
 enum { MEMORY_COLUMNS = MT_MEMORY_KINDS + 3 };
 
+/* Whether step `step` ends with a checkpoint (every save_every steps and the last). */
+static inline int trainer_saves_at(const mt_config *cfg, int step)
+{
+    return cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps);
+}
+
 /* Whether the model runs sequence parallelism (asked for, and split over tp > 1). */
 static inline int trainer_sequence_parallel(const trainer *tr)
 {
@@ -167,6 +177,19 @@ static inline void trainer_read_counters(const trainer *tr, account_counters *c)
     c->data = tr->out.data_seconds;
     c->dp_running = mt_comm_collective_seconds(st->dp);
 }
+
+/* trainer.c: the run on this world (under parameter servers the workers' group, with `ps`) */
+mt_status trainer_run(const mt_config *cfg, mt_comm *world, const mt_ps_worker *ps,
+                      FILE *progress_out, const mt_sample_text *sample,
+                      mt_train_summary *summary);
+
+/* ps_run.c: a job with parameter servers: the world split into workers, which run the
+ * trainer, and servers (ps_server.c) */
+mt_status trainer_ps_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
+                         const mt_sample_text *sample, mt_train_summary *summary);
+/* ps_server.c: a server's run: `job` the whole job, `servers` the servers' group */
+mt_status trainer_ps_serve(const mt_run_plan *plan, mt_comm *job, mt_comm *servers,
+                           mt_ps_transport *transport);
 
 /* trainer_state.c */
 /* This rank's threads; the plan's stage layers, balanced by measured cost when it asks (the
@@ -258,9 +281,12 @@ mt_status trainer_resolve_init(mt_config *cfg, const mt_ckpt_meta *resume, mt_co
  * tensor of the file must be accounted for (collective: an error anywhere fails all). */
 mt_status trainer_load_init(trainer *tr, trainer_init *init);
 /* Both of the above, then the plan of the configuration they fixed (`run`, which *plan's
- * config copies): what training and generation start from. On failure nothing is left open. */
-mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, mt_config *run,
-                              mt_ckpt_meta *resume, trainer_init *init, mt_run_plan *plan);
+ * config copies) on a job of world_size ranks (the servers included; `world` is the group
+ * that resolves together): what training and generation start from. On failure nothing is
+ * left open. */
+mt_status trainer_resolve_run(const mt_config *cfg, mt_comm *world, int world_size,
+                              mt_config *run, mt_ckpt_meta *resume, trainer_init *init,
+                              mt_run_plan *plan);
 
 /* safetensors_floats.c */
 /* Whether `dtype` is one --init reads (F32, BF16, F16). */

@@ -234,7 +234,16 @@ static mt_status build_model(trainer *tr, int parameters_only)
     if ((status = offload_file(tr, parameters_only, &options, offload_path, sizeof offload_path)))
         return status;
     /* local steps: the gradients stay inside a replica (a rank, or a host's ranks) */
-    mt_comm *group = st->local ? trainer_local_inner(tr) : st->dp;
+    mt_comm *group = st->local ? trainer_local_inner(tr) : st->ps ? NULL : st->dp;
+    mt_ps_worker ps; /* copied by the model */
+    if (st->ps) {
+        ps = *st->ps;
+        ps.threads = st->threads.threads;
+        ps.sends_state = st->at.dp == 0;
+        ps.replica = st->at.dp;
+        ps.replicas = tr->plan->shape.dp;
+        options.ps = &ps;
+    }
     if (st->mesh && st->mesh->shard_group) {
         group = st->mesh->shard_group;
         options.replica_group = st->mesh->replica_group;
@@ -273,6 +282,11 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     if (init->file && (status = trainer_load_init(tr, init)))
         return status;
     if (with_corpus && (status = trainer_local_open(tr, resume)))
+        return status;
+    /* the servers take the state as loaded (seed, checkpoint or --init) */
+    if (st->ps && (status = mt_dp_model_ps_start(
+                       st->model, resume->step >= 0 ? resume->training.applied : 0,
+                       resume->step > 0 ? resume->step : 0)))
         return status;
     st->start_step = resume->step > 0 ? resume->step : 0;
     if (resume->step >= 0 && !trainer_ckpt_training_copy(&st->training, &resume->training))

@@ -58,6 +58,11 @@ typedef struct mt_config {
     char outer_optimizer[MT_TEXT_MAX];
     char diloco_group[MT_TEXT_MAX]; /* replica, or host (DDP inside each host) */
     double outer_lr, outer_momentum;
+    /* parameter servers: ps_servers ranks after the workers hold the parameters and AdamW
+     * state; ps_mode sync, ssp (staleness clocks ahead at most) or async */
+    int ps_servers;
+    char ps_mode[MT_TEXT_MAX];
+    int staleness;
     int save_model;    /* write OUT/model.safetensors at the end */
     /* checkpoints (OUT/ckpt/step_<N>/): every save_every steps and at the end (0: never),
      * the newest `keep` committed ones kept; resume from a step folder, "auto" (the newest

@@ -11,6 +11,7 @@
 #include "meshtrain/memory.h"
 #include "meshtrain/model.h"
 #include "meshtrain/offload.h"
+#include "meshtrain/ps.h"
 
 /* What each of the group's `dp` ranks holds, for P parameters (fp32 Adam: 16 bytes each):
  *   zero 0 (DDP): everything, 16P; gradients all-reduced in buckets during backward.
@@ -96,6 +97,10 @@ typedef struct mt_dp_options {
      * rounded gradient summed in f32); param_wire: zero 3's gathers of a unit for a pass (the
      * compute precision; updates, checkpoints and the replica check still read fp32). */
     mt_dtype grad_wire, param_wire;
+    /* Parameter servers (ZeRO 0, no group; else NULL): each bucket's gradient is pushed to the
+     * servers holding its ranges as backward finishes it, instead of all-reduced, and the
+     * parameters come back from them (mt_dp_model_ps_pull) instead of a local update. */
+    const mt_ps_worker *ps;
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
@@ -195,6 +200,17 @@ void mt_dp_model_state_changed(mt_dp_model *model);
 int mt_dp_model_has_comm_state(const mt_dp_model *model);
 mt_status mt_dp_model_save_comm_state(const mt_dp_model *model, const char *path);
 mt_status mt_dp_model_load_comm_state(mt_dp_model *model, const char *path);
+
+/* Parameter servers (mt_dp_options.ps). Whether the model trains against servers. */
+int mt_dp_model_has_servers(const mt_dp_model *model);
+/* Before the first step (every worker): the start message to every server, with this worker's
+ * threads and the updates applied so far; the first data-parallel worker of each
+ * tensor-parallel rank adds the servers' ranges of its parameters and moments. */
+mt_status mt_dp_model_ps_start(mt_dp_model *model, int applied, int start_step);
+/* After the step's backward: waits for the pushes, then receives the updated parameters of
+ * every server's range and the gradient norm the servers agreed on; with_state (a step that
+ * saves a checkpoint) also the moments. */
+mt_status mt_dp_model_ps_pull(mt_dp_model *model, int with_state, double *norm);
 
 /* Bytes of gradients this rank handed to the data-parallel group's collectives in the last
  * step's sync (payload: 4 per float all-reduced, the packed bytes gathered). */

@@ -10,7 +10,8 @@
 
 typedef struct mt_run_plan {
     mt_config config;          /* validated (a checkpoint's or --init's shape already applied) */
-    int world_size;            /* 1 for one process */
+    int world_size;            /* 1 for one process; the workers under parameter servers */
+    int servers;               /* parameter-server ranks after the workers (0: none) */
     mt_mesh_shape shape;       /* dp x pp x tp, dp resolved */
     mt_pp_schedule_kind schedule_kind; /* the pipeline's (read only when pp > 1) */
     int chunks;                /* model chunks per stage: 1 unless interleaved with pp > 1 */
