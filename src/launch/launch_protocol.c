@@ -41,6 +41,15 @@ static mt_status look_for_job_before(agent *a, const char **why)
     return st == MT_EPEER ? MT_OK : st;
 }
 
+/* How long a launcher may say nothing to the store before the job takes its node for lost:
+ * the join timeout, but never less than a worker shutdown (during which a launcher does not poll)
+ * with room to spare. */
+static double launch_silence_limit(const agent *a)
+{
+    double shutdown = a->o->grace_seconds + 5.0; /* grace, SIGTERM to SIGKILL, dumps, slack */
+    return a->join_timeout > shutdown ? a->join_timeout : shutdown;
+}
+
 mt_status launch_open_store(agent *a)
 {
     const mt_launch_options *o = a->o;
@@ -51,7 +60,8 @@ mt_status launch_open_store(agent *a)
                                      .world_size = a->rdv.max_nodes * a->nproc,
                                      .launchers = a->rdv.max_nodes,
                                      .departed_prefix = LAUNCH_KEY_DEPARTED_PREFIX,
-                                     .departed_count = LAUNCH_KEY_DEPARTED_COUNT};
+                                     .departed_count = LAUNCH_KEY_DEPARTED_COUNT,
+                                     .silent_launcher_seconds = launch_silence_limit(a)};
         mt_status st = mt_store_server_start(&sc, &a->server);
         if (st)
             return mt_fail_context(st, "launch: hosting the job's store");
@@ -156,7 +166,8 @@ void launch_node_lost(agent *a, int attempt, int node, attempt_outcome *out)
 {
     attempt_outcome lost = {.failed = 1, .failed_rank = -1};
     snprintf(lost.failure, sizeof lost.failure,
-             "the launcher of node %d disconnected before its workers ended (node lost?)", node);
+             "the launcher of node %d disconnected before its workers ended (node lost, or its "
+             "launcher stopped or hung?)", node);
     launch_publish_failure(a, attempt, &lost);
     if (!out->failed) {
         out->failed = 1;

@@ -34,6 +34,7 @@ typedef struct connection {
     int fd;
     store_peer *peer;
     double opened;
+    double active; /* when bytes last came from the peer, or its last reply left */
 } connection;
 
 struct mt_store_server {
@@ -45,6 +46,7 @@ struct mt_store_server {
     connection *connections;
     size_t count, capacity;
     struct pollfd *polls; /* sized with connections so the loop never allocates to poll */
+    double silent_launcher_seconds; /* mt_store_server_config's */
 };
 
 /* A peer whose host vanished (power, panic, a cut cable) closes nothing: without probes its
@@ -104,6 +106,8 @@ static void flush(connection *c)
             return;
         }
         store_peer_sent(p, (size_t)n);
+        if (p->out_sent == p->out_len) /* answered: from now on the peer owes the next word */
+            c->active = mt_clock_seconds();
     }
 }
 
@@ -124,6 +128,7 @@ static void read_requests(mt_store_server *s, connection *c)
             c->peer->state = PEER_CLOSED;
             return;
         }
+        c->active = mt_clock_seconds();
         store_peer_received(&s->service, c->peer, (size_t)n);
         flush(c);
     }
@@ -143,6 +148,16 @@ static void check_quiet_peer(connection *c)
         c->peer->state = PEER_CLOSED;
 }
 
+/* A launcher between requests that has said nothing for the configured time: stopped (SIGSTOP),
+ * hung, or on a host that froze with its connection open. One waiting on a reply is not silent. */
+static int silent_launcher(const mt_store_server *s, const connection *c, double now)
+{
+    const store_peer *p = c->peer;
+    return s->silent_launcher_seconds > 0 && p->joined && p->who.role == MT_STORE_LAUNCHER &&
+           p->state == PEER_READING && p->out_sent == p->out_len &&
+           now - c->active > s->silent_launcher_seconds;
+}
+
 static void serve_connection(mt_store_server *s, connection *c, short revents, double now)
 {
     store_peer *p = c->peer;
@@ -152,6 +167,12 @@ static void serve_connection(mt_store_server *s, connection *c, short revents, d
     }
     if (!p->joined && now > p->join_deadline && p->state == PEER_READING)
         store_peer_refuse(p, "no JOIN within 10 s: dropped");
+    if (silent_launcher(s, c, now)) {
+        /* closing it notes the launcher gone (store_peer_close), as an ended connection does */
+        store_peer_refuse(p, "this launcher sent nothing for longer than the job's join "
+                             "timeout: taken for lost");
+        return;
+    }
     if (revents & (POLLOUT | POLLHUP))
         flush(c);
     if (revents & (POLLIN | POLLHUP)) {
@@ -209,7 +230,7 @@ static int add_connection(mt_store_server *s, int fd)
     store_peer *p = store_peer_open(&s->service, now + JOIN_SECONDS);
     if (!p)
         return -1;
-    s->connections[s->count++] = (connection){fd, p, now};
+    s->connections[s->count++] = (connection){fd, p, now, now};
     flush(&s->connections[s->count - 1]); /* the HELLO */
     return 0;
 }
@@ -266,8 +287,9 @@ static void *server_main(void *arg)
                                               .events = poll_events(s->connections[i].peer)};
             unjoined |= !s->connections[i].peer->joined;
         }
-        /* With peers still to authenticate, wake once a second to enforce their deadline. */
-        int ms = listener_paused ? 100 : unjoined ? 1000 : -1;
+        /* With peers still to authenticate or launchers to watch for silence, wake once a
+         * second to enforce their deadlines. */
+        int ms = listener_paused ? 100 : unjoined || s->silent_launcher_seconds > 0 ? 1000 : -1;
         int ready = poll(s->polls, 2 + count, ms);
         listener_paused = 0;
         if (ready < 0)
@@ -362,6 +384,7 @@ mt_status mt_store_server_start(const mt_store_server_config *config, mt_store_s
         return mt_fail(MT_ENOMEM, "store server: out of memory");
     s->listen_fd = s->wake_read = s->wake_write = -1;
     store_service_init(&s->service, config);
+    s->silent_launcher_seconds = config->silent_launcher_seconds;
     s->polls = malloc(2 * sizeof *s->polls);
     if (!s->polls) {
         free_server(s);

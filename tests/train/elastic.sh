@@ -3,7 +3,8 @@
 # node 1 is lost whole at step 8 (its rank 2 kills its launcher, then itself), and node 0
 # restarts alone, resumes step 6 on dp 2 and ends within 1e-5 of the uninterrupted dp 4 run.
 # The same loss under a fixed --nnodes 2 fails at once, saying why; a launcher killed while its
-# workers sleep is noticed by node 0's launcher itself; the last call starts a job on nodes 0
+# workers sleep is noticed by node 0's launcher itself, and so is one stopped by SIGSTOP (silent
+# past the join timeout); the last call starts a job on nodes 0
 # and 2 (group ranks 0 and 1), and node 1, come late, waits until the job ends without it
 # (its workers save no checkpoint: elastic_grow.sh joins one that does); a round short of MIN fails
 # within the join timeout; launchers with other settings are refused; bad --nnodes values.
@@ -78,6 +79,38 @@ wait_for rc0 $pid0; wait_for rc1 $pid1
 expect_in "$log.node0" "the launcher of node 1 disconnected before its workers ended" "asleep"
 expect_in "$log.node0" "\[1\] rank 1 of 2" "asleep: restarted alone"
 [ "$failed" = 0 ] && echo "ok node 1's launcher killed while the workers slept: node 0 restarted alone in $((SECONDS - started)) s"
+
+# --- a launcher stopped (SIGSTOP) while its workers sleep: its connection stays open, but it
+# says nothing to the store past the silence limit (the join timeout, at least the 3 s grace
+# plus 5 s), so node 0 takes its node for lost and restarts alone
+log="$scratch/stopped"
+port=$((port + 1))
+started=$SECONDS
+join_seconds=3
+node "$log.node0" 0 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
+pid0=$!
+node "$log.node1" 1 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
+pid1=$!
+for _ in $(seq 150); do
+  grep -q "rank 3 of 4" "$log.node1" && break
+  sleep 0.1
+done
+launcher1=$(pgrep -f -- "launch --node-rank 1 --master 127.0.0.1:$port" || true)
+if [ -n "$launcher1" ]; then
+  kill -STOP $launcher1
+  wait_for rc0 $pid0
+  kill -KILL $launcher1
+  wait_for rc1 $pid1
+  [ "$rc0" = 0 ] || fail "stopped: node 0 exited $rc0, not 0"
+  [ $((SECONDS - started)) -lt 30 ] ||
+    fail "stopped: node 0 took $((SECONDS - started)) s (the silence limit is 8 s)"
+  expect_in "$log.node0" "the launcher of node 1 disconnected before its workers ended \\(node lost, or its launcher stopped or hung\\?\\)" "stopped"
+  expect_in "$log.node0" "\\[1\\] rank 1 of 2" "stopped: restarted alone"
+  [ "$failed" = 0 ] && echo "ok node 1's launcher stopped while the workers slept: node 0 restarted alone in $((SECONDS - started)) s"
+else
+  fail "no launcher of node 1 to stop"
+fi
+join_seconds=60
 
 # --- the last call: nodes 0 and 2 of --nnodes 2:3 (ranks renumbered densely); node 1 late ---
 hold="$scratch/hold"

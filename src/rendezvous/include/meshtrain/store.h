@@ -51,6 +51,11 @@ typedef struct mt_store_server_config {
      * while all is well. The launcher names both. */
     const char *departed_prefix;
     const char *departed_count;
+    /* A launcher that sends nothing for this long, with no request of its own outstanding, is
+     * taken for gone as if its connection had ended (0: never). A stopped or hung launcher
+     * keeps its connection open, and the others would wait for it forever. Launchers poll the
+     * store several times a second while they run. */
+    double silent_launcher_seconds;
 } mt_store_server_config;
 
 /* Starts a server thread. A port in use is an error that says so (another job's store?). */
