@@ -8,6 +8,8 @@
 /* This rank's slice of a unit: elements [first, first + count) of the unit, kept at `local`
  * in the slice arenas (moments, and the slice gradients and parameters of zero 2 and 3).
  * Under zero 0 the slice is the whole unit and local its offset in the model. */
+typedef struct dp_delay dp_delay;
+
 typedef struct dp_slice {
     size_t first, count, local;
 } dp_slice;
@@ -96,6 +98,7 @@ struct mt_dp_model {
     mt_offload *offload;
     int *record_unit, record_count;
     mt_arena staged_arena;
+    struct dp_delay *delay; /* --offload_delay (dp_delay.c); NULL without */
     /* --deterministic on (dp_tree.c): passes per step, the kept partials of the pass tree (one
      * per level below the top, gradient-arena sized, `tree_kept` of them), the scratch of the
      * group's tree reductions, and the square sums and bytes of the passes so far */
@@ -172,13 +175,26 @@ void dp_hybrid_save_range(const mt_dp_model *m, int unit, size_t *lo, size_t *hi
 /* dp_update.c: the optimizer on unit `unit`'s slice, its parameters at param_slice and moments
  * at moment_m and moment_v (each the slice's first element first). */
 void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_m,
-                    float *moment_v, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+                    float *moment_v, const float *grad_slice, const mt_adamw_hyper *adamw,
+                    const mt_sgd_hyper *sgd);
 
 /* dp_offload.c */
 mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options);
 void dp_offload_close(mt_dp_model *m);
-/* The optimizer over every slice, each unit's moments streamed from the file and back. */
-mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+/* The optimizer over every slice, each unit's moments streamed from the file and back; the
+ * parameters and gradients in the model's arenas, or (each not NULL) in slice-shaped arrays
+ * indexed as the slices' `local` (the delayed update's copies). */
+mt_status dp_offload_update_at(mt_dp_model *m, const mt_adamw_hyper *adamw,
+                               const mt_sgd_hyper *sgd, float *param, const float *grad);
+/* dp_delay.c (--offload_delay): the held update, created with the model when asked for */
+mt_status dp_delay_create(mt_dp_model *m);
+void dp_delay_destroy(mt_dp_model *m);
+int dp_delay_active(const mt_dp_model *m);
+/* Makes the held update the model's (waited for, or applied), then holds this step's and, with
+ * offloaded state, starts it on its thread. */
+mt_status dp_delay_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+/* Makes the held update the model's, holding none. */
+mt_status dp_delay_flush(mt_dp_model *m);
 /* Where a gather of `unit` into `out` takes this rank's slice from: the slice arena, or with
  * offloaded parameters the slice's place in out, read there from the file (an in-place gather). */
 mt_status dp_param_source(mt_dp_model *m, int unit, float *out, const float **slice);

@@ -376,6 +376,12 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = allocate_state(m);
     if (status == MT_OK)
         status = dp_offload_open(m, options);
+    if (status == MT_OK && options->offload_delay && !m->parameters_only)
+        status = m->offload_kind == MT_OFFLOAD_PARAMS
+                     ? mt_fail(MT_EINVAL, "config keys 'offload_delay' and 'offload': the delayed "
+                                          "update keeps the parameters in memory; use --offload "
+                                          "optimizer")
+                     : dp_delay_create(m);
     if (status == MT_OK && options->deterministic_passes && !m->parameters_only)
         status = dp_tree_create(m, options->deterministic_passes);
     if (status == MT_OK && group && m->zero == 3 && m->param_wire == MT_BF16)
@@ -425,6 +431,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     mt_arena_free(&m->moment_arena);
     mt_arena_free(&m->gathered_arena);
     mt_arena_free(&m->grad_buffer_arena);
+    dp_delay_destroy(m); /* its thread first: it uses the offload file */
     dp_offload_close(m);
     dp_tree_destroy(m);
     if (m->gpt) {

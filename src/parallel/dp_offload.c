@@ -58,7 +58,8 @@ static const int *identity(mt_dp_model *m, int **order)
     return *order;
 }
 
-mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
+mt_status dp_offload_update_at(mt_dp_model *m, const mt_adamw_hyper *adamw,
+                               const mt_sgd_hyper *sgd, float *param_copy, const float *grad_copy)
 {
     int *order;
     if (!identity(m, &order))
@@ -71,8 +72,12 @@ mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const m
         int u = m->record_unit[r];
         size_t n = m->slices[u].count;
         float *record = data, *moments = states(m) == 3 ? record + n : record;
-        float *param = states(m) == 3 ? record : dp_param_at(m, u, m->slices[u].first);
-        dp_update_unit(m, u, param, moments, moments + n, adamw, sgd);
+        const dp_slice *s = &m->slices[u];
+        float *param = states(m) == 3 ? record
+                       : param_copy   ? param_copy + s->local
+                                      : dp_param_at(m, u, s->first);
+        const float *grad = grad_copy ? grad_copy + s->local : dp_grad_at(m, u, s->first);
+        dp_update_unit(m, u, param, moments, moments + n, grad, adamw, sgd);
         mt_offload_release(m->offload);
     }
     mt_status ended = mt_offload_end(m->offload);
