@@ -218,6 +218,11 @@ static void print_start(const trainer *tr, const char *resumed_from, int initial
                 mt_offload_direct(offload) ? "O_DIRECT"
                                            : "buffered I/O (the file system refuses O_DIRECT; "
                                              "pages dropped after each transfer)");
+    if (cfg->offload_delay)
+        fprintf(out, "delayed update: after %d normal updates, each update applied during the "
+                     "next step's passes (%s), which see parameters one step stale\n",
+                cfg->offload_delay_warmup,
+                offload ? "on the offload thread" : "held in memory, applied at the next update");
     if (st->start_step > 0)
         fprintf(out, "resumed from '%s' at step %d\n", resumed_from, st->start_step);
     else if (initialised)
