@@ -99,6 +99,11 @@ struct mt_dp_model {
     int *record_unit, record_count;
     mt_arena staged_arena;
     struct dp_delay *delay; /* --offload_delay (dp_delay.c); NULL without */
+    /* a checkpoint streamed record by record (mt_dp_model_stage_unit): one record's buffer,
+     * the unit it holds (-1: none) and whether it was read */
+    float *unit_stage;
+    size_t unit_stage_bytes;
+    int staged_unit, stage_read;
     /* --deterministic on (dp_tree.c): passes per step, the kept partials of the pass tree (one
      * per level below the top, gradient-arena sized, `tree_kept` of them), the scratch of the
      * group's tree reductions, and the square sums and bytes of the passes so far */
@@ -198,6 +203,9 @@ mt_status dp_delay_flush(mt_dp_model *m);
 /* Where a gather of `unit` into `out` takes this rank's slice from: the slice arena, or with
  * offloaded parameters the slice's place in out, read there from the file (an in-place gather). */
 mt_status dp_param_source(mt_dp_model *m, int unit, float *out, const float **slice);
+/* With unit `unit` staged (mt_dp_model_stage_unit), array k of its record at element `at` of
+ * the slice; else NULL. */
+float *dp_offload_staged(const mt_dp_model *m, int unit, size_t at, int k);
 /* dp_tree.c (--deterministic on) */
 mt_status dp_tree_create(mt_dp_model *m, int passes);
 void dp_tree_destroy(mt_dp_model *m);

@@ -195,6 +195,14 @@ mt_status mt_dp_model_state_out(mt_dp_model *model, int write);
 void mt_dp_model_set_delay(mt_dp_model *model, int on);
 int mt_dp_model_delay_pending(const mt_dp_model *model);
 mt_status mt_dp_model_delay_flush(mt_dp_model *model);
+/* A checkpoint streamed from the offload file a record at a time: stages unit `unit`'s record
+ * in one buffer (read from the file with read, else only placed), after which
+ * mt_dp_model_tensor_state points the offloaded state of that unit's tensors into it; unit -1
+ * frees the buffer. mt_dp_model_staged_offset says whether `data` lies in the staged record,
+ * and at which float. No-ops without offload or with the state staged whole. */
+mt_status mt_dp_model_stage_unit(mt_dp_model *model, int unit, int read);
+const float *mt_dp_model_staged_data(const mt_dp_model *model);
+int mt_dp_model_staged_offset(const mt_dp_model *model, const float *data, size_t *offset);
 /* The offload engine (NULL without --offload), for its statistics and its file's name. */
 mt_offload *mt_dp_model_offload(const mt_dp_model *model);
 
