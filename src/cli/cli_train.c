@@ -226,7 +226,8 @@ int cli_train(int argc, char **argv)
         }
         train_sample_close(&sample);
         mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1,
-                                   .max_restarts = cfg.max_restarts};
+                                   .max_restarts = cfg.max_restarts,
+                                   .ps_servers = cfg.ps_servers, .ps_mode = cfg.ps_mode};
         const char *words[] = {"train"};
         status = cli_relaunch_locally(&local, "train", words, 1, argc, argv);
     } else if (job.world_size > 1)

@@ -107,6 +107,12 @@ static const config_key KEYS[] = {
      "folder of the offload files, on fast local storage (empty: OUT/offload)"},
     {"offload_buffers", KEY_INT, FIELD(offload_buffers), "4", 2, 1024,
      "offload: unit-sized buffers per rank that state streams through (read ahead, written behind)"},
+    {"offload_delay", KEY_SWITCH, FIELD(offload_delay), "off", 0, 1,
+     "delayed update: step t's optimizer runs while step t+1's forward and backward run, on "
+     "parameters one step stale (ZeRO-Offload's; changes the maths; offload none applies the "
+     "same delay in memory, in line) (on|off)"},
+    {"offload_delay_warmup", KEY_INT, FIELD(offload_delay_warmup), "10", 0, 1 << 30,
+     "offload_delay: updates applied normally before the delay starts"},
     {"deterministic", KEY_SWITCH, FIELD(deterministic), "off", 0, 1,
      "the same bits on any dp and micro-batch count: every sum over the batch in one fixed tree "
      "over groups of its sequences (power-of-2 dp and microbatches; fp32, no tp, pp, local "

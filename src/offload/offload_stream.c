@@ -27,6 +27,8 @@ struct mt_offload {
     int slot_count;
     mt_memory_ledger *ledger;
     long long pool_bytes;
+    void (*written)(void *context, int record);
+    void *written_context;
     void *head;        /* mt_offload_read_head's buffer, grown to the largest request */
     size_t head_bytes;
     /* the pass */
@@ -99,6 +101,8 @@ static void *io_thread(void *argument)
         else if (!writing)
             memset(sl->data, 0, o->file.span[record]);
         double seconds = mt_clock_seconds() - start;
+        if (writing && ok && !failed && o->written)
+            o->written(o->written_context, record);
         pthread_mutex_lock(&o->lock);
         if (writing) {
             o->stats.write_seconds += seconds;
@@ -133,6 +137,8 @@ mt_status mt_offload_open(const mt_offload_options *options, mt_offload **out)
     pthread_cond_init(&o->done, NULL);
     mt_status status = offload_file_open(&o->file, options);
     o->slot_count = options->buffers;
+    o->written = options->written;
+    o->written_context = options->written_context;
     o->slots = status ? NULL : calloc((size_t)o->slot_count, sizeof *o->slots);
     if (status == MT_OK && !o->slots)
         status = mt_fail(MT_ENOMEM, "offload: out of memory");

@@ -8,6 +8,8 @@
 /* This rank's slice of a unit: elements [first, first + count) of the unit, kept at `local`
  * in the slice arenas (moments, and the slice gradients and parameters of zero 2 and 3).
  * Under zero 0 the slice is the whole unit and local its offset in the model. */
+typedef struct dp_delay dp_delay;
+
 typedef struct dp_slice {
     size_t first, count, local;
 } dp_slice;
@@ -96,6 +98,12 @@ struct mt_dp_model {
     mt_offload *offload;
     int *record_unit, record_count;
     mt_arena staged_arena;
+    struct dp_delay *delay; /* --offload_delay (dp_delay.c); NULL without */
+    /* a checkpoint streamed record by record (mt_dp_model_stage_unit): one record's buffer,
+     * the unit it holds (-1: none) and whether it was read */
+    float *unit_stage;
+    size_t unit_stage_bytes;
+    int staged_unit, stage_read;
     /* --deterministic on (dp_tree.c): passes per step, the kept partials of the pass tree (one
      * per level below the top, gradient-arena sized, `tree_kept` of them), the scratch of the
      * group's tree reductions, and the square sums and bytes of the passes so far */
@@ -173,7 +181,8 @@ void dp_hybrid_save_range(const mt_dp_model *m, int unit, size_t *lo, size_t *hi
 /* dp_update.c: the optimizer on unit `unit`'s slice, its parameters at param_slice and moments
  * at moment_m and moment_v (each the slice's first element first). */
 void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_m,
-                    float *moment_v, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+                    float *moment_v, const float *grad_slice, const mt_adamw_hyper *adamw,
+                    const mt_sgd_hyper *sgd);
 
 /* dp_ps.c: the parameter servers' side of the model (no-ops without them) */
 mt_status dp_ps_attach(mt_dp_model *m, const mt_ps_worker *worker);
@@ -187,11 +196,26 @@ void dp_ps_save_split(const mt_dp_model *m, int *rank, int *size);
 /* dp_offload.c */
 mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options);
 void dp_offload_close(mt_dp_model *m);
-/* The optimizer over every slice, each unit's moments streamed from the file and back. */
-mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+/* The optimizer over every slice, each unit's moments streamed from the file and back; the
+ * parameters and gradients in the model's arenas, or (each not NULL) in slice-shaped arrays
+ * indexed as the slices' `local` (the delayed update's copies). */
+mt_status dp_offload_update_at(mt_dp_model *m, const mt_adamw_hyper *adamw,
+                               const mt_sgd_hyper *sgd, float *param, const float *grad);
+/* dp_delay.c (--offload_delay): the held update, created with the model when asked for */
+mt_status dp_delay_create(mt_dp_model *m);
+void dp_delay_destroy(mt_dp_model *m);
+int dp_delay_active(const mt_dp_model *m);
+/* Makes the held update the model's (waited for, or applied), then holds this step's and, with
+ * offloaded state, starts it on its thread. */
+mt_status dp_delay_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd);
+/* Makes the held update the model's, holding none. */
+mt_status dp_delay_flush(mt_dp_model *m);
 /* Where a gather of `unit` into `out` takes this rank's slice from: the slice arena, or with
  * offloaded parameters the slice's place in out, read there from the file (an in-place gather). */
 mt_status dp_param_source(mt_dp_model *m, int unit, float *out, const float **slice);
+/* With unit `unit` staged (mt_dp_model_stage_unit), array k of its record at element `at` of
+ * the slice; else NULL. */
+float *dp_offload_staged(const mt_dp_model *m, int unit, size_t at, int k);
 /* dp_tree.c (--deterministic on) */
 mt_status dp_tree_create(mt_dp_model *m, int passes);
 void dp_tree_destroy(mt_dp_model *m);

@@ -350,6 +350,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->embedding_group = options->embedding_group;
     m->ledger = options->ledger;
     m->offload_kind = options->parameters_only ? MT_OFFLOAD_NONE : options->offload;
+    m->staged_unit = -1;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
     m->reduced = calloc((size_t)gpt->unit_count, 1);
@@ -378,6 +379,12 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
         status = dp_ps_attach(m, options->ps);
     if (status == MT_OK)
         status = dp_offload_open(m, options);
+    if (status == MT_OK && options->offload_delay && !m->parameters_only)
+        status = m->offload_kind == MT_OFFLOAD_PARAMS
+                     ? mt_fail(MT_EINVAL, "config keys 'offload_delay' and 'offload': the delayed "
+                                          "update keeps the parameters in memory; use --offload "
+                                          "optimizer")
+                     : dp_delay_create(m);
     if (status == MT_OK && options->deterministic_passes && !m->parameters_only)
         status = dp_tree_create(m, options->deterministic_passes);
     if (status == MT_OK && group && m->zero == 3 && m->param_wire == MT_BF16)
@@ -427,6 +434,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     mt_arena_free(&m->moment_arena);
     mt_arena_free(&m->gathered_arena);
     mt_arena_free(&m->grad_buffer_arena);
+    dp_delay_destroy(m); /* its thread first: it uses the offload file */
     dp_offload_close(m);
     dp_tree_destroy(m);
     dp_ps_detach(m);
@@ -480,7 +488,10 @@ void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *sta
         state->param = m->full_param + p->offset;
         state->param_count = p->numel;
     } else if (dp_owned_range(m, index, &lo, &hi)) {
-        state->param = dp_param_at(m, p->unit, lo);
+        /* offloaded parameters: in the staged record, when it is their unit's */
+        int offloaded = m->offload_kind == MT_OFFLOAD_PARAMS && !m->slice_param;
+        state->param = offloaded ? dp_offload_staged(m, p->unit, lo - m->slices[p->unit].first, 0)
+                                 : dp_param_at(m, p->unit, lo);
         state->param_first = lo - start;
         state->param_count = hi - lo;
     }
@@ -488,6 +499,14 @@ void mt_dp_model_tensor_state(mt_dp_model *m, int index, mt_dp_tensor_state *sta
         size_t at = dp_slice_index(m, p->unit, lo);
         state->exp_avg = m->moment_m + at;
         state->exp_avg_sq = m->moment_v + at;
+        state->moment_first = lo - start;
+        state->moment_count = hi - lo;
+    } else if (m->offload && dp_offload_staged(m, p->unit, 0, 0) &&
+               dp_owned_range(m, index, &lo, &hi)) { /* streamed from the file, a unit at a time */
+        size_t at = lo - m->slices[p->unit].first;
+        int first = m->offload_kind == MT_OFFLOAD_PARAMS;
+        state->exp_avg = dp_offload_staged(m, p->unit, at, first);
+        state->exp_avg_sq = dp_offload_staged(m, p->unit, at, first + 1);
         state->moment_first = lo - start;
         state->moment_count = hi - lo;
     }

@@ -1,5 +1,6 @@
 /* --offload: this rank's moments (and under params its ZeRO-3 parameter shards) in a file, one
  * record per unit slice, read ahead of the update unit by unit and written back behind it. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,8 @@ mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options)
         }
     mt_offload_options o = {.path = options->offload_path, .record_count = m->record_count,
                             .record_bytes = bytes, .buffers = options->offload_buffers,
-                            .ledger = m->ledger};
+                            .ledger = m->ledger, .written = options->offload_written,
+                            .written_context = options->offload_written_context};
     if (status == MT_OK)
         status = mt_offload_open(&o, &m->offload);
     free(bytes);
@@ -40,6 +42,7 @@ mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options)
 
 void dp_offload_close(mt_dp_model *m)
 {
+    mt_dp_model_stage_unit(m, -1, 0);
     mt_offload_close(m->offload);
     m->offload = NULL;
     mt_arena_free(&m->staged_arena);
@@ -58,7 +61,8 @@ static const int *identity(mt_dp_model *m, int **order)
     return *order;
 }
 
-mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
+mt_status dp_offload_update_at(mt_dp_model *m, const mt_adamw_hyper *adamw,
+                               const mt_sgd_hyper *sgd, float *param_copy, const float *grad_copy)
 {
     int *order;
     if (!identity(m, &order))
@@ -71,8 +75,12 @@ mt_status dp_offload_update(mt_dp_model *m, const mt_adamw_hyper *adamw, const m
         int u = m->record_unit[r];
         size_t n = m->slices[u].count;
         float *record = data, *moments = states(m) == 3 ? record + n : record;
-        float *param = states(m) == 3 ? record : dp_param_at(m, u, m->slices[u].first);
-        dp_update_unit(m, u, param, moments, moments + n, adamw, sgd);
+        const dp_slice *s = &m->slices[u];
+        float *param = states(m) == 3 ? record
+                       : param_copy   ? param_copy + s->local
+                                      : dp_param_at(m, u, s->first);
+        const float *grad = grad_copy ? grad_copy + s->local : dp_grad_at(m, u, s->first);
+        dp_update_unit(m, u, param, moments, moments + n, grad, adamw, sgd);
         mt_offload_release(m->offload);
     }
     mt_status ended = mt_offload_end(m->offload);
@@ -158,4 +166,78 @@ mt_status dp_param_source(mt_dp_model *m, int unit, float *out, const float **sl
                                                   out + s->first)
                            : mt_fail(MT_EINVAL, "offload: unit %d has no record", unit);
     return status ? mt_fail_context(status, "the offloaded parameters of unit %d", unit) : MT_OK;
+}
+
+/* The record of unit `unit` (-1 when it has none). */
+static int record_of(const mt_dp_model *m, int unit)
+{
+    for (int r = 0; r < m->record_count; r++)
+        if (m->record_unit[r] == unit)
+            return r;
+    return -1;
+}
+
+mt_status mt_dp_model_stage_unit(mt_dp_model *m, int unit, int read)
+{
+    if (unit < 0) {
+        free(m->unit_stage);
+        mt_memory_count(m->ledger, MT_MEMORY_OFFLOAD, -(long long)m->unit_stage_bytes);
+        m->unit_stage = NULL;
+        m->unit_stage_bytes = 0;
+        m->staged_unit = -1;
+        return MT_OK;
+    }
+    if (!m->offload || m->moment_m)
+        return MT_OK;
+    if (m->unit_stage && m->staged_unit == unit && (m->stage_read || !read))
+        return MT_OK;
+    int record = record_of(m, unit);
+    if (record < 0) { /* no slice of it here: nothing to point at */
+        m->staged_unit = -1;
+        return MT_OK;
+    }
+    if (!m->unit_stage) { /* the largest record, once */
+        size_t most = 0;
+        for (int r = 0; r < m->record_count; r++) {
+            size_t bytes = (size_t)states(m) * m->slices[m->record_unit[r]].count * sizeof(float);
+            most = bytes > most ? bytes : most;
+        }
+        m->unit_stage = malloc(most ? most : sizeof(float));
+        if (!m->unit_stage)
+            return mt_fail(MT_ENOMEM, "offload: cannot allocate a record of %zu bytes", most);
+        m->unit_stage_bytes = most;
+        mt_memory_count(m->ledger, MT_MEMORY_OFFLOAD, (long long)most);
+    }
+    m->staged_unit = unit;
+    m->stage_read = read;
+    size_t bytes = (size_t)states(m) * m->slices[unit].count * sizeof(float);
+    mt_status status = read ? mt_offload_read_head(m->offload, record, bytes, m->unit_stage)
+                            : MT_OK;
+    if (status)
+        m->staged_unit = -1;
+    return status ? mt_fail_context(status, "the offloaded state of unit %d", unit) : MT_OK;
+}
+
+const float *mt_dp_model_staged_data(const mt_dp_model *m) { return m->unit_stage; }
+
+int mt_dp_model_staged_offset(const mt_dp_model *m, const float *data, size_t *offset)
+{
+    if (!m->unit_stage || m->staged_unit < 0 || !data)
+        return 0;
+    size_t n = (size_t)states(m) * m->slices[m->staged_unit].count;
+    /* compared as addresses: data may point into any array */
+    uintptr_t at = (uintptr_t)data, base = (uintptr_t)m->unit_stage;
+    if (at < base || at >= base + n * sizeof(float))
+        return 0;
+    *offset = (at - base) / sizeof(float);
+    return 1;
+}
+
+/* Where tensor state of `unit` at element `at` of its slice sits in the staged record: array k
+ * of the record (under params: parameters, m, v; else m, v). */
+float *dp_offload_staged(const mt_dp_model *m, int unit, size_t at, int k)
+{
+    if (!m->unit_stage || m->staged_unit != unit)
+        return NULL;
+    return m->unit_stage + (size_t)k * m->slices[unit].count + at;
 }

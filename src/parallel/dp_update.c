@@ -107,11 +107,13 @@ int mt_dp_model_grad_finite(mt_dp_model *m, int index)
     return 1;
 }
 
-/* One optimizer over this rank's slice of a unit, tensor by tensor (decay on matrices only):
+/* One optimizer over this rank's slice of a unit, tensor by tensor (decay on matrices only),
+ * with the slice's gradient at grad_slice:
  * AdamW when adamw is given, else SGD, whose momentum buffer lives where AdamW's first moment
  * does (so ZeRO 1-3 shard it alike; the second moment stays zero). */
 void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_m,
-                    float *moment_v, const mt_adamw_hyper *adamw, const mt_sgd_hyper *sgd)
+                    float *moment_v, const float *grad_slice, const mt_adamw_hyper *adamw,
+                    const mt_sgd_hyper *sgd)
 {
     const mt_gpt *gpt = m->gpt;
     for (int i = 0; i < gpt->param_count; i++) {
@@ -120,7 +122,8 @@ void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_
         if (p->unit != unit || !dp_owned_range(m, i, &lo, &hi))
             continue;
         size_t at = lo - m->slices[unit].first;
-        float *param = param_slice + at, *grad = dp_grad_at(m, p->unit, lo);
+        float *param = param_slice + at;
+        const float *grad = grad_slice + at;
         long n = (long)(hi - lo);
         if (adamw) {
             mt_adamw_hyper h = *adamw;
@@ -137,13 +140,16 @@ void dp_update_unit(mt_dp_model *m, int unit, float *param_slice, float *moment_
 static mt_status update_slices(mt_dp_model *m, const mt_adamw_hyper *adamw,
                                const mt_sgd_hyper *sgd)
 {
+    if (dp_delay_active(m))
+        return dp_delay_update(m, adamw, sgd);
     if (m->offload)
-        return dp_offload_update(m, adamw, sgd);
+        return dp_offload_update_at(m, adamw, sgd, NULL, NULL);
     for (int u = 0; u < m->gpt->unit_count; u++)
         if (m->slices[u].count)
             dp_update_unit(m, u, dp_param_at(m, u, m->slices[u].first),
                            m->moment_m + m->slices[u].local,
-                           m->moment_v + m->slices[u].local, adamw, sgd);
+                           m->moment_v + m->slices[u].local,
+                           dp_grad_at(m, u, m->slices[u].first), adamw, sgd);
     return MT_OK;
 }
 
@@ -159,6 +165,15 @@ mt_status mt_dp_model_update(mt_dp_model *m, const mt_adamw_hyper *hyper)
 mt_status mt_dp_model_update_sgd(mt_dp_model *m, const mt_sgd_hyper *hyper)
 {
     mt_status status = update_slices(m, NULL, hyper), after = after_update(m);
+    return status ? status : after;
+}
+
+/* The delayed update held back made the model's (its gathers run on every rank together). */
+mt_status mt_dp_model_delay_flush(mt_dp_model *m)
+{
+    if (!mt_dp_model_delay_pending(m))
+        return MT_OK;
+    mt_status status = dp_delay_flush(m), after = after_update(m);
     return status ? status : after;
 }
 

@@ -9,9 +9,11 @@
  * ckpt_plan_layout and ckpt_shard_write) and each piece's floats, contiguous. */
 typedef struct ckpt_shard_plan {
     mt_ckpt_piece *pieces;
-    const float **data;
+    const float **data; /* NULL: fetched when written (streamed from the offload file) */
     int count, capacity;
     uint64_t bytes; /* the file's size */
+    mt_status (*fetch)(void *context, int piece, const float **data);
+    void *fetch_context;
 } ckpt_shard_plan;
 
 uint64_t trainer_ckpt_hash(const void *data, size_t bytes);

@@ -87,12 +87,15 @@ mt_status trainer_ckpt_shard_write(const char *path, int rank, int step, ckpt_sh
     uint64_t at = MT_CKPT_HEADER_BYTES;
     for (int i = 0; i < plan->count && status == MT_OK; i++) {
         mt_ckpt_piece *p = &plan->pieces[i];
-        p->xxh3 = trainer_ckpt_hash(plan->data[i], (size_t)p->bytes);
+        const float *data = plan->data[i];
+        if (!data && (status = plan->fetch(plan->fetch_context, i, &data)))
+            break;
+        p->xxh3 = trainer_ckpt_hash(data, (size_t)p->bytes);
         if (die_halfway && i == plan->count / 2)
             raise(SIGKILL); /* MT_INJECT_FAULT: a rank dies in the middle of its shard */
         status = mt_write_all(fd, zeros, (size_t)(p->at - at), temporary);
         if (status == MT_OK)
-            status = mt_write_all(fd, plan->data[i], (size_t)p->bytes, temporary);
+            status = mt_write_all(fd, data, (size_t)p->bytes, temporary);
         at = p->at + p->bytes;
     }
     if (status == MT_OK && fsync(fd) != 0)

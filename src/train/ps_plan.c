@@ -28,9 +28,10 @@ static mt_status check_companions(const mt_config *c)
         return mt_fail(MT_EINVAL, "config keys 'ps_servers' and 'deterministic': the servers "
                                   "sum gradients in worker order, not deterministic's tree over "
                                   "groups of the batch");
-    if (strcmp(c->offload, "none") != 0)
-        return mt_fail(MT_EINVAL, "config keys 'ps_servers' and 'offload': the optimizer state "
-                                  "lives on the servers, in memory");
+    if (strcmp(c->offload, "none") != 0 || c->offload_delay)
+        return mt_fail(MT_EINVAL, "config keys 'ps_servers', 'offload' and 'offload_delay': the "
+                                  "optimizer state lives on the servers, in memory, and they "
+                                  "update at once");
     if (strcmp(c->precision, "fp16") == 0 || c->spike_guard > 0)
         return mt_fail(MT_EINVAL, "config keys 'ps_servers', 'precision' and 'spike_guard': a "
                                   "step the loss scaler or the spike guard skips is decided on "

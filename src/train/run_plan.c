@@ -114,6 +114,16 @@ static mt_status check_offload(const mt_config *c, const mt_mesh_shape *shape)
     mt_status status = mt_offload_parse(c->offload, &kind);
     if (status)
         return mt_fail_context(status, "config key 'offload'");
+    /* the delayed update holds the parameters it writes in memory, apart from the model's */
+    if (c->offload_delay && kind == MT_OFFLOAD_PARAMS)
+        return mt_fail(MT_EINVAL, "config keys 'offload_delay' and 'offload': the delayed update "
+                                  "keeps the parameters in memory (the passes read them while it "
+                                  "runs); use --offload optimizer with offload_delay on");
+    if (c->offload_delay && (c->local_steps > 1 || strcmp(c->outer_optimizer, "none") != 0 ||
+                             c->deterministic))
+        return mt_fail(MT_EINVAL, "config keys 'offload_delay', 'local_steps' and "
+                                  "'deterministic': the delayed update runs with neither local "
+                                  "steps nor the deterministic mode");
     if (kind == MT_OFFLOAD_NONE)
         return MT_OK;
     if (kind == MT_OFFLOAD_PARAMS && c->zero != 3)

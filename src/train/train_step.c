@@ -247,6 +247,8 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     if (status || !apply)
         return status;
     mt_optimizer_report report = {.clip_scale = 1.0};
+    /* --offload_delay: after its warmup, this step's update is held back a step */
+    mt_dp_model_set_delay(st->model, cfg->offload_delay && applied > cfg->offload_delay_warmup);
     /* parameter servers: they clip and update; the worker takes the result */
     status = mt_dp_model_has_servers(st->model)
                  ? mt_dp_model_ps_pull(st->model, trainer_saves_at(cfg, step), &report.grad_norm)
@@ -276,4 +278,13 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     if (cfg->check_every > 0 && step % cfg->check_every == 0)
         status = agree_on_check(tr, step, mt_dp_model_check_replicas(st->model, step));
     return status;
+}
+
+mt_status trainer_delay_flush(trainer *tr, int step)
+{
+    if (!mt_dp_model_delay_pending(tr->state.model))
+        return MT_OK;
+    char what[64];
+    snprintf(what, sizeof what, "step %d's delayed update", step);
+    return mt_comm_agree_outcome(tr->state.world, mt_dp_model_delay_flush(tr->state.model), what);
 }

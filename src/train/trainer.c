@@ -26,6 +26,12 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     for (int g = 0; g < 3; g++)
         sent[g] = mt_comm_bytes_sent(groups[g]);
     mt_status status = trainer_step(tr, step, record);
+    /* --offload_delay: a checkpoint, a rollback and the run's end see every update applied (in
+     * the step's optimizer time) */
+    const mt_config *cfg = tr->cfg;
+    int saves = cfg->save_every > 0 && (step % cfg->save_every == 0 || step == cfg->steps);
+    if (status == MT_OK && (saves || record->rollback || step == cfg->steps))
+        status = trainer_delay_flush(tr, step);
     if (status)
         return status;
     double end = mt_clock_seconds(), seconds = end - step_start;
@@ -212,6 +218,11 @@ static void print_start(const trainer *tr, const char *resumed_from, int initial
                 mt_offload_direct(offload) ? "O_DIRECT"
                                            : "buffered I/O (the file system refuses O_DIRECT; "
                                              "pages dropped after each transfer)");
+    if (cfg->offload_delay)
+        fprintf(out, "delayed update: after %d normal updates, each update applied during the "
+                     "next step's passes (%s), which see parameters one step stale\n",
+                cfg->offload_delay_warmup,
+                offload ? "on the offload thread" : "held in memory, applied at the next update");
     if (st->start_step > 0)
         fprintf(out, "resumed from '%s' at step %d\n", resumed_from, st->start_step);
     else if (initialised)

@@ -26,6 +26,11 @@ struct trainer_save {
     float *snapshot;      /* async: the pieces' copy; sync: NULL (pieces point at the state) */
     float **scratch;      /* pieces that were not one run in memory, copied out */
     int scratch_count;
+    /* --offload, saved inline: the model whose offload file the pieces of offloaded state
+     * (data NULL) stream from, each piece's unit and float in the unit's staged record */
+    mt_dp_model *streamed;
+    int *stream_unit, planning_unit;
+    size_t *stream_at;
     mt_ckpt_meta meta;    /* rank 0: everything but the files and pieces */
     fault_kind fault;     /* a test's kill point in this save, or FAULT_NONE */
     double seconds;       /* from the start of the save to its commit */
@@ -59,12 +64,23 @@ static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
             plan->data = data;
         if (scratch)
             s->scratch = scratch;
-        if (!pieces || !data || !scratch)
+        int *units = scratch ? realloc(s->stream_unit, (size_t)capacity * sizeof *units) : NULL;
+        if (units)
+            s->stream_unit = units;
+        size_t *at = units ? realloc(s->stream_at, (size_t)capacity * sizeof *at) : NULL;
+        if (at)
+            s->stream_at = at;
+        if (!pieces || !data || !scratch || !units || !at)
             return mt_fail(MT_ENOMEM, "checkpoint: out of memory planning the shard");
         plan->capacity = capacity;
     }
     size_t volume = mt_ckpt_box_volume(box);
     const float *run = mt_ckpt_view_run(from, box);
+    size_t at;
+    int streamed = s->streamed && run && mt_dp_model_staged_offset(s->streamed, run, &at);
+    if (!run && s->streamed && mt_dp_model_staged_offset(s->streamed, from->data, &at))
+        return mt_fail(MT_EINVAL, "checkpoint: tensor %d's offloaded state is not one run of "
+                                  "its record", tensor);
     if (!run) { /* not one run in memory (never for the model's tensors today): copy it out */
         float *copy = malloc(volume * sizeof *copy);
         if (!copy)
@@ -81,6 +97,11 @@ static mt_status add_piece(trainer_save *s, int tensor, mt_ckpt_state state,
     plan->pieces[plan->count] = (mt_ckpt_piece){.tensor = tensor, .file = s->rank,
                                                 .state = state, .box = *box,
                                                 .bytes = volume * sizeof(float)};
+    if (streamed) { /* read from the file when written */
+        s->stream_unit[plan->count] = s->planning_unit;
+        s->stream_at[plan->count] = at;
+        run = NULL;
+    }
     plan->data[plan->count++] = run;
     return MT_OK;
 }
@@ -98,6 +119,11 @@ static mt_status plan_shard(trainer *tr, trainer_save *s)
         if (gpt->holding[p->unit] != MT_UNIT_OWNED || (p->shard.split_dim < 0 && gpt->tp.rank))
             continue;
         mt_dp_tensor_state state;
+        /* streamed: the unit's record placed (not read) for the state to point into */
+        s->planning_unit = p->unit;
+        mt_status placed = s->streamed ? mt_dp_model_stage_unit(s->streamed, p->unit, 0) : MT_OK;
+        if (placed)
+            return placed;
         mt_dp_model_tensor_state(tr->state.model, i, &state);
         if (!state.save_count)
             continue;
@@ -120,6 +146,16 @@ static mt_status plan_shard(trainer *tr, trainer_save *s)
     }
     trainer_ckpt_plan_layout(&s->plan);
     return MT_OK;
+}
+
+/* A streamed piece: its unit's record read from the offload file (once per run of pieces of
+ * the same unit), the piece's floats in it. */
+static mt_status fetch_piece(void *context, int piece, const float **data)
+{
+    trainer_save *s = context;
+    mt_status status = mt_dp_model_stage_unit(s->streamed, s->stream_unit[piece], 1);
+    *data = status ? NULL : mt_dp_model_staged_data(s->streamed) + s->stream_at[piece];
+    return status;
 }
 
 /* async_save: the pieces copied into one buffer, so training may change the state at once. */
@@ -363,6 +399,8 @@ static void free_save(trainer_save *s)
     for (int i = 0; i < s->scratch_count; i++)
         free(s->scratch[i]);
     free(s->scratch);
+    free(s->stream_unit);
+    free(s->stream_at);
     free(s->plan.pieces);
     free(s->plan.data);
     free(s->snapshot);
@@ -418,8 +456,13 @@ static mt_status save(trainer *tr, int step)
     if (status == MT_OK) {
         s->counts = calloc((size_t)s->size * 2, sizeof *s->counts);
         status = s->counts ? MT_OK : mt_fail(MT_ENOMEM, "out of memory");
-        /* --offload: the moments read from the file for the pieces to point at */
-        if (status == MT_OK)
+        /* --offload: saved inline, the offloaded state streams from the file a record at a
+         * time as the shard is written; the asynchronous save's copy reads it whole */
+        if (status == MT_OK && mt_dp_model_offload(tr->state.model) && !cfg->async_save) {
+            s->streamed = tr->state.model;
+            s->plan.fetch = fetch_piece;
+            s->plan.fetch_context = s;
+        } else if (status == MT_OK)
             status = mt_dp_model_state_in(tr->state.model, 1);
         if (status == MT_OK)
             status = plan_shard(tr, s);
@@ -442,6 +485,7 @@ static mt_status save(trainer *tr, int step)
         if (s->rank == 0)
             remove_after_failure(s->partial, status);
         free_save(s);
+        mt_dp_model_stage_unit(tr->state.model, -1, 0);
         mt_dp_model_state_out(tr->state.model, 0);
         return status;
     }
@@ -453,6 +497,7 @@ static mt_status save(trainer *tr, int step)
     }
     save_thread(s); /* inline (also when no thread could start) */
     status = trainer_finish_save(tr);
+    mt_dp_model_stage_unit(tr->state.model, -1, 0);
     mt_dp_model_state_out(tr->state.model, 0);
     return status;
 }

@@ -30,6 +30,7 @@ static const struct {
     {"slow_comm", FAULT_SLOW_COMM},
     {"inf_grad", FAULT_INF_GRAD},
     {"spike", FAULT_SPIKE},
+    {"kill_in_writeback", FAULT_KILL_IN_WRITEBACK},
 };
 enum { KIND_COUNT = sizeof KINDS / sizeof KINDS[0] };
 
@@ -37,7 +38,7 @@ static int is_slow(fault_kind kind) { return kind == FAULT_SLOW_COMPUTE || kind 
 
 mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int my_rank)
 {
-    *fault = (trainer_fault){FAULT_NONE, -1, -1, 0};
+    *fault = (trainer_fault){FAULT_NONE, -1, -1, 0, 0};
     const char *text = getenv("MT_INJECT_FAULT");
     if (!text || !*text)
         return MT_OK;
@@ -52,7 +53,7 @@ mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int my_rank)
                                   "%s", text, names);
     for (int i = 0; i < KIND_COUNT; i++)
         if (strcmp(kind, KINDS[i].name) == 0)
-            *fault = (trainer_fault){KINDS[i].kind, rank, number, rank == my_rank};
+            *fault = (trainer_fault){KINDS[i].kind, rank, number, rank == my_rank, 0};
     if (fault->kind == FAULT_NONE)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
     if (is_slow(fault->kind) && number < 0)
@@ -63,7 +64,7 @@ mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int my_rank)
     if (!restart)
         restart = getenv("TORCHELASTIC_RESTART_COUNT");
     if (restart && atoi(restart) > 0 && !is_slow(fault->kind))
-        *fault = (trainer_fault){FAULT_NONE, -1, -1, 0};
+        *fault = (trainer_fault){FAULT_NONE, -1, -1, 0, 0};
     if (fault->kind == FAULT_SLOW_COMM && world && fault->here)
         mt_comm_set_delay(world, number / 1000.0);
     return MT_OK;
@@ -140,4 +141,20 @@ void trainer_fault_hook(const trainer_fault *fault, trainer_fault_point point, i
     case FAULT_AT_BATCH_LOSS:
         break;
     }
+}
+
+/* Record 0 opens a write-back pass (each writes its records in order); the second record of
+ * pass `number` on the file is the moment some of the update is written and some not. */
+static void kill_in_writeback(void *context, int record)
+{
+    trainer_fault *fault = context;
+    if (record == 0)
+        fault->passes++;
+    if (record == 1 && fault->passes == fault->number)
+        raise(SIGKILL);
+}
+
+trainer_fault_written_fn trainer_fault_writeback_hook(const trainer_fault *fault)
+{
+    return fault->kind == FAULT_KILL_IN_WRITEBACK && fault->here ? kill_in_writeback : NULL;
 }

@@ -15,7 +15,9 @@
  * kill_in_shard (halfway through writing its shard of that step's checkpoint),
  * kill_after_shard (its shard durable, before the ranks agree) and kill_before_commit (world
  * rank 0: the metadata written, before the folder's rename commits it); only the first attempt
- * of a restarted job (MT_RESTART_COUNT 0 or unset) meets those. KIND@RANK:MS for a slow rank,
+ * of a restarted job (MT_RESTART_COUNT 0 or unset) meets those, and kill_in_writeback (SIGKILL
+ * on the rank's offload I/O thread once the second record of its STEPth write-back pass is on
+ * the file: under --offload optimizer, amid the write-back of step STEP's update). KIND@RANK:MS for a slow rank,
  * on every attempt: slow_compute (MS milliseconds of extra compute before each micro-batch's
  * forward) and slow_comm (a sleep of MS milliseconds before each of its collectives and
  * transfers). KIND@RANK:BATCH for spike: that rank's loss is multiplied by 100 on the global
@@ -24,7 +26,7 @@ enum { FAULT_SPIKE_BATCHES = 4 };
 typedef enum fault_kind {
     FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM, FAULT_KILL,
     FAULT_KILL_NODE, FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT,
-    FAULT_SLOW_COMPUTE, FAULT_SLOW_COMM, FAULT_INF_GRAD, FAULT_SPIKE
+    FAULT_SLOW_COMPUTE, FAULT_SLOW_COMM, FAULT_INF_GRAD, FAULT_SPIKE, FAULT_KILL_IN_WRITEBACK
 } fault_kind;
 
 typedef struct trainer_fault {
@@ -32,6 +34,7 @@ typedef struct trainer_fault {
     int rank;   /* the world rank it strikes */
     int number; /* the step it strikes, or for a slow rank its milliseconds */
     int here;   /* this process is that rank */
+    int passes; /* kill_in_writeback: write-back passes begun, counted on the I/O thread */
 } trainer_fault;
 
 /* Where in a step the trainer calls the hook, and what `subject` then points to. */
@@ -54,5 +57,9 @@ void trainer_fault_hook(const trainer_fault *fault, trainer_fault_point point, i
 /* The kill point a checkpoint of `step` meets on this rank (the save runs it, perhaps on a
  * thread of its own), or FAULT_NONE. */
 fault_kind trainer_fault_in_save(const trainer_fault *fault, int step);
+/* The offload engine's `written` hook for kill_in_writeback (context: the trainer_fault), or
+ * NULL when this rank meets no such fault. */
+typedef void (*trainer_fault_written_fn)(void *context, int record);
+trainer_fault_written_fn trainer_fault_writeback_hook(const trainer_fault *fault);
 
 #endif

@@ -222,6 +222,8 @@ mt_status trainer_prefetch_begin(trainer *tr);
 /* One optimizer step over the global batch: this rank's passes, the gradient sync, the NaN and
  * replica checks, clipping and the update. */
 mt_status trainer_step(trainer *tr, int step, step_record *record);
+/* --offload_delay: the update held back applied now (every rank, after step `step`) */
+mt_status trainer_delay_flush(trainer *tr, int step);
 
 /* trainer_rollback.c */
 /* After the spike guard's streak reached spike_rollbacks at `step`: waits for the save in

@@ -182,6 +182,8 @@ static mt_status offload_file(trainer *tr, int parameters_only, mt_dp_options *o
     snprintf(path, capacity, "%s/state.rank%d.bin", dir, tr->state.rank);
     options->offload_path = path;
     options->offload_buffers = cfg->offload_buffers;
+    options->offload_written = trainer_fault_writeback_hook(&tr->state.fault);
+    options->offload_written_context = &tr->state.fault;
     return MT_OK;
 }
 
@@ -227,7 +229,8 @@ static mt_status build_model(trainer *tr, int parameters_only)
                                            .seed = cfg->seed},
                              .deterministic_passes = cfg->deterministic ? tr->plan->passes : 0,
                              .grad_wire = strcmp(cfg->grad_reduce, "bf16") ? MT_F32 : MT_BF16,
-                             .param_wire = compute_wire};
+                             .param_wire = compute_wire,
+                             .offload_delay = cfg->offload_delay};
     if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
         return mt_fail_context(status, "config key 'grad_comm'");
     char offload_path[MT_PATH_MAX + 64];

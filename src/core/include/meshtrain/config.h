@@ -49,6 +49,7 @@ typedef struct mt_config {
     char offload[MT_TEXT_MAX];
     char offload_dir[MT_PATH_MAX];
     int offload_buffers;
+    int offload_delay, offload_delay_warmup; /* delayed update after that many normal ones */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int check_every;   /* steps between replica checksums (0: never) */
     /* local SGD / DiLoCo: replicas step alone local_steps times, then synchronise by the outer

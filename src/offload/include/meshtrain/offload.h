@@ -31,6 +31,10 @@ typedef struct mt_offload_options {
     const size_t *record_bytes; /* [record_count] */
     int buffers;                /* the pool: at least 2 (one in use, one moving) */
     mt_memory_ledger *ledger;   /* the pool's bytes, as MT_MEMORY_OFFLOAD (may be NULL) */
+    /* called on the I/O thread once each write-back is on the file (a test's fault injection
+     * point; may be NULL) */
+    void (*written)(void *context, int record);
+    void *written_context;
 } mt_offload_options;
 
 typedef struct mt_offload mt_offload;

@@ -88,6 +88,11 @@ typedef struct mt_dp_options {
     mt_offload_kind offload;
     const char *offload_path;
     int offload_buffers;
+    void (*offload_written)(void *context, int record); /* mt_offload_options.written */
+    void *offload_written_context;
+    /* --offload_delay on: updates may be held back one step (mt_dp_model_set_delay); with
+     * offloaded moments the held update runs on a thread during the next step */
+    int offload_delay;
     int deterministic_passes; /* --deterministic on: the passes this rank runs per step (a power
                                * of 2), each its own begin_micro(0, 1) ... finish_gradients,
                                * then mt_dp_model_end_pass; the group's sums in a fixed tree
@@ -187,6 +192,22 @@ void mt_dp_model_tensor_state(mt_dp_model *model, int index, mt_dp_tensor_state 
  * mt_dp_model_state_out writes them back (with write) and frees them. No-ops without offload. */
 mt_status mt_dp_model_state_in(mt_dp_model *model, int read);
 mt_status mt_dp_model_state_out(mt_dp_model *model, int write);
+/* The delayed update (options.offload_delay): with on, each update from here applies the
+ * previous one's gradient (held back, with its settings) and holds its own, so the parameters
+ * forward and backward see are one step stale; with offloaded state the held update runs
+ * during the next step's passes. Flushing makes a held update the model's (and gathers it: on
+ * every rank together), before a checkpoint or the run's end. */
+void mt_dp_model_set_delay(mt_dp_model *model, int on);
+int mt_dp_model_delay_pending(const mt_dp_model *model);
+mt_status mt_dp_model_delay_flush(mt_dp_model *model);
+/* A checkpoint streamed from the offload file a record at a time: stages unit `unit`'s record
+ * in one buffer (read from the file with read, else only placed), after which
+ * mt_dp_model_tensor_state points the offloaded state of that unit's tensors into it; unit -1
+ * frees the buffer. mt_dp_model_staged_offset says whether `data` lies in the staged record,
+ * and at which float. No-ops without offload or with the state staged whole. */
+mt_status mt_dp_model_stage_unit(mt_dp_model *model, int unit, int read);
+const float *mt_dp_model_staged_data(const mt_dp_model *model);
+int mt_dp_model_staged_offset(const mt_dp_model *model, const float *data, size_t *offset);
 /* The offload engine (NULL without --offload), for its statistics and its file's name. */
 mt_offload *mt_dp_model_offload(const mt_dp_model *model);
 
