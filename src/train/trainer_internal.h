@@ -155,6 +155,10 @@ static inline int trainer_sequence_parallel(const trainer *tr)
 static inline void trainer_read_counters(const trainer *tr, account_counters *c)
 {
     const trainer_state *st = &tr->state;
+    if (!tr->out.account.on) { /* --accounting off: nothing reads them */
+        *c = (account_counters){0};
+        return;
+    }
     double model = mt_dp_model_wait_seconds(st->model);
     double embedding = mt_dp_model_embedding_seconds(st->model);
     c->dp_model = model - embedding;

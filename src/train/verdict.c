@@ -107,6 +107,12 @@ void trainer_verdict_make(const trainer *tr, trainer_verdict *v)
     memset(v, 0, sizeof *v);
     const trainer_account *a = &tr->out.account;
     const mt_config *cfg = tr->cfg;
+    if (!a->on) { /* the hosts' cores and threads are still gathered */
+        snprintf(v->bound, sizeof v->bound, "unknown");
+        add(v, "unknown", "unknown: --accounting off, no step breakdown to judge");
+        oversubscription(tr, v);
+        return;
+    }
     if (a->total_steps == 0) {
         snprintf(v->bound, sizeof v->bound, "unknown");
         add(v, "unknown", "no timed step to judge");

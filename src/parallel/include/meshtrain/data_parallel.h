@@ -96,6 +96,9 @@ typedef struct mt_dp_options {
      * rounded gradient summed in f32); param_wire: zero 3's gathers of a unit for a pass (the
      * compute precision; updates, checkpoints and the replica check still read fp32). */
     mt_dtype grad_wire, param_wire;
+    int after_backward;       /* zero 0 and 1 (--overlap off): every reduction starts once the
+                               * step's backward is done, in the order backward finished the
+                               * units, so none overlaps compute (the overlap figure's baseline) */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
