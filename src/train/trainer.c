@@ -301,6 +301,8 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
     summary->dp = plan.shape.dp;
     summary->tp = plan.shape.tp;
     summary->zero = plan.config.zero;
+    if (status == MT_OK)
+        status = trainer_check_memory_limit(&tr);
     if (status == MT_OK && out)
         print_start(&tr, resumed_from, initialised, out);
     if (status == MT_OK)

@@ -284,6 +284,9 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
 mt_status trainer_outputs_close(trainer *tr, mt_status status);
 /* Every rank's memory (ledger and resident set), gathered to every rank; rank 0 prints it. */
 mt_status trainer_gather_memory(trainer *tr, FILE *out);
+/* memory_limit.c: --memory_limit's refusal of a run whose memory table (every rank's ledger
+ * after the state is planned) exceeds it, naming the rank and its kinds (collective). */
+mt_status trainer_check_memory_limit(const trainer *tr);
 mt_status trainer_write_summary(trainer *tr, mt_train_summary *summary);
 /* OUT/model.safetensors, unit by unit (collective under ZeRO-3). */
 mt_status trainer_save_model(trainer *tr);
