@@ -17,8 +17,10 @@ job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 2 --batc
 failed=0
 fail() { echo "FAIL $1"; failed=1; }
 for width in 32 48; do
-  "$meshtrain" train "${job[@]}" --width $width --out "$scratch/w$width" >"$scratch/w$width.log" 2>&1 ||
-    { cat "$scratch/w$width.log"; exit 1; }
+  traced=()
+  [[ $width == 48 ]] && traced=(--trace "$scratch/w48/trace.json")
+  "$meshtrain" train "${job[@]}" --width $width "${traced[@]}" --out "$scratch/w$width" \
+    >"$scratch/w$width.log" 2>&1 || { cat "$scratch/w$width.log"; exit 1; }
 done
 
 # summary.json's provenance: the command line, the resolved configuration, the build's commit
@@ -108,6 +110,11 @@ want = ["training loss", "validation loss", "tokens/s", "learning rate", "gradie
 ok = all(w in titles for w in want) and len(plots) == 9 and not empty
 ok = ok and dom.count("<polyline") >= 10 and dom.count('class="part"') >= 4
 ok = ok and len(re.findall(r"<li>[a-z]*-bound", dom)) == 2
+# w48 ran with --trace: its last step as a timeline, one lane (one rank), its spans drawn
+timeline = re.findall(r'<svg class="plot timeline" data-lanes="(\d+)" data-points="(\d+)"[^>]*><text[^>]*>([^<]*)<', dom)
+ok = ok and len(timeline) == 1 and timeline[0][0] == "1" and int(timeline[0][1]) >= 3 and \
+     "step 6 on 1 rank" in timeline[0][2] and dom.count('class="span"') == int(timeline[0][1])
+titles.append(f"{timeline[0][2]} ({timeline[0][1]} spans)" if timeline else "NO TIMELINE")
 print(f"{'ok  ' if ok else 'FAIL'} report of 2 runs: {len(plots)} plots ({', '.join(titles)}); "
       f"empty: {empty or 'none'}; {dom.count('<polyline')} curves, "
       f"{dom.count('class=' + chr(34) + 'part' + chr(34))} bar segments")
