@@ -225,14 +225,6 @@ static void run_section(FILE *f, const report_run *r, int index)
             stacked_bars(f, b, e, MEMORY, 5, 1.0 / 1048576, "memory per rank, peak (MiB)",
                          "MiB");
     }
-    char missing[4400] = "";
-    report_timeline(f, r, missing, sizeof missing);
-    if (missing[0]) {
-        fputs(missing, stderr);
-        fputs("<p class=\"skipped\">", f);
-        html_text(f, missing);
-        fputs("</p>\n", f);
-    }
     if (r->notes[0]) {
         fputs("<pre class=\"skipped\">", f);
         html_text(f, r->notes);
@@ -248,7 +240,7 @@ static const char STYLE[] =
     ".title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#444}"
     ".frame{fill:none;stroke:#bbb}.series{fill:none;stroke-width:1.6}"
     ".skipped{color:#a33;white-space:pre-wrap}.key{display:inline-block;width:14px;"
-    "height:14px;margin-right:6px}ul.verdict li{margin:4px 0}.wide{grid-column:1/-1}";
+    "height:14px;margin-right:6px}ul.verdict li{margin:4px 0}.wide{margin-top:12px}";
 
 static int write_page(const char *path, const report_run *runs, int count, const char *models)
 {
@@ -281,6 +273,14 @@ static int write_page(const char *path, const report_run *runs, int count, const
         fputs("<div class=\"grid\">", f);
         run_section(f, &runs[r], r);
         fputs("</div>\n", f);
+        char missing[4400] = ""; /* the timeline is as wide as the page */
+        report_timeline(f, &runs[r], missing, sizeof missing);
+        if (missing[0]) {
+            fputs(missing, stderr);
+            fputs("<p class=\"skipped\">", f);
+            html_text(f, missing);
+            fputs("</p>\n", f);
+        }
     }
     fputs("</body></html>\n", f);
     return fclose(f) == 0;
