@@ -2,9 +2,8 @@
 # ctest train_accounting: the step accounting and the verdict against injected ground truth.
 # slow_comm on rank 1 raises rank 1's exposed dp communication by the injected time (within 2
 # points of the step's share); slow_compute on rank 1 makes the verdict name rank 1 the
-# straggler; a pp 4 run with as
-# many micro-batches as stages is pipeline-bound, its measured bubble no less than the schedule
-# replayed (`meshtrain bench schedule`) with the run's own per-stage pass times, less 3 points,
+# straggler; a pp 4 run with as many micro-batches as stages is pipeline-bound, its measured
+# bubble no less than the schedule replayed (`meshtrain bench schedule`) with the run's own per-stage pass times, less 3 points,
 # and its traces are merged at the end and drawn by `meshtrain report` as 4 lanes.
 # usage: accounting.sh MESHTRAIN
 set -uo pipefail
