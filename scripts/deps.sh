@@ -22,8 +22,9 @@ if [ "${1:-run}" = test ]; then
   command -v npm > /dev/null || packages+=(npm)
 elif [ "${1:-run}" = bench ]; then
   # Open MPI (mpicc, mpirun) and PyTorch's gloo: the all-reduce peers of bench/comm_vs_peers;
-  # iproute2 (ip netns, tc): scripts/slow_net.sh's rate-limited hosts.
-  packages+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy iproute2)
+  # iproute2 (ip netns, tc): scripts/slow_net.sh's rate-limited hosts; valgrind: callgrind's
+  # instruction counts in bench/accounting_overhead.
+  packages+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy iproute2 valgrind)
 fi
 missing=()
 for p in "${packages[@]}"; do

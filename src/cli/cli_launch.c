@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_log.h"
 #include "meshtrain/launch.h"
 
 static const char USAGE[] =
@@ -48,6 +49,9 @@ static const char USAGE[] =
     "                       a folder of yours that no one else may write to, not a symbolic\n"
     "                       link (made, mode 700, when missing); only rank<R>.flight and\n"
     "                       rank<R>.armed files are ever removed from it\n"
+    "  --log-dir DIR        write DIR/launcher.log: its start, what it reports (failures,\n"
+    "                       restarts) and its end, timestamped (meshtrain train's ranks log\n"
+    "                       to OUT/logs/rank<R>.log: give OUT/logs to keep them together)\n"
     "  --bind-to-core       pin local rank r to the r-th allowed CPU when there are enough\n"
     "  --no-prefix          leave the workers' output as it is\n";
 
@@ -104,7 +108,7 @@ int cli_launch(int argc, char **argv)
 {
     mt_launch_options o = {.grace_seconds = 3.0, .prefix_output = 1, .last_call_seconds = -1};
     static char master_host[256];
-    const char *secret_file = NULL;
+    const char *secret_file = NULL, *log_dir = NULL;
     int i = 0;
     for (; i < argc; i++) {
         const char *flag = argv[i];
@@ -149,6 +153,8 @@ int cli_launch(int argc, char **argv)
             secret_file = value;
         else if (strcmp(flag, "--dump-dir") == 0)
             o.dump_dir = value;
+        else if (strcmp(flag, "--log-dir") == 0)
+            log_dir = value;
         else if (strcmp(flag, "--bind-to-core") == 0)
             o.bind_to_core = 1;
         else if (strcmp(flag, "--no-prefix") == 0)
@@ -174,10 +180,20 @@ int cli_launch(int argc, char **argv)
     if (st)
         return cli_report_error("launch");
     o.secret = secret_file || found ? &secret : NULL;
+    FILE *log = log_dir ? cli_log_open(log_dir, "launcher") : NULL;
+    o.report = cli_log_tee(log, stderr);
+    cli_log_line(log, "start: node %d of %d, %d workers: %s", o.node_rank,
+                 o.nnodes > 1 ? o.nnodes : 1, o.nproc, argv[i]);
     mt_launch_result result;
     st = mt_launch(&o, argv + i, &result);
     memset(&secret, 0, sizeof secret);
-    return st ? cli_report_error("launch") : 0;
+    int status = st ? cli_log_error(log, "launch") : 0;
+    cli_log_line(log, "stop: %s", status ? "failed" : "ok");
+    if (o.report != stderr)
+        fclose(o.report);
+    if (log)
+        fclose(log);
+    return status;
 }
 
 int cli_relaunch_locally(const mt_launch_options *options, const char *command,

@@ -240,7 +240,7 @@ static const char STYLE[] =
     ".title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#444}"
     ".frame{fill:none;stroke:#bbb}.series{fill:none;stroke-width:1.6}"
     ".skipped{color:#a33;white-space:pre-wrap}.key{display:inline-block;width:14px;"
-    "height:14px;margin-right:6px}ul.verdict li{margin:4px 0}";
+    "height:14px;margin-right:6px}ul.verdict li{margin:4px 0}.wide{margin-top:12px}";
 
 static int write_page(const char *path, const report_run *runs, int count, const char *models)
 {
@@ -273,6 +273,14 @@ static int write_page(const char *path, const report_run *runs, int count, const
         fputs("<div class=\"grid\">", f);
         run_section(f, &runs[r], r);
         fputs("</div>\n", f);
+        char missing[4400] = ""; /* the timeline is as wide as the page */
+        report_timeline(f, &runs[r], missing, sizeof missing);
+        if (missing[0]) {
+            fputs(missing, stderr);
+            fputs("<p class=\"skipped\">", f);
+            html_text(f, missing);
+            fputs("</p>\n", f);
+        }
     }
     fputs("</body></html>\n", f);
     return fclose(f) == 0;
@@ -284,7 +292,8 @@ static void usage(FILE *out)
           "Writes RUN/report.html (the first RUN's folder): one self-contained page, inline SVG\n"
           "and no script, readable on a phone or a wide screen. Every run's loss, validation\n"
           "loss, tokens/s, learning rate and gradient norm against step, overlaid; then each\n"
-          "run's verdict, where a step's time goes per rank (stacked bars) and memory per rank.\n"
+          "run's verdict, where a step's time goes per rank (stacked bars), memory per rank and,\n"
+          "for a run with --trace, its last step as a timeline with a lane per rank.\n"
           "A run folder without metrics.jsonl or summary.json, or a metrics.jsonl cut short,\n"
           "still draws what it has; what was skipped is said on stderr and on the page.\n", out);
 }

@@ -3,6 +3,9 @@
 #ifndef MESHTRAIN_CLI_REPORT_H
 #define MESHTRAIN_CLI_REPORT_H
 
+#include <stddef.h>
+#include <stdio.h>
+
 enum { REPORT_LOSS, REPORT_VAL_LOSS, REPORT_TOKENS, REPORT_LR, REPORT_GRAD_NORM, REPORT_SERIES };
 
 typedef struct report_series {
@@ -26,5 +29,9 @@ char *report_read_text(const char *path);
 int report_number(const char *from, const char *end, const char *key, double *out);
 void report_run_read(report_run *run, const char *dir);
 void report_run_free(report_run *run);
+/* cli_report_timeline.c: one step of the run's traces (config.ini's trace, rank files beside it
+ * or in the run folder) as an SVG lane per rank; nothing without a trace, and a line in notes
+ * when a named trace is missing. */
+void report_timeline(FILE *f, const report_run *run, char *notes, size_t capacity);
 
 #endif

@@ -154,8 +154,8 @@ void report_run_read(report_run *r, const char *dir)
         note(r, "%s: no summary.json (%s; the run did not finish?): no breakdown, memory or "
                 "verdict\n", dir, strerror(errno));
     else if (!strstr(r->summary, "\"accounting\""))
-        note(r, "%s/summary.json: no step accounting (an older run?): no breakdown or "
-                "verdict\n", dir);
+        note(r, "%s/summary.json: no step accounting (--accounting off, or an older "
+                "run?): no breakdown\n", dir);
 }
 
 void report_run_free(report_run *r)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_log.h"
 #include "cli_train_sample.h"
 #include "meshtrain/clock.h"
 #include "meshtrain/comm.h"
@@ -123,28 +124,56 @@ static void print_done(const mt_train_summary *summary)
  * after a grace that lets rank 0's message out before the engine ends the job. A failure of
  * one rank's own (a file, memory, a socket) is printed by that rank. meshtrain launch names
  * failing ranks itself and keeps every rank's message. */
-static int report_before_training(const mt_job_env *job, mt_status st)
+static int report_before_training(const mt_job_env *job, mt_status st, FILE *log)
 {
     int engine = job->launcher != MT_JOB_NONE && job->launcher != MT_JOB_MESHTRAIN;
     if (!engine || job->world_size <= 1 || job->rank == 0 || (st != MT_EINVAL && st != MT_EPEER))
-        return cli_report_error("train");
+        return cli_log_error(log, "train");
+    cli_log_line(log, "error (rank 0 reports it): %s", mt_last_error());
     mt_clock_nap(QUIET_GRACE_SECONDS);
     return 1;
+}
+
+/* This rank's log, OUT/logs/rank<R>.log, with its start line. */
+static FILE *open_rank_log(const mt_config *cfg, int rank, int world_size)
+{
+    char dir[MT_PATH_MAX + 8], name[32], host[HOST_BYTES] = "";
+    snprintf(dir, sizeof dir, "%s/logs", cfg->out);
+    snprintf(name, sizeof name, "rank%d", rank);
+    gethostname(host, sizeof host - 1);
+    FILE *log = cli_log_open(dir, name);
+    cli_log_line(log, "start: rank %d of %d on host %s, pid %d", rank, world_size, host,
+                 (int)getpid());
+    return log;
+}
+
+/* The stop line, and the log closed; returns status. */
+static int close_rank_log(FILE *log, int status, const mt_train_summary *summary)
+{
+    if (status == 0 && summary)
+        cli_log_line(log, "stop: ok, %d steps, final loss %.4f", summary->steps,
+                     summary->final_loss);
+    else
+        cli_log_line(log, "stop: %s", status ? "failed" : "ok");
+    if (log)
+        fclose(log);
+    return status;
 }
 
 /* A rank of a job of several: the world, then the trainer places the rank on its mesh. World
  * rank 0 prints the progress, the memory table and the sample. */
 static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
 {
+    FILE *log = open_rank_log(cfg, job->rank, job->world_size);
     train_sample sample;
     mt_status st = train_sample_open(cfg, stdout, &sample);
     if (st)
-        return report_before_training(job, st);
+        return close_rank_log(log, report_before_training(job, st, log), NULL);
     mt_comm *world = NULL;
     st = mt_comm_create(NULL, &world);
     if (st) {
         train_sample_close(&sample);
-        return report_before_training(job, st);
+        return close_rank_log(log, report_before_training(job, st, log), NULL);
     }
     mt_train_summary summary;
     st = mt_train_run(cfg, world, stdout, &sample.text, &summary);
@@ -152,15 +181,16 @@ static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
     int rank = world ? mt_comm_rank(world) : -1;
     mt_comm_destroy(world);
     if (st)
-        return cli_report_error("train");
+        return close_rank_log(log, cli_log_error(log, "train"), NULL);
     if (rank == 0)
         print_done(&summary);
-    return 0;
+    return close_rank_log(log, 0, &summary);
 }
 
 /* One process, no launcher. */
 static int train_alone(const mt_config *cfg)
 {
+    FILE *log = open_rank_log(cfg, 0, 1);
     train_sample sample;
     mt_train_summary summary;
     mt_status st = train_sample_open(cfg, stdout, &sample);
@@ -168,9 +198,34 @@ static int train_alone(const mt_config *cfg)
         st = mt_train_run(cfg, NULL, stdout, &sample.text, &summary);
     train_sample_close(&sample);
     if (st)
-        return cli_report_error("train");
+        return close_rank_log(log, cli_log_error(log, "train"), NULL);
     print_done(&summary);
-    return 0;
+    return close_rank_log(log, 0, &summary);
+}
+
+/* --nproc N: the workers under the launcher, which logs to OUT/logs/launcher.log what it
+ * reports (failures, restarts) besides its start and end. */
+static int launch_workers(const mt_config *cfg, int argc, char **argv)
+{
+    char dir[MT_PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s/logs", cfg->out);
+    FILE *log = cli_log_open(dir, "launcher");
+    FILE *report = cli_log_tee(log, stderr);
+    cli_log_line(log, "start: %d local workers, meshtrain train with %d arguments, pid %d",
+                 cfg->nproc, argc, (int)getpid());
+    mt_launch_options local = {.nproc = cfg->nproc, .grace_seconds = 3.0, .prefix_output = 1,
+                               .max_restarts = cfg->max_restarts, .report = report,
+                               .ps_servers = cfg->ps_servers, .ps_mode = cfg->ps_mode};
+    const char *words[] = {"train"};
+    int status = cli_relaunch_locally(&local, "train", words, 1, argc, argv);
+    if (status)
+        cli_log_line(log, "error: meshtrain train: %s", mt_last_error());
+    cli_log_line(log, "stop: %s", status ? "failed" : "ok");
+    if (report != stderr)
+        fclose(report);
+    if (log)
+        fclose(log);
+    return status;
 }
 
 int cli_train(int argc, char **argv)
@@ -194,7 +249,7 @@ int cli_train(int argc, char **argv)
     mt_config_defaults(&cfg);
     mt_status st = mt_config_parse_args(&cfg, argc, argv); /* the plan validates the whole */
     if (st)
-        return report_before_training(&job, st);
+        return report_before_training(&job, st, NULL);
     /* The run's plan, before any worker starts, on the shape a checkpoint or an --init file
      * fixes (the workers read them again, as ranks). Alone, a plan that cannot run is usage
      * error 2; under an engine every rank meets it, and rank 0 says it once. */
@@ -210,7 +265,7 @@ int cli_train(int argc, char **argv)
     if ((st = mt_run_plan_resolve(&shaped, world_size, &plan))) {
         mt_run_plan_free(&plan);
         if (!alone && job.world_size > 1)
-            return report_before_training(&job, st);
+            return report_before_training(&job, st, NULL);
         cli_report_error("train");
         return 2;
     }
@@ -225,11 +280,7 @@ int cli_train(int argc, char **argv)
             return cli_report_error("train");
         }
         train_sample_close(&sample);
-        mt_launch_options local = {.nproc = cfg.nproc, .grace_seconds = 3.0, .prefix_output = 1,
-                                   .max_restarts = cfg.max_restarts,
-                                   .ps_servers = cfg.ps_servers, .ps_mode = cfg.ps_mode};
-        const char *words[] = {"train"};
-        status = cli_relaunch_locally(&local, "train", words, 1, argc, argv);
+        status = launch_workers(&cfg, argc, argv);
     } else if (job.world_size > 1)
         status = train_as_rank(&cfg, &job);
     else

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { KEY_INT, KEY_SWITCH, KEY_U64, KEY_REAL, KEY_TEXT, KEY_PATH } key_type;
+typedef enum { KEY_INT, KEY_SWITCH, KEY_U64, KEY_BYTES, KEY_REAL, KEY_TEXT, KEY_PATH } key_type;
 
 typedef struct config_key {
     const char *name;
@@ -119,6 +119,9 @@ static const config_key KEYS[] = {
      "steps or grad_comm hooks) (on|off)"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
+    {"overlap", KEY_SWITCH, FIELD(overlap), "on", 0, 1,
+     "DDP and ZeRO 1: start each bucket's reduction as backward fills it (off: all of them "
+     "after backward, nothing hidden) (on|off)"},
     {"local_steps", KEY_INT, FIELD(local_steps), "1", 1, 1e9,
      "local SGD / DiLoCo: optimizer steps each data-parallel replica takes on its own data "
      "between synchronisations (above 1 with outer_optimizer none: avg)"},
@@ -165,6 +168,12 @@ static const config_key KEYS[] = {
     {"eval_seqs", KEY_INT, FIELD(eval_seqs), "64", 1, 1 << 20, "validation sequences per evaluation"},
     {"log_every", KEY_INT, FIELD(log_every), "20", 1, 1e9,
      "steps between progress lines when output is not a terminal"},
+    {"accounting", KEY_SWITCH, FIELD(accounting), "on", 0, 1,
+     "step accounting on every rank: where each step's time goes, the verdict (on|off)"},
+    {"memory_limit", KEY_BYTES, FIELD(memory_limit), "0", 0, 0,
+     "bytes of memory per rank (K, M, G, T suffixes: powers of 1024): a run whose memory "
+     "table exceeds it is refused before training, one near it (>= 90%) is memory-bound (0: "
+     "no limit)"},
     {"sample_tokens", KEY_INT, FIELD(sample_tokens), "300", 0, 1 << 20,
      "tokens of text sampled at the end (0: none)"},
     {"temperature", KEY_REAL, FIELD(temperature), "0.8", 1e-3, 100, "sampling temperature"},
@@ -220,6 +229,36 @@ static mt_status parse_u64(const config_key *key, const char *value, const char 
     return MT_OK;
 }
 
+/* A byte count: digits with an optional K, M, G or T (powers of 1024; "KiB", "MB" alike). */
+static mt_status parse_bytes(const config_key *key, const char *value, const char *where,
+                             uint64_t *number)
+{
+    char *end;
+    errno = 0;
+    unsigned long long parsed = strtoull(value, &end, 10);
+    int shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: break;
+    }
+    if (shift) {
+        end++;
+        if (*end == 'i' || *end == 'I')
+            end++;
+        if (*end == 'B' || *end == 'b')
+            end++;
+    }
+    if (!isdigit((unsigned char)value[0]) || *end != '\0' || errno == ERANGE ||
+        parsed > (UINT64_MAX >> shift))
+        return mt_fail(MT_EINVAL, "config key '%s' (%s): '%s' is not a byte count (digits "
+                       "with an optional K, M, G or T)", key->name, where, value);
+    *number = (uint64_t)parsed << shift;
+    return MT_OK;
+}
+
 mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, const char *where)
 {
     const config_key *key = find_key(name);
@@ -254,6 +293,8 @@ mt_status mt_config_set(mt_config *cfg, const char *name, const char *value, con
         return MT_OK;
     case KEY_U64:
         return parse_u64(key, value, where, (uint64_t *)field);
+    case KEY_BYTES:
+        return parse_bytes(key, value, where, (uint64_t *)field);
     case KEY_TEXT:
     case KEY_PATH: {
         size_t capacity = key->type == KEY_TEXT ? MT_TEXT_MAX : MT_PATH_MAX;
@@ -304,6 +345,7 @@ void mt_config_format(const mt_config *cfg, const char *name, char *out, size_t 
     case KEY_SWITCH: snprintf(out, capacity, "%s", *(const int *)field ? "on" : "off"); break;
     case KEY_REAL: snprintf(out, capacity, "%.17g", *(const double *)field); break;
     case KEY_U64:
+    case KEY_BYTES:
         snprintf(out, capacity, "%llu", (unsigned long long)*(const uint64_t *)field);
         break;
     case KEY_TEXT:
@@ -524,7 +566,8 @@ void mt_config_write(const mt_config *cfg, FILE *out)
         case KEY_INT: fprintf(out, "%d\n", *(const int *)field); break;
         case KEY_SWITCH: fprintf(out, "%s\n", *(const int *)field ? "on" : "off"); break;
         case KEY_REAL: fprintf(out, "%.17g\n", *(const double *)field); break;
-        case KEY_U64: fprintf(out, "%llu\n", (unsigned long long)*(const uint64_t *)field); break;
+        case KEY_U64:
+        case KEY_BYTES: fprintf(out, "%llu\n", (unsigned long long)*(const uint64_t *)field); break;
         case KEY_TEXT:
         case KEY_PATH: write_quoted(out, field); break;
         }

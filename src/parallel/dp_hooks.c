@@ -114,19 +114,13 @@ static mt_status scatter_unit_gradient(mt_dp_model *m, int unit)
 
 /* ---- gradients of zero 0 and 1: in place in the full gradient, after the last micro-batch ---- */
 
-static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
+/* Starts `unit`'s reduction: zero 1 reduce-scatters it, zero 0 all-reduces the bucket it
+ * opens (a bucket starts with the first of its units backward finishes). */
+static mt_status start_unit_sync(mt_dp_model *m, int unit)
 {
-    const mt_unit *u = &m->gpt->units[unit];
-    float *grad = m->full_grad + u->offset;
-    m->local_sum_squares += mt_sum_squares(grad, (long)u->numel);
-    mt_status status = MT_OK;
-    for (int i = 0; m->ps && i < m->bucket_count && status == MT_OK; i++)
-        if (m->buckets[i].first_unit == unit)
-            status = dp_ps_push(m, i);
-    if (!m->group || m->grad_comm || status) /* a hook takes every bucket once backward is done */
-        return status;
-    m->comm_bytes += (double)mt_dtype_size(m->grad_wire) * (double)u->numel;
+    float *grad = m->full_grad + m->gpt->units[unit].offset;
     mt_work *work = NULL;
+    mt_status status = MT_OK;
     if (m->zero == 1) {
         status = dp_reduce_scatter_unit(m, unit, grad, grad + m->slices[unit].first, &work);
     } else {
@@ -142,6 +136,34 @@ static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
     }
     if (work)
         m->pending[m->pending_count++] = work;
+    return status;
+}
+
+static mt_status sync_unit_gradient(mt_dp_model *m, int unit)
+{
+    const mt_unit *u = &m->gpt->units[unit];
+    m->local_sum_squares += mt_sum_squares(m->full_grad + u->offset, (long)u->numel);
+    mt_status status = MT_OK;
+    for (int i = 0; m->ps && i < m->bucket_count && status == MT_OK; i++)
+        if (m->buckets[i].first_unit == unit)
+            status = dp_ps_push(m, i);
+    if (!m->group || m->grad_comm || status) /* a hook takes every bucket once backward is done */
+        return status;
+    m->comm_bytes += (double)mt_dtype_size(m->grad_wire) * (double)u->numel;
+    if (!m->after_backward)
+        return start_unit_sync(m, unit);
+    if (m->deferred_count == m->gpt->unit_count)
+        return mt_fail(MT_EINVAL, "data parallel: more deferred reductions than units");
+    m->deferred[m->deferred_count++] = unit;
+    return MT_OK;
+}
+
+mt_status dp_start_deferred(mt_dp_model *m)
+{
+    mt_status status = MT_OK;
+    for (int i = 0; i < m->deferred_count && status == MT_OK; i++)
+        status = start_unit_sync(m, m->deferred[i]);
+    m->deferred_count = 0;
     return status;
 }
 

@@ -81,6 +81,9 @@ struct mt_dp_model {
                              * (under a pipeline a unit's micro-batches are not the step's) */
     int last_backward;  /* zero 0 and 1: this backward is its units' last of the step, so
                          * their sync starts as each finishes */
+    int after_backward; /* zero 0 and 1: the syncs wait for the end of backward, their units
+                         * listed in `deferred` in the order backward finished them */
+    int *deferred, deferred_count;
     double local_sum_squares;
     double wait_seconds; /* blocked on the group's communication, since creation */
     double embedding_seconds; /* of which in the tied embeddings' sum across stages */
@@ -233,6 +236,8 @@ mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass);
  * micro-batches into the slices) and the pending list (zero 0 and 1 reductions, the zero 1 and
  * 2 parameter gathers after an update). */
 mt_status dp_drain_pending(mt_dp_model *m);
+/* zero 0 and 1 with after_backward: starts the deferred units' reductions (into pending). */
+mt_status dp_start_deferred(mt_dp_model *m);
 /* Waits for every gather in flight (zero 3) and releases the block buffers. */
 mt_status dp_drain_gathers(mt_dp_model *m);
 /* The parameters changed (an update, a checkpoint loaded): every gathered copy is stale, the

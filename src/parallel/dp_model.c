@@ -353,6 +353,8 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     m->staged_unit = -1;
     m->pending_capacity = gpt->unit_count;
     m->pending = calloc((size_t)m->pending_capacity, sizeof *m->pending);
+    m->after_backward = options->after_backward && m->zero < 2;
+    m->deferred = calloc((size_t)gpt->unit_count, sizeof *m->deferred);
     m->reduced = calloc((size_t)gpt->unit_count, 1);
     /* The replica checks gather one checksum per member of the dp, tp or embedding group. */
     int most = m->size;
@@ -360,7 +362,7 @@ mt_status mt_dp_model_create(mt_gpt *gpt, mt_comm *group, const mt_dp_options *o
     for (int i = 0; i < 3; i++)
         most = others[i] && mt_comm_size(others[i]) > most ? mt_comm_size(others[i]) : most;
     m->checksums = calloc((size_t)most, sizeof *m->checksums);
-    mt_status status = m->pending && m->checksums && m->reduced
+    mt_status status = m->pending && m->checksums && m->reduced && m->deferred
                            ? plan_slices(m)
                            : mt_fail(MT_ENOMEM, "data parallel: out of memory");
     if (status == MT_OK && options->grad_comm.kind != MT_GRAD_COMM_ALLREDUCE && m->zero > 1)
@@ -449,6 +451,7 @@ void mt_dp_model_destroy(mt_dp_model *m)
     free(m->slices);
     free(m->buckets);
     free(m->pending);
+    free(m->deferred);
     free(m->reduced);
     free(m->block_param);
     dp_grad_comm_detach(m);

@@ -15,6 +15,7 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
     if (micro != 0)
         return;
     m->local_sum_squares = 0;
+    m->deferred_count = 0;
     memset(m->reduced, 0, (size_t)m->gpt->unit_count);
     m->comm_bytes = 0;
     if (m->full_grad) /* zero 2 and 3: the first micro-batch's reduction overwrites the slice */
@@ -47,7 +48,9 @@ static mt_status sum_tied_embeddings(mt_dp_model *m)
 
 mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares)
 {
+    mt_status started = dp_start_deferred(m); /* --overlap off: the reductions start here */
     mt_status status = dp_drain_pending(m);
+    status = started ? started : status;
     if (status == MT_OK)
         status = dp_hybrid_reduce(m);
     if (status == MT_OK && m->grad_comm)

@@ -70,6 +70,17 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     if (c->zero3_keep_params && c->zero != 3)
         return mt_fail(MT_EINVAL, "config keys 'zero3_keep_params' and 'zero': keeping gathered "
                                   "parameters is a ZeRO 3 setting, and zero is %d", c->zero);
+    /* ZeRO 2 and 3 reduce every micro-batch's units as backward finishes them, into
+     * unit-sized buffers backward needs again: nothing to hold back */
+    if (!c->overlap && c->zero >= 2)
+        return mt_fail(MT_EINVAL, "config keys 'overlap' and 'zero': overlap off holds DDP's and "
+                                  "ZeRO 1's reductions until backward ends, and ZeRO %d reduces "
+                                  "each micro-batch's gradients as backward makes them (use zero "
+                                  "0 or 1, or overlap on)", c->zero);
+    if (!c->overlap && c->deterministic)
+        return mt_fail(MT_EINVAL, "config keys 'overlap' and 'deterministic': deterministic "
+                                  "sums are blocking trees, which never overlap backward (leave "
+                                  "overlap on)");
     if (c->zero_shard_size > 0 && shape->dp % c->zero_shard_size)
         return mt_fail(MT_EINVAL, "config keys 'zero_shard_size' and 'dp': shard groups of %d "
                                   "data-parallel ranks do not divide dp %d", c->zero_shard_size,

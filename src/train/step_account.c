@@ -17,9 +17,9 @@ static const char *const NAMES[PARTS] = {
 
 const char *trainer_account_part_name(account_part part) { return NAMES[part]; }
 
-mt_status trainer_account_open(trainer_account *a, int world_size)
+mt_status trainer_account_open(trainer_account *a, int world_size, int on)
 {
-    *a = (trainer_account){.world_size = world_size};
+    *a = (trainer_account){.world_size = world_size, .on = on};
     a->gathered = calloc((size_t)world_size * ACCOUNT_VALUES, sizeof *a->gathered);
     a->scratch = calloc((size_t)world_size, sizeof *a->scratch);
     return a->gathered && a->scratch ? MT_OK : mt_fail(MT_ENOMEM, "step accounting: out of memory");
@@ -34,6 +34,8 @@ void trainer_account_close(trainer_account *a)
 
 void trainer_account_begin(trainer_account *a, double now, const account_counters *c)
 {
+    if (!a->on)
+        return;
     memset(a->step, 0, sizeof a->step);
     a->step_start = now;
     a->at_start = *c;
@@ -41,6 +43,8 @@ void trainer_account_begin(trainer_account *a, double now, const account_counter
 
 void trainer_account_end(trainer_account *a, double now, const account_counters *c, int timed)
 {
+    if (!a->on)
+        return;
     const account_counters *s = &a->at_start;
     a->step[PART_DP] += c->dp - s->dp;
     a->step[PART_TP] += c->tp - s->tp;
@@ -149,6 +153,8 @@ static mt_status gather(trainer_account *a, mt_comm *world, const double *mine)
 
 mt_status trainer_account_log(trainer_account *a, mt_comm *world, FILE *metrics)
 {
+    if (!a->on)
+        return MT_OK;
     double mine[ACCOUNT_VALUES] = {0};
     means(a->interval, a->interval_dp, a->interval_steps, mine);
     int steps = a->interval_steps;
@@ -197,6 +203,9 @@ mt_status trainer_account_gather_run(trainer_account *a, mt_comm *world, int thr
 {
     double mine[ACCOUNT_VALUES];
     means(a->total, a->total_dp, a->total_steps, mine);
+    if (!a->on)
+        for (int v = 0; v < ACCOUNT_HOST; v++)
+            mine[v] = NAN;
     mine[ACCOUNT_HOST] = host_number();
     mine[ACCOUNT_CORES] = usable_cores();
     mine[ACCOUNT_THREADS] = threads;
@@ -205,6 +214,8 @@ mt_status trainer_account_gather_run(trainer_account *a, mt_comm *world, int thr
 
 void trainer_account_write_json(const trainer_account *a, FILE *f)
 {
+    if (!a->on)
+        return;
     fprintf(f, ", \"accounting\": {\"steps\": %d, ", a->total_steps);
     write_spreads(a, f);
     fputs(", \"ranks\": [", f);

@@ -52,11 +52,14 @@ typedef struct trainer_account {
     int interval_steps, total_steps;
     account_counters at_start;
     int world_size;
+    int on; /* --accounting: off leaves every call but the final gather a no-op */
     double *gathered; /* ACCOUNT_VALUES per world rank, allocated once */
     double *scratch;  /* world_size, for the medians */
 } trainer_account;
 
-mt_status trainer_account_open(trainer_account *a, int world_size);
+/* `on` 0 (--accounting off): nothing is timed or gathered per interval, and the run's gather
+ * brings only each rank's host, cores and threads (the oversubscription verdict). */
+mt_status trainer_account_open(trainer_account *a, int world_size, int on);
 void trainer_account_close(trainer_account *a);
 /* A step begins: its parts start at zero. */
 void trainer_account_begin(trainer_account *a, double now, const account_counters *c);
@@ -68,7 +71,8 @@ void trainer_account_end(trainer_account *a, double now, const account_counters 
 static inline void trainer_account_phase(trainer_account *a, account_part part, double start,
                                          double end, double nested)
 {
-    a->step[part] += end - start - nested;
+    if (a->on)
+        a->step[part] += end - start - nested;
 }
 static inline double trainer_account_nested(const account_counters *c)
 {
@@ -85,7 +89,7 @@ mt_status trainer_account_gather_run(trainer_account *a, mt_comm *world, int thr
 /* Column `column` of the gathered rows (a part, ACCOUNT_WALL, ...): its minimum, median and
  * maximum over the ranks, NANs left out (all NAN: NAN). */
 void trainer_account_spread(const trainer_account *a, int column, double out[3]);
-/* summary.json's "accounting" object (after trainer_account_gather_run). */
+/* summary.json's "accounting" object (after trainer_account_gather_run; nothing when off). */
 void trainer_account_write_json(const trainer_account *a, FILE *f);
 
 #endif

@@ -56,10 +56,12 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
                                          tr->cfg->context, loss_scale, out->trace, &report);
     *loss_sum = report.loss_sum;
     trainer_account *a = &out->account;
-    a->step[PART_FORWARD] += report.forward;
-    a->step[PART_BACKWARD] += report.backward;
-    a->step[PART_IDLE] += report.recv_wait;
-    a->step[PART_PP] += report.send_wait + report.post;
+    if (a->on) {
+        a->step[PART_FORWARD] += report.forward;
+        a->step[PART_BACKWARD] += report.backward;
+        a->step[PART_IDLE] += report.recv_wait;
+        a->step[PART_PP] += report.send_wait + report.post;
+    }
     if (trainer_step_is_timed(tr, step)) {
         out->pp_busy += report.busy;
         out->pp_span += report.span;

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "meshtrain/clock.h"
 #include "meshtrain/files.h"
@@ -286,6 +287,34 @@ static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample
     return status;
 }
 
+/* --trace FILE: once every rank has written FILE.rank<R>.json, world rank 0 merges the ones
+ * this host sees into FILE (on hosts without a shared folder, the others stay on theirs). */
+static mt_status merge_traces(trainer *tr, FILE *out)
+{
+    mt_status status = tr->state.world ? mt_comm_barrier(tr->state.world) : MT_OK;
+    if (status || tr->state.rank != 0)
+        return status;
+    int n = tr->plan->world_size, found = 0;
+    char (*paths)[MT_PATH_MAX + 32] = calloc((size_t)n, sizeof *paths);
+    const char **inputs = calloc((size_t)n, sizeof *inputs);
+    if (!paths || !inputs)
+        status = mt_fail(MT_ENOMEM, "merging the traces: out of memory");
+    for (int r = 0; status == MT_OK && r < n; r++) {
+        mt_trace_rank_path(tr->cfg->trace, r, paths[r], sizeof paths[r]);
+        if (access(paths[r], R_OK) == 0)
+            inputs[found++] = paths[r];
+    }
+    if (status == MT_OK && found > 0)
+        status = mt_trace_merge(inputs, found, tr->cfg->trace);
+    if (status == MT_OK && out)
+        fprintf(out, "trace: %d rank file%s merged into %s%s\n", found, found == 1 ? "" : "s",
+                tr->cfg->trace, found < n ? " (the others are on their hosts)" : "");
+    free(paths);
+    free(inputs);
+    return status ? mt_fail_context(status, "merging the traces into '%s'", tr->cfg->trace)
+                  : MT_OK;
+}
+
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress_out,
                        const mt_sample_text *sample, mt_train_summary *summary)
 {
@@ -322,6 +351,8 @@ mt_status trainer_run(const mt_config *cfg, mt_comm *world, const mt_ps_worker *
     summary->dp = plan.shape.dp;
     summary->tp = plan.shape.tp;
     summary->zero = plan.config.zero;
+    if (status == MT_OK)
+        status = trainer_check_memory_limit(&tr);
     if (status == MT_OK && out)
         print_start(&tr, resumed_from, initialised, out);
     if (status == MT_OK)
@@ -330,6 +361,8 @@ mt_status trainer_run(const mt_config *cfg, mt_comm *world, const mt_ps_worker *
         status = finish_run(&tr, out, sample, summary);
     trainer_grow_close(&tr);
     status = trainer_outputs_close(&tr, status);
+    if (status == MT_OK && tr.cfg->trace[0] && !tr.out.regrouped_at)
+        status = merge_traces(&tr, out);
     trainer_state_close(&tr);
     mt_run_plan_free(&plan);
     return status;

@@ -165,6 +165,10 @@ static inline int trainer_sequence_parallel(const trainer *tr)
 static inline void trainer_read_counters(const trainer *tr, account_counters *c)
 {
     const trainer_state *st = &tr->state;
+    if (!tr->out.account.on) { /* --accounting off: nothing reads them */
+        *c = (account_counters){0};
+        return;
+    }
     double model = mt_dp_model_wait_seconds(st->model);
     double embedding = mt_dp_model_embedding_seconds(st->model);
     c->dp_model = model - embedding;
@@ -308,6 +312,9 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
 mt_status trainer_outputs_close(trainer *tr, mt_status status);
 /* Every rank's memory (ledger and resident set), gathered to every rank; rank 0 prints it. */
 mt_status trainer_gather_memory(trainer *tr, FILE *out);
+/* memory_limit.c: --memory_limit's refusal of a run whose memory table (every rank's ledger
+ * after the state is planned) exceeds it, naming the rank and its kinds (collective). */
+mt_status trainer_check_memory_limit(const trainer *tr);
 mt_status trainer_write_summary(trainer *tr, mt_train_summary *summary);
 /* OUT/model.safetensors, unit by unit (collective under ZeRO-3). */
 mt_status trainer_save_model(trainer *tr);

@@ -74,7 +74,7 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
     out->step_seconds = calloc((size_t)cfg->steps + 1, sizeof *out->step_seconds);
     if (!out->rank_threads || !out->step_seconds)
         return mt_fail(MT_ENOMEM, "out of memory for the run's figures");
-    mt_status status = trainer_account_open(&out->account, ranks);
+    mt_status status = trainer_account_open(&out->account, ranks, cfg->accounting);
     if (status)
         return status;
     out->rank_threads[0] = st->threads.threads;

@@ -230,7 +230,8 @@ static mt_status build_model(trainer *tr, int parameters_only)
                              .deterministic_passes = cfg->deterministic ? tr->plan->passes : 0,
                              .grad_wire = strcmp(cfg->grad_reduce, "bf16") ? MT_F32 : MT_BF16,
                              .param_wire = compute_wire,
-                             .offload_delay = cfg->offload_delay};
+                             .offload_delay = cfg->offload_delay,
+                             .after_backward = !cfg->overlap};
     if ((status = mt_grad_comm_parse(cfg->grad_comm, &options.grad_comm.kind)))
         return mt_fail_context(status, "config key 'grad_comm'");
     char offload_path[MT_PATH_MAX + 64];

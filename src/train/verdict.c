@@ -102,11 +102,45 @@ static void stragglers(const trainer *tr, trainer_verdict *v)
     free(peers);
 }
 
+/* The memory table's largest per-rank total at 90% or more of --memory_limit. */
+static void memory_near_limit(const trainer *tr, trainer_verdict *v)
+{
+    const trainer_outputs *o = &tr->out;
+    double limit = (double)tr->cfg->memory_limit;
+    if (limit <= 0 || !o->memory)
+        return;
+    int worst = 0;
+    for (int r = 1; r < o->memory_ranks; r++)
+        if (o->memory[(size_t)r * MEMORY_COLUMNS + MT_MEMORY_KINDS] >
+            o->memory[(size_t)worst * MEMORY_COLUMNS + MT_MEMORY_KINDS])
+            worst = r;
+    const long long *m = o->memory + (size_t)worst * MEMORY_COLUMNS;
+    double total = (double)m[MT_MEMORY_KINDS], mib = 1048576.0;
+    if (total < 0.9 * limit)
+        return;
+    mt_memory_kind most = MT_MEMORY_PARAMETERS;
+    for (int k = 1; k < MT_MEMORY_KINDS; k++)
+        most = m[k] > m[most] ? (mt_memory_kind)k : most;
+    add(v, "memory-bound",
+        "memory-bound: rank %d's memory table peaks at %.1f MiB, %.0f%% of --memory_limit %.1f "
+        "MiB (%s the most, %.1f MiB); %s", worst, total / mib, 100 * total / limit, limit / mib,
+        mt_memory_kind_name(most), (double)m[most] / mib,
+        most == MT_MEMORY_ACTIVATIONS
+            ? "--recompute selective or full, or more --microbatches, keep fewer activations"
+            : "a higher --zero stage, --offload optimizer or more ranks shard the state");
+}
+
 void trainer_verdict_make(const trainer *tr, trainer_verdict *v)
 {
     memset(v, 0, sizeof *v);
     const trainer_account *a = &tr->out.account;
     const mt_config *cfg = tr->cfg;
+    if (!a->on) { /* the hosts' cores and threads are still gathered */
+        snprintf(v->bound, sizeof v->bound, "unknown");
+        add(v, "unknown", "unknown: --accounting off, no step breakdown to judge");
+        oversubscription(tr, v);
+        return;
+    }
     if (a->total_steps == 0) {
         snprintf(v->bound, sizeof v->bound, "unknown");
         add(v, "unknown", "no timed step to judge");
@@ -184,9 +218,9 @@ void trainer_verdict_make(const trainer *tr, trainer_verdict *v)
         add(v, "checkpoint-bound",
             "checkpoint-bound: saves stall training %.0f%% of a step; --async_save on or a "
             "larger --save_every (now %d)", 100 * saves, cfg->save_every);
+    memory_near_limit(tr, v);
     oversubscription(tr, v);
     stragglers(tr, v);
-    /* no --memory_limit key: the memory part of the verdict has no limit to compare with */
 }
 
 double trainer_verdict_bubble(const trainer *tr)

@@ -9,7 +9,7 @@
 enum { VERDICT_FINDINGS = 8 };
 
 typedef struct verdict_finding {
-    char kind[24];  /* compute-bound, communication-bound, pipeline-bound, input-bound,
+    char kind[24];  /* compute-bound, communication-bound, pipeline-bound, input-bound, memory-bound,
                      * checkpoint-bound, evaluation-bound, oversubscribed, straggler */
     char text[320]; /* "KIND: the numbers; the suggestion" */
 } verdict_finding;

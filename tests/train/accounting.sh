@@ -3,8 +3,8 @@
 # slow_comm on rank 1 raises rank 1's exposed dp communication by the injected time (within 2
 # points of the step's share); slow_compute on rank 1 makes the verdict name rank 1 the
 # straggler; a pp 4 run with as many micro-batches as stages is pipeline-bound, its measured
-# bubble no less than the schedule replayed (`meshtrain bench schedule`) with the run's own
-# per-stage pass times, less 3 points.
+# bubble no less than the schedule replayed (`meshtrain bench schedule`) with the run's own per-stage pass times, less 3 points,
+# and its traces are merged at the end and drawn by `meshtrain report` as 4 lanes.
 # usage: accounting.sh MESHTRAIN
 set -uo pipefail
 meshtrain=$1
@@ -65,7 +65,15 @@ run compute "slow_compute@1:30" --nproc 2 && {
 }
 
 # pp 4 with 4 micro-batches: wide enough that passes outweigh the transfers' latency.
-run pp "" --nproc 4 --pp 4 --microbatches 4 --layers 4 --width 128 --context 32 --schedule gpipe && {
+run pp "" --nproc 4 --pp 4 --microbatches 4 --layers 4 --width 128 --context 32 --schedule gpipe \
+  --trace "$scratch/pp/trace.json" && {
+  # the ranks' traces merged into the one asked for, and the report's timeline of a lane each
+  "$meshtrain" report "$scratch/pp" >"$scratch/report.log" 2>&1 &&
+    grep -q '"meshtrain":{"ranks":4,"version":1}}$' "$scratch/pp/trace.json" &&
+    grep -q "trace: 4 rank files merged into" "$scratch/pp.log" &&
+    grep -qE '<svg class="plot timeline" data-lanes="4" data-points="0*[1-9][0-9]*"' "$scratch/pp/report.html" &&
+    echo "ok   pp 4 traces merged into trace.json; the report's timeline has 4 lanes" ||
+    fail "pp 4 trace merge or timeline: $(tail -n 2 "$scratch/pp.log") $(cat "$scratch/report.log")"
   per_stage=$(/usr/bin/python3 -c 'import json, sys
 ranks = json.load(open(sys.argv[1]))["accounting"]["ranks"]
 print(",".join("%.6f" % (r["forward"] / 4e3) for r in ranks),

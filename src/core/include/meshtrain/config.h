@@ -51,6 +51,7 @@ typedef struct mt_config {
     int offload_buffers;
     int offload_delay, offload_delay_warmup; /* delayed update after that many normal ones */
     double bucket_mb;  /* DDP all-reduce bucket size */
+    int overlap;       /* DDP, ZeRO 1: reductions start as backward finishes units (else after) */
     int check_every;   /* steps between replica checksums (0: never) */
     /* local SGD / DiLoCo: replicas step alone local_steps times, then synchronise by the outer
      * optimizer (none: DDP, avg, sgd or nesterov) with outer_lr and outer_momentum; a replica
@@ -76,6 +77,8 @@ typedef struct mt_config {
     int prefetch; /* micro-batches prepared ahead by a thread per rank (0: none) */
     /* reporting */
     int eval_every, eval_seqs, log_every;
+    int accounting;        /* step accounting on every rank (step_account.h) */
+    uint64_t memory_limit; /* bytes per rank the memory table may reach (0: no limit) */
     int sample_tokens, top_k;
     double temperature;
     char prompt[MT_TEXT_MAX];

@@ -106,6 +106,9 @@ typedef struct mt_dp_options {
      * servers holding its ranges as backward finishes it, instead of all-reduced, and the
      * parameters come back from them (mt_dp_model_ps_pull) instead of a local update. */
     const mt_ps_worker *ps;
+    int after_backward;       /* zero 0 and 1 (--overlap off): every reduction starts once the
+                               * step's backward is done, in the order backward finished the
+                               * units, so none overlaps compute (the overlap figure's baseline) */
 } mt_dp_options;
 
 typedef struct mt_dp_model mt_dp_model;
