@@ -155,6 +155,10 @@ mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
 {
     int n = gpt->b * gpt->t, c = gpt->shape.width, v_tp = gpt->vocab_local;
     mt_gpt_activations *a = gpt->acts;
+    if (gpt->cp.size > 1) { /* tp 1: refused with cp */
+        gpt_cp_embed_forward(gpt, wte, wpe);
+        return MT_OK;
+    }
     if (gpt->tp.size == 1) {
         mt_embedding_forward(a->encoded, a->tokens, wte, wpe, gpt->b, gpt->t, c);
         return MT_OK;
@@ -178,6 +182,10 @@ mt_status gpt_tp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe)
 {
     int c = gpt->shape.width, v_tp = gpt->vocab_local;
     const float *dy;
+    if (gpt->cp.size > 1) {
+        gpt_cp_embed_backward(gpt, dwte, dwpe);
+        return MT_OK;
+    }
     /* Every row's gradient: this rank's vocabulary rows take theirs, and the position
      * gradient, taken over every row, comes out the same on every rank. */
     mt_status status = gpt_tp_gather_rows(gpt, gpt->acts->dresidual, c, gpt->acts->gathered, &dy);

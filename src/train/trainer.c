@@ -262,7 +262,12 @@ static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample
         status = trainer_write_summary(tr, summary);
     if (status == MT_OK && cfg->save_model)
         status = trainer_save_model(tr);
-    if (status == MT_OK && cfg->sample_tokens > 0) {
+    if (status == MT_OK && cfg->sample_tokens > 0 && cfg->cp > 1) {
+        /* a context-parallel rank runs only its chunks of whole contexts */
+        if (tr->out.writes && sample && sample->out)
+            fprintf(sample->out, "--- no sample under context parallelism (cp %d): run "
+                                 "meshtrain generate on the saved model ---\n", cfg->cp);
+    } else if (status == MT_OK && cfg->sample_tokens > 0) {
         mt_sample_text text = sample ? *sample : (mt_sample_text){0};
         if (!tr->out.writes)
             text.out = NULL;
