@@ -17,7 +17,7 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     trainer_outputs *out = &tr->out;
     double step_start = mt_clock_seconds();
     double waited = out->wait_seconds + mt_dp_model_wait_seconds(st->model);
-    double in_tp = st->gpt.tp_seconds, data = out->data_seconds;
+    double in_tp = st->gpt.tp_seconds, in_cp = st->gpt.cp_wait_seconds, data = out->data_seconds;
     mt_comm *groups[3] = {st->dp, st->tp, st->mesh ? st->mesh->pp_group : NULL};
     /* hybrid sharding's shard and replica groups count as the dp group's */
     mt_comm *shards[2] = {st->mesh ? st->mesh->shard_group : NULL,
@@ -38,6 +38,7 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     if (trainer_step_is_timed(tr, step)) {
         out->timed_wait += out->wait_seconds + mt_dp_model_wait_seconds(st->model) - waited;
         out->timed_tp += st->gpt.tp_seconds - in_tp;
+        out->timed_cp += st->gpt.cp_wait_seconds - in_cp;
         out->timed_seconds += seconds;
         out->timed_data += out->data_seconds - data;
         out->timed_steps++;

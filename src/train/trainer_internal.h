@@ -100,6 +100,7 @@ typedef struct trainer_outputs {
      * loss check), and over the timed steps with the model's, against their step time; and
      * over the timed steps, in the model's tensor-parallel collectives. */
     double wait_seconds, timed_wait, timed_seconds, timed_tp;
+    double timed_cp; /* of the timed steps, waiting on the context-parallel ring */
     /* Seconds the step waited for its micro-batches (drawing them, without prefetch), and
      * over the timed steps. */
     double data_seconds, timed_data;
