@@ -152,6 +152,24 @@ static void test_groups(void)
     CHECK(mt_mesh_group_size(&s, MT_MESH_EMBEDDING) == 1);
 }
 
+/* Context parallelism folded into the dp axis, written out for 2 data replicas x cp 2 x tp 2
+ * (dp axis 4; rank 5 is dp coordinate 2 = replica 1, cp 0, tp 1): its cp group is dp 2-3 with
+ * tp 1, its dp group (the gradients' sum) all four dp coordinates; cp must divide the axis. */
+static void test_cp_groups(void)
+{
+    mt_mesh_shape s = {4, 1, 2, 2};
+    int m[4];
+    CHECK(mt_mesh_cp(&s) == 2 && mt_mesh_replicas(&s) == 2);
+    CHECK(mt_mesh_group_size(&s, MT_MESH_CP) == 2);
+    CHECK(mt_mesh_group_members(&s, MT_MESH_CP, 5, m) == 2 && m[0] == 5 && m[1] == 7);
+    CHECK(mt_mesh_group_members(&s, MT_MESH_CP, 2, m) == 2 && m[0] == 0 && m[1] == 2);
+    CHECK(mt_mesh_group_members(&s, MT_MESH_DP, 5, m) == 4 && m[0] == 1 && m[3] == 7);
+    s = (mt_mesh_shape){4, 1, 2, 0};
+    CHECK(mt_mesh_group_members(&s, MT_MESH_CP, 5, m) == 1 && m[0] == 5);
+    refuses((mt_mesh_shape){0, 1, 1, 3}, 4, 4, 4,
+            "mesh: cp 3 does not divide the 4 ranks of the data-parallel axis");
+}
+
 /* Hybrid sharding's groups, written out for dp 4 x pp 1 x tp 2 in shard groups of 2 (rank 5
  * is dp 2, tp 1): the shard group is dp 2-3, the replica group dp 0 and 2, each with tp 1. */
 static void test_shard_groups(void)
@@ -306,6 +324,7 @@ int main(void)
     test_coordinates();
     test_groups();
     test_shard_groups();
+    test_cp_groups();
     test_neighbors();
     test_even_stages();
     test_given_stages();
