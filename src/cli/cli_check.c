@@ -46,7 +46,7 @@ typedef struct check_args {
 static int parse_args(int argc, char **argv, check_args *a)
 {
     *a = (check_args){.layers = 12, .heads = 12, .rounds = 3, .count = 4099,
-                      .shape = {0, 1, 1}, .fail_rank = -1, .fail_round = 1, .fail_how = "exit"};
+                      .shape = {0, 1, 1, 0}, .fail_rank = -1, .fail_round = 1, .fail_how = "exit"};
     for (int i = 0; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             fputs(USAGE, stdout);
