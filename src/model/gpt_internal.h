@@ -150,7 +150,11 @@ mt_status gpt_cp_check(const mt_gpt *gpt, const mt_gpt_shape *shape);
 mt_status gpt_ring_forward(mt_gpt *gpt, gpt_block_acts *a);
 mt_status gpt_ring_backward(mt_gpt *gpt, const float *qkv, const float *atty, const float *lse);
 void gpt_cp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe);
-void gpt_cp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe);
+/* Adds to y (this rank's rows_local rows from first_row) each row's global position's wpe. */
+void gpt_cp_position_add(const mt_gpt *gpt, float *y, const float *wpe);
+/* dy: every row's gradient; tokens of [first_token, first_token + count) take theirs. */
+void gpt_cp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe, const float *dy,
+                           int first_token, int count);
 int gpt_attention_remakes_probs(const mt_gpt *gpt);
 
 /* gpt_backward_split.c: a linear layer's backward inside a block's backward. Whole, or, in a

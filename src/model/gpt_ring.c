@@ -28,13 +28,9 @@ mt_status gpt_cp_check(const mt_gpt *gpt, const mt_gpt_shape *s)
     if (gpt->precision != MT_PRECISION_FP32)
         return mt_fail(MT_EINVAL, "context parallelism runs in fp32, not %s",
                        mt_gpt_precision_name(gpt->precision));
-    if (gpt->tp.size > 1)
-        return mt_fail(MT_EINVAL, "context parallelism (cp %d) does not run with tensor "
-                                  "parallelism (tp %d)", cp->size, gpt->tp.size);
-    const mt_gpt_stage *st = &gpt->stage;
-    if (st->chunks != 1 || st->first_layer[0] != 0 || st->layer_count[0] != s->layers)
-        return mt_fail(MT_EINVAL, "context parallelism (cp %d) runs the whole model on each "
-                                  "rank, not a pipeline stage", cp->size);
+    if (gpt->stage.split_backward)
+        return mt_fail(MT_EINVAL, "context parallelism (cp %d) does not run with split "
+                                  "(zero-bubble) backwards", cp->size);
     if (gpt->recompute == MT_RECOMPUTE_FULL)
         return mt_fail(MT_EINVAL, "context parallelism (cp %d) does not run with full "
                                   "recomputation", cp->size);
@@ -77,7 +73,9 @@ static void places(const mt_gpt *gpt, int step, int mine[2], int theirs[2])
 /* Step s computes with the block of rank r - s while the ring brings the next one. */
 mt_status gpt_ring_forward(mt_gpt *gpt, gpt_block_acts *a)
 {
-    int size = gpt->cp.size, c = gpt->shape.width, heads = gpt->shape.heads;
+    /* this tensor-parallel rank's heads: c and heads are c / tp and heads / tp */
+    int size = gpt->cp.size, c = gpt->shape.width / gpt->tp.size;
+    int heads = gpt->shape.heads / gpt->tp.size;
     int chunk = gpt->t / 2;
     long rows = (long)gpt->b * gpt->t;
     size_t count = (size_t)rows * 2 * (size_t)c;
@@ -107,7 +105,8 @@ mt_status gpt_ring_forward(mt_gpt *gpt, gpt_block_acts *a)
  * previous share is in flight. */
 mt_status gpt_ring_backward(mt_gpt *gpt, const float *qkv, const float *atty, const float *lse)
 {
-    int size = gpt->cp.size, c = gpt->shape.width, heads = gpt->shape.heads;
+    int size = gpt->cp.size, c = gpt->shape.width / gpt->tp.size;
+    int heads = gpt->shape.heads / gpt->tp.size;
     int chunk = gpt->t / 2;
     long rows = (long)gpt->b * gpt->t;
     size_t count = (size_t)rows * 2 * (size_t)c;
@@ -160,7 +159,21 @@ void gpt_cp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
         }
 }
 
-void gpt_cp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe)
+void gpt_cp_position_add(const mt_gpt *gpt, float *y, const float *wpe)
+{
+    int chunk = gpt->t / 2, c = gpt->shape.width, mine[2], theirs[2];
+    places(gpt, 0, mine, theirs);
+    for (int i = 0; i < gpt->rows_local; i++) {
+        int at = (gpt->first_row + i) % gpt->t, position = mine[at / chunk] * chunk + at % chunk;
+        const float *p = wpe + (long)position * c;
+        float *row = y + (long)i * c;
+        for (int d = 0; d < c; d++)
+            row[d] += p[d];
+    }
+}
+
+void gpt_cp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe, const float *dy,
+                           int first_token, int count)
 {
     int chunk = gpt->t / 2, c = gpt->shape.width, mine[2], theirs[2];
     places(gpt, 0, mine, theirs);
@@ -168,7 +181,7 @@ void gpt_cp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe)
     for (int seq = 0; seq < gpt->b; seq++)
         for (int k = 0; k < 2; k++) {
             long row = (long)seq * gpt->t + (long)k * chunk;
-            mt_embedding_backward(dwte, dwpe + (long)mine[k] * chunk * c, a->dresidual + row * c,
-                                  a->tokens + row, 1, chunk, c, 0, gpt->shape.vocab);
+            mt_embedding_backward(dwte, dwpe + (long)mine[k] * chunk * c, dy + row * c,
+                                  a->tokens + row, 1, chunk, c, first_token, count);
         }
 }

@@ -114,7 +114,8 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
 }
 
 /* Context parallelism: 2 cp chunks per sequence, ring attention on the fused kernel in fp32,
- * and the layouts it is proven on (data parallelism and ZeRO 0-3). */
+ * composed with dp and ZeRO, tp (with or without sp) and pp (schedules without split
+ * backwards). */
 static mt_status check_context_parallel(const mt_config *c, const mt_mesh_shape *shape)
 {
     int cp = mt_mesh_cp(shape);
@@ -125,11 +126,10 @@ static mt_status check_context_parallel(const mt_config *c, const mt_mesh_shape 
                                   "into 2 x %d = %d chunks (rank r holding chunks r and %d - r), "
                                   "which context %d does not divide", cp, cp, 2 * cp,
                        2 * cp - 1, c->context);
-    if (shape->tp > 1 || shape->pp > 1)
-        return mt_fail(MT_EINVAL, "config keys 'cp', 'tp' and 'pp': context parallelism runs "
-                                  "with data parallelism and ZeRO, not yet with tensor or "
-                                  "pipeline parallelism (cp %d, tp %d, pp %d)", cp, shape->tp,
-                       shape->pp);
+    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0)
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'schedule': context parallelism runs "
+                                  "with the gpipe, 1f1b and interleaved schedules, not zb1's "
+                                  "split backwards");
     if (strcmp(c->attention, "fused") != 0)
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'attention': ring attention runs on the "
                                   "fused kernel's blocks; use --attention fused with cp %d", cp);
