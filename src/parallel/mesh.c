@@ -203,9 +203,16 @@ void mt_mesh_print(const mt_mesh_shape *s, int layers, const int *stage_layers,
         mt_mesh_coord c = mt_mesh_coord_of(s, r);
         const char *host = hosts && hosts[r] ? hosts[r] : "-";
         mt_mesh_stage_layers(s, layers, stage_layers, c.pp, &first, &count);
-        fprintf(out, "rank %*d  dp %*d  pp %*d  tp %*d  host %-*s  stage %*d  ", digits(size - 1),
-                r, digits(s->dp - 1), c.dp, digits(s->pp - 1), c.pp, digits(s->tp - 1), c.tp,
-                host_width, host, digits(s->pp - 1), c.pp);
+        int cp = mt_mesh_cp(s);
+        if (cp > 1) /* the dp axis as its data replica and place in the cp group */
+            fprintf(out, "rank %*d  dp %*d  cp %*d  pp %*d  tp %*d  host %-*s  stage %*d  ",
+                    digits(size - 1), r, digits(s->dp / cp - 1), c.dp / cp, digits(cp - 1),
+                    c.dp % cp, digits(s->pp - 1), c.pp, digits(s->tp - 1), c.tp, host_width,
+                    host, digits(s->pp - 1), c.pp);
+        else
+            fprintf(out, "rank %*d  dp %*d  pp %*d  tp %*d  host %-*s  stage %*d  ",
+                    digits(size - 1), r, digits(s->dp - 1), c.dp, digits(s->pp - 1), c.pp,
+                    digits(s->tp - 1), c.tp, host_width, host, digits(s->pp - 1), c.pp);
         print_layers(out, first, count);
         fputc('\n', out);
     }
