@@ -21,10 +21,14 @@ mt_status mt_run_plan_shape(const mt_config *c, int world_size, mt_mesh_shape *s
     int cp = c->cp > 1 ? c->cp : 1;
     *shape = (mt_mesh_shape){(int)((long long)c->dp * cp > 1 << 30 ? 1 << 30 : c->dp * cp),
                              c->pp, c->tp, cp};
-    if (world_size == 1 && (c->dp > 1 || c->pp > 1 || c->tp > 1 || cp > 1))
+    if (world_size == 1 && cp > 1)
         return mt_fail(MT_EINVAL, "config keys 'dp', 'cp', 'pp' and 'tp': dp %d x cp %d x pp %d "
                                   "x tp %d needs that many ranks, and this is one process (use "
                                   "--nproc)", c->dp > 0 ? c->dp : 1, cp, c->pp, c->tp);
+    if (world_size == 1 && (c->dp > 1 || c->pp > 1 || c->tp > 1))
+        return mt_fail(MT_EINVAL, "config keys 'dp', 'pp' and 'tp': dp %d x pp %d x tp %d needs "
+                                  "that many ranks, and this is one process (use --nproc)",
+                       c->dp > 0 ? c->dp : 1, c->pp, c->tp);
     if (cp > 1 && shape->dp == 0 && world_size % ((long long)cp * c->tp * c->pp))
         return mt_fail(MT_EINVAL, "config keys 'cp', 'pp' and 'tp' on %d ranks: the world does "
                                   "not divide by cp %d x pp %d x tp %d", world_size, cp, c->pp,
