@@ -17,16 +17,18 @@
 #include "meshtrain/mesh.h"
 
 static const char USAGE[] =
-    "usage: meshtrain check [--nproc N] [--dp D] [--pp P] [--tp T] [--layers L] [--heads H]\n"
+    "usage: meshtrain check [--nproc N] [--dp D] [--cp C] [--pp P] [--tp T] [--layers L]\n"
+    "                       [--heads H]\n"
     "                       [--rounds R] [--count C] [fault options]\n"
     "\n"
     "Checks that the job's ranks find each other and that the collectives of every mesh group\n"
-    "(world, tp, pp, dp, embedding) give exact results: run it under meshtrain launch, mpirun\n"
+    "(world, tp, pp, dp, embedding, cp) give exact results: run it under meshtrain launch, mpirun\n"
     "or srun, or with --nproc N to launch N local workers. The back end comes from\n"
     "MT_COMM_BACKEND (shm by default).\n"
     "\n"
     "  --nproc N        launch N local workers (default: the launcher's world, else 1)\n"
-    "  --dp/--pp/--tp   the mesh (tp and pp default to 1, dp to world / (tp x pp))\n"
+    "  --dp/--pp/--tp   the mesh (tp and pp default to 1, dp to world / (tp x pp x cp))\n"
+    "  --cp C           context-parallel ranks per data replica (default 1)\n"
     "  --layers L --heads H   the model the mesh must fit (default 12 and 12)\n"
     "  --rounds R       rounds of collectives (default 3)\n"
     "  --count C        elements per all-reduce (default 4099)\n"
@@ -44,7 +46,7 @@ typedef struct check_args {
 static int parse_args(int argc, char **argv, check_args *a)
 {
     *a = (check_args){.layers = 12, .heads = 12, .rounds = 3, .count = 4099,
-                      .shape = {0, 1, 1}, .fail_rank = -1, .fail_round = 1, .fail_how = "exit"};
+                      .shape = {0, 1, 1, 0}, .fail_rank = -1, .fail_round = 1, .fail_how = "exit"};
     for (int i = 0; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             fputs(USAGE, stdout);
@@ -68,6 +70,7 @@ static int parse_args(int argc, char **argv, check_args *a)
         struct { const char *name; int *field; int lo; } ints[] = {
             {"--nproc", &a->nproc, 1},         {"--dp", &a->shape.dp, 1},
             {"--pp", &a->shape.pp, 1},         {"--tp", &a->shape.tp, 1},
+            {"--cp", &a->shape.cp, 1},
             {"--layers", &a->layers, 1},       {"--heads", &a->heads, 1},
             {"--rounds", &a->rounds, 1},       {"--count", &a->count, 1},
             {"--fail-rank", &a->fail_rank, 0}, {"--fail-round", &a->fail_round, 1},
@@ -167,8 +170,11 @@ static mt_status run_rounds(const check_args *a, mt_mesh *mesh)
             {MT_MESH_PP, mesh->pp_group, "pp"},
             {MT_MESH_DP, mesh->dp_group, "dp"},
             {MT_MESH_EMBEDDING, mesh->embedding_group, "embedding"},
+            {MT_MESH_CP, mesh->cp_group, "cp"},
         };
         for (size_t g = 0; g < sizeof groups / sizeof groups[0] && st == MT_OK; g++) {
+            if (groups[g].kind == MT_MESH_CP && !groups[g].comm)
+                continue; /* no context parallelism */
             int n = mt_mesh_group_members(&mesh->shape, groups[g].kind, rank, members);
             st = check_group(groups[g].comm, members, n, rank, round, a->count, groups[g].name);
         }
@@ -184,6 +190,7 @@ static int run_rank(const check_args *a)
     mt_mesh *mesh = NULL;
     mt_status st = mt_comm_create(NULL, &world);
     mt_mesh_shape shape = a->shape;
+    shape.dp *= mt_mesh_cp(&shape); /* the dp axis holds the replicas' cp ranks (mesh.h) */
     if (st == MT_OK)
         st = mt_mesh_shape_resolve(&shape, mt_comm_size(world), a->layers, a->heads);
     if (st == MT_OK)

@@ -70,8 +70,10 @@ static const config_key KEYS[] = {
     {"threads", KEY_INT, FIELD(threads), "0", 0, 4096, "threads per rank (0: OMP_NUM_THREADS, else CPUs/local ranks)"},
     {"nproc", KEY_INT, FIELD(nproc), "1", 1, 4096, "local worker processes to launch"},
     {"dp", KEY_INT, FIELD(dp), "0", 0, 1 << 20,
-     "data-parallel replicas (0: the world size / (tp * pp))"},
+     "data-parallel replicas (0: the world size / (tp * pp * cp))"},
     {"tp", KEY_INT, FIELD(tp), "1", 1, 4096, "tensor-parallel ranks per layer (must divide heads)"},
+    {"cp", KEY_INT, FIELD(cp), "1", 1, 4096,
+     "context-parallel ranks per sequence: each cut into 2 cp chunks, ring attention (with dp)"},
     {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (the layers cut into pp runs; see balance, schedule)"},
     {"schedule", KEY_TEXT, FIELD(schedule), "1f1b", 0, 0,
      "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved, zb1 (zero "

@@ -6,42 +6,43 @@
 #include <math.h>
 #include <string.h>
 
+#include "attention_blocks.h"
 #include "fastmath.h"
-
-/* Rows of queries and of keys per block: a block's scores fit in the first-level cache. */
-enum { FUSED_BLOCK = 64, FUSED_MAX_HEAD = 256 };
 
 int mt_attention_fused_supports(int head_size)
 {
     return head_size >= 4 && head_size <= FUSED_MAX_HEAD && head_size % 4 == 0;
 }
 
-/* Keys of block k0..k1 that row `row` sees: all before the diagonal block, up to itself in it. */
-static int visible(int row, int k0, int k1)
+/* Keys of block k0..k1 that row `row` sees: causal, all before the diagonal block and up to
+ * itself in it; otherwise all of them. */
+static int visible(int row, int k0, int k1, int causal)
 {
+    if (!causal)
+        return k1 - k0;
     int last = row + 1 < k1 ? row + 1 : k1;
     return last > k0 ? last - k0 : 0;
 }
 
-/* Rows r0..r1 of one pair: out gets softmax(q k^T scale) v, lse each row's log-sum-exp of the
- * scaled scores. One thread runs this whole, in a fixed order of key blocks. */
-static void forward_rows(float *out, float *lse, const float *q, const float *k, const float *v,
-                         int r0, int r1, int hs, int ldq, int ldo, float scale)
+void kernels_fused_forward_rows(float *out, float *lse, const float *q, int ldq, const float *k,
+                                const float *v, int ldk, int r0, int r1, int keys, int causal,
+                                int hs, int ldo, float scale)
 {
     float scores[FUSED_BLOCK * FUSED_BLOCK], row_max[FUSED_BLOCK], row_sum[FUSED_BLOCK];
     int m = r1 - r0;
     for (int i = 0; i < m; i++) {
-        memset(out + (long)(r0 + i) * ldo, 0, sizeof(float) * (size_t)hs);
+        memset(out + (long)i * ldo, 0, sizeof(float) * (size_t)hs);
         row_max[i] = -INFINITY;
         row_sum[i] = 0.0f;
     }
-    for (int k0 = 0; k0 < r1; k0 += FUSED_BLOCK) {
-        int k1 = k0 + FUSED_BLOCK < r1 ? k0 + FUSED_BLOCK : r1, n = k1 - k0;
+    int end = causal ? r1 : keys;
+    for (int k0 = 0; k0 < end; k0 += FUSED_BLOCK) {
+        int k1 = k0 + FUSED_BLOCK < end ? k0 + FUSED_BLOCK : end, n = k1 - k0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hs, scale, q + (long)r0 * ldq,
-                    ldq, k + (long)k0 * ldq, ldq, 0.0f, scores, FUSED_BLOCK);
+                    ldq, k + (long)k0 * ldk, ldk, 0.0f, scores, FUSED_BLOCK);
         for (int i = 0; i < m; i++) {
-            float *s = scores + i * FUSED_BLOCK, *o = out + (long)(r0 + i) * ldo;
-            int seen = visible(r0 + i, k0, k1);
+            float *s = scores + i * FUSED_BLOCK, *o = out + (long)i * ldo;
+            int seen = visible(r0 + i, k0, k1, causal);
             float max = row_max[i];
             for (int j = 0; j < seen; j++)
                 max = s[j] > max ? s[j] : max;
@@ -63,14 +64,14 @@ static void forward_rows(float *out, float *lse, const float *q, const float *k,
             }
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, n, 1.0f, scores,
-                    FUSED_BLOCK, v + (long)k0 * ldq, ldq, 1.0f, out + (long)r0 * ldo, ldo);
+                    FUSED_BLOCK, v + (long)k0 * ldk, ldk, 1.0f, out, ldo);
     }
     for (int i = 0; i < m; i++) {
-        float *o = out + (long)(r0 + i) * ldo, inverse = 1.0f / row_sum[i];
+        float *o = out + (long)i * ldo, inverse = 1.0f / row_sum[i];
 #pragma omp simd
         for (int d = 0; d < hs; d++)
             o[d] *= inverse;
-        lse[r0 + i] = row_max[i] + logf(row_sum[i]);
+        lse[i] = row_max[i] + logf(row_sum[i]);
     }
 }
 
@@ -86,17 +87,16 @@ void mt_attention_fused_forward(float *y, float *lse, const float *qkv, int b, i
         int seq = pair / heads, head = pair % heads;
         const float *q = qkv + (long)seq * t * ld + head * hs;
         int r0 = block * FUSED_BLOCK, r1 = r0 + FUSED_BLOCK < t ? r0 + FUSED_BLOCK : t;
-        forward_rows(y + (long)seq * t * c + head * hs, lse + (long)pair * t, q, q + c, q + 2 * c,
-                     r0, r1, hs, ld, c, scale);
+        kernels_fused_forward_rows(y + ((long)seq * t + r0) * c + head * hs,
+                                   lse + (long)pair * t + r0, q, ld, q + c, q + 2 * c, ld, r0, r1,
+                                   r1, 1, hs, c, scale);
     }
 }
 
-/* Rows r0..r1 of one pair against every key block they see: the probabilities made again from
- * the scores and the log-sum-exp, then dv += p^T dy, ds = p (dp - delta), dq += ds k scale,
- * dk += ds^T q scale. dq, dk and dv (rows of stride ldq) belong to this thread. */
-static void backward_rows(float *dq, float *dk, float *dv, const float *dy, const float *y,
-                          const float *lse, const float *q, const float *k, const float *v,
-                          int r0, int r1, int hs, int ldq, int ldo, float scale)
+void kernels_fused_backward_rows(float *dq, float *dk, float *dv, const float *dy,
+                                 const float *y, const float *lse, const float *q, int ldq,
+                                 const float *k, const float *v, int ldk, int r0, int r1,
+                                 int keys, int causal, int hs, int ldo, float scale)
 {
     float probs[FUSED_BLOCK * FUSED_BLOCK], dprobs[FUSED_BLOCK * FUSED_BLOCK];
     float delta[FUSED_BLOCK]; /* rowsum(dy * y) = rowsum(dp * p): softmax's backward term */
@@ -109,16 +109,17 @@ static void backward_rows(float *dq, float *dk, float *dv, const float *dy, cons
             dot += g[d] * o[d];
         delta[i] = dot;
     }
-    for (int k0 = 0; k0 < r1; k0 += FUSED_BLOCK) {
-        int k1 = k0 + FUSED_BLOCK < r1 ? k0 + FUSED_BLOCK : r1, n = k1 - k0;
+    int end = causal ? r1 : keys;
+    for (int k0 = 0; k0 < end; k0 += FUSED_BLOCK) {
+        int k1 = k0 + FUSED_BLOCK < end ? k0 + FUSED_BLOCK : end, n = k1 - k0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hs, scale, q + (long)r0 * ldq,
-                    ldq, k + (long)k0 * ldq, ldq, 0.0f, probs, FUSED_BLOCK);
+                    ldq, k + (long)k0 * ldk, ldk, 0.0f, probs, FUSED_BLOCK);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, hs, 1.0f, dy + (long)r0 * ldo,
-                    ldo, v + (long)k0 * ldq, ldq, 0.0f, dprobs, FUSED_BLOCK);
+                    ldo, v + (long)k0 * ldk, ldk, 0.0f, dprobs, FUSED_BLOCK);
         for (int i = 0; i < m; i++) {
             float *p = probs + i * FUSED_BLOCK, *dp = dprobs + i * FUSED_BLOCK;
             float top = lse[r0 + i], dot = delta[i];
-            int seen = visible(r0 + i, k0, k1);
+            int seen = visible(r0 + i, k0, k1, causal);
 #pragma omp simd
             for (int j = 0; j < seen; j++) {
                 p[j] = mt_expf(p[j] - top);
@@ -128,11 +129,11 @@ static void backward_rows(float *dq, float *dk, float *dv, const float *dy, cons
                 p[j] = dp[j] = 0.0f;
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, m, 1.0f, probs, FUSED_BLOCK,
-                    dy + (long)r0 * ldo, ldo, 1.0f, dv + (long)k0 * ldq, ldq);
+                    dy + (long)r0 * ldo, ldo, 1.0f, dv + (long)k0 * ldk, ldk);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, n, 1.0f, dprobs,
-                    FUSED_BLOCK, k + (long)k0 * ldq, ldq, 1.0f, dq + (long)r0 * ldq, ldq);
+                    FUSED_BLOCK, k + (long)k0 * ldk, ldk, 1.0f, dq + (long)r0 * ldq, ldq);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, m, 1.0f, dprobs, FUSED_BLOCK,
-                    q + (long)r0 * ldq, ldq, 1.0f, dk + (long)k0 * ldq, ldq);
+                    q + (long)r0 * ldq, ldq, 1.0f, dk + (long)k0 * ldk, ldk);
     }
 }
 
@@ -154,8 +155,9 @@ void mt_attention_fused_backward(float *dqkv, const float *dy, const float *y, c
                 memset(dq + (long)row * ld + part * c, 0, sizeof(float) * (size_t)hs);
         for (int r0 = 0; r0 < t; r0 += FUSED_BLOCK) {
             int r1 = r0 + FUSED_BLOCK < t ? r0 + FUSED_BLOCK : t;
-            backward_rows(dq, dq + c, dq + 2 * c, dy + out, y + out, lse + (long)pair * t, q,
-                          q + c, q + 2 * c, r0, r1, hs, ld, c, scale);
+            kernels_fused_backward_rows(dq, dq + c, dq + 2 * c, dy + out, y + out,
+                                        lse + (long)pair * t, q, ld, q + c, q + 2 * c, ld, r0, r1,
+                                        r1, 1, hs, c, scale);
         }
     }
 }

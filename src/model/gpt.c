@@ -184,6 +184,7 @@ mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
     if (status == MT_OK)
         status = mt_gpt_attention_check(shape, options->attention);
     gpt->tp = tp ? *tp : (mt_gpt_tensor_parallel){.size = 1};
+    gpt->cp = options->cp.size > 1 ? options->cp : (mt_gpt_context_parallel){.size = 1};
     gpt->stage = stage ? *stage
                        : (mt_gpt_stage){.chunks = 1, .layer_count = {shape->layers}, .slots = {1}};
     if (status == MT_OK)
@@ -192,6 +193,8 @@ mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
         status = stage_check(shape, &gpt->stage);
     if (status == MT_OK)
         status = gpt_split_check(gpt);
+    if (status == MT_OK)
+        status = gpt_cp_check(gpt, shape);
     if (status == MT_OK && (recompute < MT_RECOMPUTE_NONE || recompute > MT_RECOMPUTE_FULL))
         status = mt_fail(MT_EINVAL, "activation recomputation mode %d is not none, selective or "
                                     "full", (int)recompute);
@@ -374,7 +377,8 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a,
         return status;
     mt_linear_forward(a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
     keep(gpt, a->qkv, KEPT(qkv), rows * 3 * c_tp);
-    gpt_attention_forward(gpt, a);
+    if ((status = gpt_attention_forward(gpt, a)))
+        return status;
     keep(gpt, a->atty, KEPT(atty), rows * c_tp);
     /* fused attention's log-sum-exps are statistics: fp32, as the norms' */
     if (gpt->attention == MT_ATTENTION_PLAIN)
@@ -500,6 +504,10 @@ mt_status mt_gpt_begin_micro(mt_gpt *gpt, const int32_t *tokens, const int32_t *
     if (b < 1 || b > gpt->max_sequences || t < 1 || t > s->context)
         return mt_fail(MT_EINVAL, "forward of %d x %d tokens exceeds the planned %d x %d", b, t,
                        gpt->max_sequences, s->context);
+    if (gpt->cp.size > 1 && t != s->context / gpt->cp.size)
+        return mt_fail(MT_EINVAL, "context parallelism over %d ranks runs %d tokens of each "
+                                  "sequence (its two chunks of the context %d), not %d",
+                       gpt->cp.size, s->context / gpt->cp.size, s->context, t);
     if (mt_gpt_chunk_is_first(gpt) && !tokens)
         return mt_fail(MT_EINVAL, "the chunk that runs the embeddings needs the tokens");
     size_t n = (size_t)b * t;
@@ -699,11 +707,13 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
      * buffer takes fused attention's widened output */
     const float *qkv = gpt_operand(gpt, a->qkv, KEPT(qkv), s->dfch, rows * 3 * c_tp);
     if (gpt->attention == MT_ATTENTION_FUSED)
-        gpt_attention_backward(
+        status = gpt_attention_backward(
             gpt, qkv, gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), a->lse);
     else
-        gpt_attention_backward(gpt, qkv, NULL,
-                               gpt_operand(gpt, a->probs, KEPT(probs), s->probs, attention));
+        status = gpt_attention_backward(
+            gpt, qkv, NULL, gpt_operand(gpt, a->probs, KEPT(probs), s->probs, attention));
+    if (status)
+        return status;
     if ((status = gpt_tp_gather_rows(
              gpt, gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, (size_t)local * c), c,
              s->gathered, &ln)))

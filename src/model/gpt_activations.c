@@ -52,14 +52,15 @@ static geometry geometry_of(const mt_gpt *gpt)
 {
     const mt_gpt_shape *s = &gpt->shape;
     int tp = gpt->tp.size;
-    geometry g = {.n = (size_t)gpt->max_sequences * s->context, .c = s->width,
+    size_t context = (size_t)(s->context / gpt->cp.size); /* a rank's tokens of a sequence */
+    geometry g = {.n = (size_t)gpt->max_sequences * context, .c = s->width,
                   .sp = gpt->tp.sequence_parallel && tp > 1};
     g.c_tp = g.c / (size_t)tp;
     g.split = gpt->stage.split_backward;
     g.local = g.sp ? (g.n + (size_t)tp - 1) / (size_t)tp : g.n; /* rows this rank keeps */
-    size_t rows = (size_t)gpt->max_sequences * (size_t)(s->heads / tp) * s->context;
+    size_t rows = (size_t)gpt->max_sequences * (size_t)(s->heads / tp) * context;
     int fused = gpt->attention == MT_ATTENTION_FUSED;
-    g.attention = fused ? 0 : rows * s->context;
+    g.attention = fused ? 0 : rows * context;
     g.lse = fused ? rows : 0;
     g.vocab_local = (size_t)gpt->vocab_local;
     return g;
@@ -166,6 +167,11 @@ static void plan_scratch(planner *p, const mt_gpt *gpt, const geometry *g)
     if (gpt->tp.size > 1) {
         plan(p, &a->ce_stats, (size_t)gpt->tp.size * n * 3);
         plan(p, &a->vocab_rows, (size_t)(gpt->tp.size + 1) * g->vocab_local);
+    }
+    for (int i = 0; gpt->cp.size > 1 && i < 4; i++) {
+        if (i < 2)
+            plan(p, &a->ring_kv[i], n * 2 * c);
+        plan(p, &a->ring_dkv[i], n * 2 * c);
     }
 }
 

@@ -36,13 +36,16 @@ mt_status mt_gpt_attention_check(const mt_gpt_shape *shape, mt_gpt_attention att
     return MT_OK;
 }
 
-void gpt_attention_forward(const mt_gpt *gpt, gpt_block_acts *a)
+mt_status gpt_attention_forward(mt_gpt *gpt, gpt_block_acts *a)
 {
     int c_tp = gpt->shape.width / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
+    if (gpt->cp.size > 1)
+        return gpt_ring_forward(gpt, a);
     if (gpt->attention == MT_ATTENTION_FUSED)
         mt_attention_fused_forward(a->atty, a->lse, a->qkv, gpt->b, gpt->t, c_tp, heads_tp);
     else
         mt_attention_forward(a->atty, a->probs, a->qkv, gpt->b, gpt->t, c_tp, heads_tp);
+    return MT_OK;
 }
 
 int gpt_attention_remakes_probs(const mt_gpt *gpt)
@@ -50,15 +53,18 @@ int gpt_attention_remakes_probs(const mt_gpt *gpt)
     return gpt->attention == MT_ATTENTION_PLAIN && gpt->recompute == MT_RECOMPUTE_SELECTIVE;
 }
 
-void gpt_attention_backward(const mt_gpt *gpt, const float *qkv, const float *atty,
-                            const float *saved)
+mt_status gpt_attention_backward(mt_gpt *gpt, const float *qkv, const float *atty,
+                                 const float *saved)
 {
     int c_tp = gpt->shape.width / gpt->tp.size, heads_tp = gpt->shape.heads / gpt->tp.size;
     mt_gpt_activations *s = gpt->acts;
+    if (gpt->cp.size > 1)
+        return gpt_ring_backward(gpt, qkv, atty, saved);
     if (gpt->attention == MT_ATTENTION_FUSED)
         mt_attention_fused_backward(s->dqkv, s->datty, atty, saved, qkv, gpt->b, gpt->t, c_tp,
                                     heads_tp);
     else
         mt_attention_backward(s->dqkv, s->dprobs, s->datty, saved, qkv, gpt->b, gpt->t, c_tp,
                               heads_tp);
+    return MT_OK;
 }

@@ -88,6 +88,9 @@ struct mt_gpt_activations {
     float *dnorm;                     /* sp: [4c], one pass's norm gradients before the sum */
     float *vocab_rows;                /* tp: [tp + 1, vocab_local], one row of logits of this
                                        * rank's slice, then every rank's, for mt_gpt_logits */
+    /* context-parallel scratch (NULL when unused), each [n, 2 c]: the key/value blocks in
+     * flight around the ring, and their gradients (two sent or being made, two received) */
+    float *ring_kv[2], *ring_dkv[4];
 };
 
 /* The owner's hooks around a per-unit pass. */
@@ -136,9 +139,22 @@ void gpt_activations_select(mt_gpt *gpt, int chunk, int slot);
  * precision): qkv, and the probabilities (plain; atty unused) or the output and its
  * log-sum-exps (fused) in `saved`; whether the backward needs the probabilities made again
  * first (plain attention under selective recomputation). */
-void gpt_attention_forward(const mt_gpt *gpt, gpt_block_acts *a);
-void gpt_attention_backward(const mt_gpt *gpt, const float *qkv, const float *atty,
-                            const float *saved);
+mt_status gpt_attention_forward(mt_gpt *gpt, gpt_block_acts *a);
+mt_status gpt_attention_backward(mt_gpt *gpt, const float *qkv, const float *atty,
+                                 const float *saved);
+
+/* gpt_ring.c: context parallelism. What the model can run it with (errors name the keys);
+ * ring attention's forward and backward in place of the one-rank kernels; the embeddings with
+ * each chunk's global positions. */
+mt_status gpt_cp_check(const mt_gpt *gpt, const mt_gpt_shape *shape);
+mt_status gpt_ring_forward(mt_gpt *gpt, gpt_block_acts *a);
+mt_status gpt_ring_backward(mt_gpt *gpt, const float *qkv, const float *atty, const float *lse);
+void gpt_cp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe);
+/* Adds to y (this rank's rows_local rows from first_row) each row's global position's wpe. */
+void gpt_cp_position_add(const mt_gpt *gpt, float *y, const float *wpe);
+/* dy: every row's gradient; tokens of [first_token, first_token + count) take theirs. */
+void gpt_cp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe, const float *dy,
+                           int first_token, int count);
 int gpt_attention_remakes_probs(const mt_gpt *gpt);
 
 /* gpt_backward_split.c: a linear layer's backward inside a block's backward. Whole, or, in a

@@ -155,6 +155,10 @@ mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
 {
     int n = gpt->b * gpt->t, c = gpt->shape.width, v_tp = gpt->vocab_local;
     mt_gpt_activations *a = gpt->acts;
+    if (gpt->cp.size > 1 && gpt->tp.size == 1) {
+        gpt_cp_embed_forward(gpt, wte, wpe);
+        return MT_OK;
+    }
     if (gpt->tp.size == 1) {
         mt_embedding_forward(a->encoded, a->tokens, wte, wpe, gpt->b, gpt->t, c);
         return MT_OK;
@@ -169,7 +173,9 @@ mt_status gpt_tp_embed_forward(mt_gpt *gpt, const float *wte, const float *wpe)
                                 "reduce-scatter of the token embeddings");
     else
         status = all_reduce(gpt, lookup, (size_t)n * c, "all-reduce of the token embeddings");
-    if (status == MT_OK)
+    if (status == MT_OK && gpt->cp.size > 1)
+        gpt_cp_position_add(gpt, a->encoded, wpe);
+    else if (status == MT_OK)
         mt_position_add(a->encoded, wpe, gpt->first_row, gpt->rows_local, gpt->t, c);
     return status;
 }
@@ -178,10 +184,16 @@ mt_status gpt_tp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe)
 {
     int c = gpt->shape.width, v_tp = gpt->vocab_local;
     const float *dy;
+    if (gpt->cp.size > 1 && gpt->tp.size == 1) {
+        gpt_cp_embed_backward(gpt, dwte, dwpe, gpt->acts->dresidual, 0, gpt->shape.vocab);
+        return MT_OK;
+    }
     /* Every row's gradient: this rank's vocabulary rows take theirs, and the position
      * gradient, taken over every row, comes out the same on every rank. */
     mt_status status = gpt_tp_gather_rows(gpt, gpt->acts->dresidual, c, gpt->acts->gathered, &dy);
-    if (status == MT_OK)
+    if (status == MT_OK && gpt->cp.size > 1)
+        gpt_cp_embed_backward(gpt, dwte, dwpe, dy, gpt->tp.rank * v_tp, v_tp);
+    else if (status == MT_OK)
         mt_embedding_backward(dwte, dwpe, dy, gpt->acts->tokens, gpt->b, gpt->t, c,
                               gpt->tp.rank * v_tp, v_tp);
     return status;

@@ -23,6 +23,9 @@ mt_status mt_mesh_shape_resolve(mt_mesh_shape *shape, int world_size, int layers
                            world_size, s.tp, s.pp);
         s.dp = (int)(world_size / tp_pp);
     }
+    if (s.cp < 0 || s.dp % mt_mesh_cp(&s))
+        return mt_fail(MT_EINVAL, "mesh: cp %d does not divide the %d ranks of the data-parallel "
+                                  "axis", s.cp, s.dp);
     double ranks = (double)s.dp * s.pp * s.tp;
     if (ranks != world_size)
         return mt_fail(MT_EINVAL, "mesh dp %d x pp %d x tp %d = %.0f ranks, but the world has %d",
@@ -57,6 +60,7 @@ int mt_mesh_group_size(const mt_mesh_shape *s, mt_mesh_group kind)
     case MT_MESH_PP: return s->pp;
     case MT_MESH_DP: return s->dp;
     case MT_MESH_EMBEDDING: return s->pp > 1 ? 2 : 1;
+    case MT_MESH_CP: return mt_mesh_cp(s);
     }
     return 0;
 }
@@ -68,7 +72,8 @@ static int *axis_of(mt_mesh_coord *c, mt_mesh_group axis)
     case MT_MESH_TP: return &c->tp;
     case MT_MESH_PP: return &c->pp;
     case MT_MESH_DP: return &c->dp;
-    case MT_MESH_EMBEDDING: return NULL;
+    case MT_MESH_EMBEDDING:
+    case MT_MESH_CP: return NULL;
     }
     return NULL;
 }
@@ -86,6 +91,14 @@ int mt_mesh_group_members(const mt_mesh_shape *s, mt_mesh_group kind, int rank, 
         c.pp = s->pp - 1;
         members[1] = mt_mesh_rank_of(s, c);
         return 2;
+    }
+    if (kind == MT_MESH_CP) {
+        int cp = mt_mesh_cp(s), first = c.dp - c.dp % cp;
+        for (int i = 0; i < cp; i++) {
+            c.dp = first + i;
+            members[i] = mt_mesh_rank_of(s, c);
+        }
+        return cp;
     }
     int n = mt_mesh_group_size(s, kind), *along = axis_of(&c, kind);
     for (int i = 0; i < n; i++) {
@@ -168,8 +181,13 @@ void mt_mesh_print(const mt_mesh_shape *s, int layers, const int *stage_layers,
                    const char *const *hosts, FILE *out)
 {
     int size = mt_mesh_size(s), first, count;
-    fprintf(out, "mesh: dp %d x pp %d x tp %d = %d rank%s; %d layer%s:", s->dp, s->pp, s->tp,
-            size, size == 1 ? "" : "s", layers, layers == 1 ? "" : "s");
+    if (mt_mesh_cp(s) > 1)
+        fprintf(out, "mesh: dp %d x cp %d x pp %d x tp %d = %d ranks; %d layer%s:",
+                mt_mesh_replicas(s), mt_mesh_cp(s), s->pp, s->tp, size, layers,
+                layers == 1 ? "" : "s");
+    else
+        fprintf(out, "mesh: dp %d x pp %d x tp %d = %d rank%s; %d layer%s:", s->dp, s->pp, s->tp,
+                size, size == 1 ? "" : "s", layers, layers == 1 ? "" : "s");
     for (int stage = 0; stage < s->pp; stage++) {
         mt_mesh_stage_layers(s, layers, stage_layers, stage, &first, &count);
         fprintf(out, "%s stage %d ", stage ? "," : "", stage);
@@ -185,9 +203,16 @@ void mt_mesh_print(const mt_mesh_shape *s, int layers, const int *stage_layers,
         mt_mesh_coord c = mt_mesh_coord_of(s, r);
         const char *host = hosts && hosts[r] ? hosts[r] : "-";
         mt_mesh_stage_layers(s, layers, stage_layers, c.pp, &first, &count);
-        fprintf(out, "rank %*d  dp %*d  pp %*d  tp %*d  host %-*s  stage %*d  ", digits(size - 1),
-                r, digits(s->dp - 1), c.dp, digits(s->pp - 1), c.pp, digits(s->tp - 1), c.tp,
-                host_width, host, digits(s->pp - 1), c.pp);
+        int cp = mt_mesh_cp(s);
+        if (cp > 1) /* the dp axis as its data replica and place in the cp group */
+            fprintf(out, "rank %*d  dp %*d  cp %*d  pp %*d  tp %*d  host %-*s  stage %*d  ",
+                    digits(size - 1), r, digits(s->dp / cp - 1), c.dp / cp, digits(cp - 1),
+                    c.dp % cp, digits(s->pp - 1), c.pp, digits(s->tp - 1), c.tp, host_width,
+                    host, digits(s->pp - 1), c.pp);
+        else
+            fprintf(out, "rank %*d  dp %*d  pp %*d  tp %*d  host %-*s  stage %*d  ",
+                    digits(size - 1), r, digits(s->dp - 1), c.dp, digits(s->pp - 1), c.pp,
+                    digits(s->tp - 1), c.tp, host_width, host, digits(s->pp - 1), c.pp);
         print_layers(out, first, count);
         fputc('\n', out);
     }

@@ -55,7 +55,9 @@ mt_status mt_mesh_create(mt_comm *world, const mt_mesh_shape *shape, int layers,
     if ((status = split_group(mesh, MT_MESH_TP, "tp", &mesh->tp_group)) ||
         (status = split_group(mesh, MT_MESH_PP, "pp", &mesh->pp_group)) ||
         (status = split_group(mesh, MT_MESH_DP, "dp", &mesh->dp_group)) ||
-        (status = split_group(mesh, MT_MESH_EMBEDDING, "embedding", &mesh->embedding_group))) {
+        (status = split_group(mesh, MT_MESH_EMBEDDING, "embedding", &mesh->embedding_group)) ||
+        (mt_mesh_cp(shape) > 1 &&
+         (status = split_group(mesh, MT_MESH_CP, "cp", &mesh->cp_group)))) {
         mt_mesh_destroy(mesh);
         return status;
     }
@@ -109,6 +111,7 @@ void mt_mesh_destroy(mt_mesh *mesh)
         return;
     mt_comm_destroy(mesh->replica_group);
     mt_comm_destroy(mesh->shard_group);
+    mt_comm_destroy(mesh->cp_group);
     mt_comm_destroy(mesh->embedding_group);
     mt_comm_destroy(mesh->dp_group);
     mt_comm_destroy(mesh->pp_group);

@@ -7,6 +7,7 @@ typedef struct eval_batches {
     const mt_sampler *val;
     uint64_t count, first, end, share, batch;
     int t;
+    int cp, cp_rank; /* context parallelism: this rank keeps its chunks of every window */
     int32_t *inputs, *targets;
 } eval_batches;
 
@@ -28,6 +29,8 @@ static mt_status load_batch(void *context, int j, const int32_t **tokens, const 
         status = mt_sampler_window(e->val, real ? (at + (uint64_t)i) * e->val->windows / e->count
                                                 : 0,
                                    e->inputs + (size_t)i * e->t, e->targets + (size_t)i * e->t);
+    mt_sampler_cp_chunks(e->inputs, *b, e->t, e->cp, e->cp_rank);
+    mt_sampler_cp_chunks(e->targets, *b, e->t, e->cp, e->cp_rank);
     return status;
 }
 
@@ -35,8 +38,14 @@ mt_status mt_evaluate(const mt_forward *f, const mt_sampler *val, const mt_confi
                       mt_comm *group, int32_t *inputs, int32_t *targets, double *loss)
 {
     int rank = group ? mt_comm_rank(group) : 0, ranks = group ? mt_comm_size(group) : 1;
+    /* the group's cp consecutive ranks are one data replica's context-parallel ranks: each
+     * runs its chunks of the replica's windows, and their losses (each its chunks' mean) sum
+     * to cp times the windows' */
+    int cp = cfg->cp > 1 ? cfg->cp : 1;
     eval_batches e = {.val = val, .t = cfg->context, .inputs = inputs, .targets = targets,
-                      .batch = (uint64_t)f->gpt->max_sequences};
+                      .batch = (uint64_t)f->gpt->max_sequences, .cp = cp, .cp_rank = rank % cp};
+    rank /= cp;
+    ranks /= cp;
     e.count = (uint64_t)cfg->eval_seqs < val->windows ? (uint64_t)cfg->eval_seqs : val->windows;
     e.share = (e.count + (uint64_t)ranks - 1) / (uint64_t)ranks;
     e.first = e.share * (uint64_t)rank;
@@ -44,11 +53,11 @@ mt_status mt_evaluate(const mt_forward *f, const mt_sampler *val, const mt_confi
     /* Every rank runs ceil(share / batch) forwards; through a pipeline they flow together. */
     int batches = (int)((e.share + e.batch - 1) / e.batch);
     double total = 0;
-    mt_status status = mt_forward_loss_sum(f, batches, e.t, load_batch, &e, &total);
+    mt_status status = mt_forward_loss_sum(f, batches, e.t / cp, load_batch, &e, &total);
     if (status == MT_OK && group)
         status = mt_comm_allreduce(group, &total, &total, 1, MT_F64, MT_SUM);
     if (status)
         return mt_fail_context(status, "validation");
-    *loss = total / (double)e.count;
+    *loss = total / (double)cp / (double)e.count;
     return MT_OK;
 }

@@ -18,11 +18,22 @@
  * divide the heads and pp the layers. mt_mesh_shape_resolve says which; this names the keys. */
 mt_status mt_run_plan_shape(const mt_config *c, int world_size, mt_mesh_shape *shape)
 {
-    *shape = (mt_mesh_shape){c->dp, c->pp, c->tp};
+    /* the mesh's dp axis holds the data replicas' context-parallel ranks too (mesh.h) */
+    int cp = c->cp > 1 ? c->cp : 1;
+    *shape = (mt_mesh_shape){(int)((long long)c->dp * cp > 1 << 30 ? 1 << 30 : c->dp * cp),
+                             c->pp, c->tp, cp};
+    if (world_size == 1 && cp > 1)
+        return mt_fail(MT_EINVAL, "config keys 'dp', 'cp', 'pp' and 'tp': dp %d x cp %d x pp %d "
+                                  "x tp %d needs that many ranks, and this is one process (use "
+                                  "--nproc)", c->dp > 0 ? c->dp : 1, cp, c->pp, c->tp);
     if (world_size == 1 && (c->dp > 1 || c->pp > 1 || c->tp > 1))
         return mt_fail(MT_EINVAL, "config keys 'dp', 'pp' and 'tp': dp %d x pp %d x tp %d needs "
                                   "that many ranks, and this is one process (use --nproc)",
                        c->dp > 0 ? c->dp : 1, c->pp, c->tp);
+    if (cp > 1 && shape->dp == 0 && world_size % ((long long)cp * c->tp * c->pp))
+        return mt_fail(MT_EINVAL, "config keys 'cp', 'pp' and 'tp' on %d ranks: the world does "
+                                  "not divide by cp %d x pp %d x tp %d", world_size, cp, c->pp,
+                       c->tp);
     mt_status status = mt_mesh_shape_resolve(shape, world_size, c->layers, c->heads);
     return status ? mt_fail_context(status, "config keys 'dp', 'pp' and 'tp' on %d ranks",
                                     world_size)
@@ -33,11 +44,12 @@ mt_status mt_run_plan_shape(const mt_config *c, int world_size, mt_mesh_shape *s
  * can be filled by the micro-batches, chunks and layers it is given. */
 static mt_status check_batch_and_schedule(const mt_config *c, mt_run_plan *p)
 {
-    if (c->batch % (p->shape.dp * c->microbatches))
+    int replicas = mt_mesh_replicas(&p->shape); /* context-parallel ranks share sequences */
+    if (c->batch % (replicas * c->microbatches))
         return mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'dp': a global batch "
                                   "of %d sequences does not split into %d data-parallel ranks x "
-                                  "%d micro-batches", c->batch, p->shape.dp, c->microbatches);
-    p->micro_sequences = c->batch / (p->shape.dp * c->microbatches);
+                                  "%d micro-batches", c->batch, replicas, c->microbatches);
+    p->micro_sequences = c->batch / (replicas * c->microbatches);
     if (p->shape.pp == 1) /* one stage runs the whole model: chunks change nothing */
         return MT_OK;
     p->chunks = c->chunks;
@@ -114,6 +126,46 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
         return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "
                                   "splits the sequence into tp %d parts, which context %d does "
                                   "not divide", shape->tp, c->context);
+    return MT_OK;
+}
+
+/* Context parallelism: 2 cp chunks per sequence, ring attention on the fused kernel in fp32,
+ * composed with dp and ZeRO, tp (with or without sp) and pp (schedules without split
+ * backwards). */
+static mt_status check_context_parallel(const mt_config *c, const mt_mesh_shape *shape)
+{
+    int cp = mt_mesh_cp(shape);
+    if (cp == 1)
+        return MT_OK;
+    if (c->context % (2 * cp))
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'context': cp %d cuts each sequence "
+                                  "into 2 x %d = %d chunks (rank r holding chunks r and %d - r), "
+                                  "which context %d does not divide", cp, cp, 2 * cp,
+                       2 * cp - 1, c->context);
+    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0)
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'schedule': context parallelism runs "
+                                  "with the gpipe, 1f1b and interleaved schedules, not zb1's "
+                                  "split backwards");
+    if (strcmp(c->attention, "fused") != 0)
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'attention': ring attention runs on the "
+                                  "fused kernel's blocks; use --attention fused with cp %d", cp);
+    if (strcmp(c->precision, "fp32") != 0)
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'precision': context parallelism runs "
+                                  "in fp32, not %s", c->precision);
+    if (strcmp(c->recompute, "full") == 0)
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'recompute': context parallelism does "
+                                  "not run with full recomputation (use none or selective)");
+    if (c->deterministic)
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'deterministic': the deterministic "
+                                  "reduction's groups are whole sequences; use --deterministic "
+                                  "off with cp %d", cp);
+    if (c->local_steps > 1 || strcmp(c->outer_optimizer, "none") != 0)
+        return mt_fail(MT_EINVAL, "config keys 'cp' and 'local_steps': a context-parallel "
+                                  "group's ranks must sum their gradients every step");
+    if (strcmp(c->grad_comm, "allreduce") != 0 || c->zero_shard_size > 0)
+        return mt_fail(MT_EINVAL, "config keys 'cp', 'grad_comm' and 'zero_shard_size': "
+                                  "context parallelism sums gradients with the plain reduction "
+                                  "over the whole data x context group");
     return MT_OK;
 }
 
@@ -207,6 +259,8 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
         status = check_batch_and_schedule(cfg, out);
     if (status == MT_OK)
         status = check_state_layout(cfg, &out->shape);
+    if (status == MT_OK)
+        status = check_context_parallel(cfg, &out->shape);
     if (status == MT_OK)
         status = trainer_local_check_config(cfg);
     if (status == MT_OK)

@@ -3,6 +3,8 @@
 #include "meshtrain/data.h"
 #include "meshtrain/rng.h"
 
+#include <string.h>
+
 enum { FEISTEL_ROUNDS = 4 };
 
 uint64_t mt_permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t stream)
@@ -56,4 +58,17 @@ mt_status mt_sampler_sequence(const mt_sampler *s, uint64_t g, int32_t *inputs, 
     uint64_t stream = mt_name_hash("data.order") + epoch;
     return mt_sampler_window(s, mt_permute(g % s->windows, s->windows, s->seed, stream), inputs,
                              targets);
+}
+
+void mt_sampler_cp_chunks(int32_t *tokens, int b, int t, int cp, int rank)
+{
+    if (cp <= 1)
+        return;
+    int chunk = t / (2 * cp), places[2] = {rank, 2 * cp - 1 - rank};
+    /* every write lands at or before what is still to be read: the order is safe in place */
+    for (int i = 0; i < b; i++)
+        for (int k = 0; k < 2; k++)
+            memmove(tokens + (size_t)i * 2 * chunk + (size_t)k * chunk,
+                    tokens + (size_t)i * t + (size_t)places[k] * chunk,
+                    sizeof *tokens * (size_t)chunk);
 }

@@ -52,8 +52,9 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
     st->pp_step = step;
     mt_pp_batch batch = {tr, load_micro, before_forward};
     mt_pp_step_report report;
-    mt_status status = mt_pp_runner_step(st->runner, &batch, tr->plan->micro_sequences,
-                                         tr->cfg->context, loss_scale, out->trace, &report);
+    int t = tr->cfg->context / mt_mesh_cp(&tr->plan->shape); /* a context-parallel rank's */
+    mt_status status = mt_pp_runner_step(st->runner, &batch, tr->plan->micro_sequences, t,
+                                         loss_scale, out->trace, &report);
     *loss_sum = report.loss_sum;
     trainer_account *a = &out->account;
     if (a->on) {

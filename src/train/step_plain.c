@@ -7,7 +7,8 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
 {
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
-    int sequences = tr->plan->micro_sequences, t = cfg->context;
+    int sequences = tr->plan->micro_sequences;
+    int t = cfg->context / mt_mesh_cp(&tr->plan->shape); /* a context-parallel rank's share */
     *loss_sum = 0;
     for (int micro = 0; micro < cfg->microbatches; micro++) {
         mt_dp_model_begin_micro(st->model, micro, cfg->microbatches);

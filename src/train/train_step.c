@@ -20,12 +20,16 @@ static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, in
     const trainer_state *st = &tr->state;
     uint64_t passes = (uint64_t)tr->plan->passes, batch = key / passes, micro = key % passes;
     int t = cfg->context, sequences = tr->plan->micro_sequences;
+    /* the context-parallel ranks of a data replica draw its sequences and keep their chunks */
+    int cp = mt_mesh_cp(&tr->plan->shape), replica = st->at.dp / cp;
     uint64_t first = batch * (uint64_t)cfg->batch + micro * ((uint64_t)cfg->batch / passes) +
-                     (uint64_t)st->at.dp * (uint64_t)sequences;
+                     (uint64_t)replica * (uint64_t)sequences;
     mt_status status = MT_OK;
     for (int i = 0; status == MT_OK && i < sequences; i++)
         status = mt_sampler_sequence(&st->train, first + (uint64_t)i, inputs + (size_t)i * t,
                                      targets + (size_t)i * t);
+    mt_sampler_cp_chunks(inputs, sequences, t, cp, st->at.dp % cp);
+    mt_sampler_cp_chunks(targets, sequences, t, cp, st->at.dp % cp);
     return status;
 }
 

@@ -18,7 +18,7 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     trainer_outputs *out = &tr->out;
     double step_start = mt_clock_seconds();
     double waited = out->wait_seconds + mt_dp_model_wait_seconds(st->model);
-    double in_tp = st->gpt.tp_seconds, data = out->data_seconds;
+    double in_tp = st->gpt.tp_seconds, in_cp = st->gpt.cp_wait_seconds, data = out->data_seconds;
     mt_comm *groups[3] = {st->dp, st->tp, st->mesh ? st->mesh->pp_group : NULL};
     /* hybrid sharding's shard and replica groups count as the dp group's */
     mt_comm *shards[2] = {st->mesh ? st->mesh->shard_group : NULL,
@@ -45,6 +45,7 @@ static mt_status timed_step(trainer *tr, int step, step_record *record)
     if (trainer_step_is_timed(tr, step)) {
         out->timed_wait += out->wait_seconds + mt_dp_model_wait_seconds(st->model) - waited;
         out->timed_tp += st->gpt.tp_seconds - in_tp;
+        out->timed_cp += st->gpt.cp_wait_seconds - in_cp;
         out->timed_seconds += seconds;
         out->timed_data += out->data_seconds - data;
         out->timed_steps++;
@@ -274,7 +275,12 @@ static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample
         status = trainer_write_summary(tr, summary);
     if (status == MT_OK && cfg->save_model)
         status = trainer_save_model(tr);
-    if (status == MT_OK && cfg->sample_tokens > 0) {
+    if (status == MT_OK && cfg->sample_tokens > 0 && cfg->cp > 1) {
+        /* a context-parallel rank runs only its chunks of whole contexts */
+        if (tr->out.writes && sample && sample->out)
+            fprintf(sample->out, "--- no sample under context parallelism (cp %d): run "
+                                 "meshtrain generate on the saved model ---\n", cfg->cp);
+    } else if (status == MT_OK && cfg->sample_tokens > 0) {
         mt_sample_text text = sample ? *sample : (mt_sample_text){0};
         if (!tr->out.writes)
             text.out = NULL;

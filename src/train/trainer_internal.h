@@ -4,6 +4,7 @@
 #define MESHTRAIN_TRAINER_INTERNAL_H
 
 #include "meshtrain/checkpoint.h"
+#include "meshtrain/context_parallel.h"
 #include "meshtrain/data_parallel.h"
 #include "meshtrain/memory.h"
 #include "meshtrain/mesh.h"
@@ -51,6 +52,7 @@ typedef struct trainer_state {
     mt_mesh *mesh;    /* with a world */
     mt_comm *dp;      /* the data-parallel group, NULL for one replica */
     mt_comm *tp;      /* the tensor-parallel group, NULL when the model is whole */
+    mt_cp_ring *cp_ring; /* the context-parallel group's ring, NULL for whole sequences */
     int rank;         /* in the world */
     mt_mesh_coord at; /* on the mesh (all 0 for one process) */
     mt_thread_count threads; /* this rank's, and where the figure came from */
@@ -102,6 +104,7 @@ typedef struct trainer_outputs {
      * loss check), and over the timed steps with the model's, against their step time; and
      * over the timed steps, in the model's tensor-parallel collectives. */
     double wait_seconds, timed_wait, timed_seconds, timed_tp;
+    double timed_cp; /* of the timed steps, waiting on the context-parallel ring */
     /* Seconds the step waited for its micro-batches (drawing them, without prefetch), and
      * over the timed steps. */
     double data_seconds, timed_data;

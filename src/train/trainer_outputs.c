@@ -234,6 +234,9 @@ mt_status trainer_write_summary(trainer *tr, mt_train_summary *s)
             trainer_sequence_parallel(tr), s->comm_wait_share, s->tp_comm_share,
             tr->out.timed_steps ? 1e3 * tr->out.timed_data / tr->out.timed_steps : 0.0,
             tr->out.timed_seconds > 0 ? tr->out.timed_data / tr->out.timed_seconds : 0.0);
+    /* the ring transfers context parallelism waited for: the part not hidden by attention */
+    fprintf(f, ", \"cp\": %d, \"cp_exposed_share\": %.6f", mt_mesh_cp(&tr->plan->shape),
+            tr->out.timed_seconds > 0 ? tr->out.timed_cp / tr->out.timed_seconds : 0.0);
     double per = tr->out.dp_byte_steps ? 1.0 / tr->out.dp_byte_steps : 0.0;
     fprintf(f, ", \"grad_comm\": \"%s\", \"comm_bytes_per_step\": {\"dp\": %.17g}, "
                "\"wire_bytes_per_step\": {\"dp\": %.17g, \"tp\": %.17g, \"pp\": %.17g}",

@@ -153,12 +153,15 @@ static mt_status place_rank(trainer *tr)
     st->at = st->mesh->coord;
     st->dp = shape.dp > 1 ? st->mesh->dp_group : NULL;
     st->tp = shape.tp > 1 ? st->mesh->tp_group : NULL;
+    if ((status = mt_cp_ring_create(st->mesh->cp_group, &st->cp_ring)))
+        return status;
     mt_memory_count(&st->ledger, MT_MEMORY_COMM,
                     (long long)(mt_comm_buffer_bytes(st->world) +
                                 mt_comm_buffer_bytes(st->mesh->dp_group) +
                                 mt_comm_buffer_bytes(st->mesh->tp_group) +
                                 mt_comm_buffer_bytes(st->mesh->pp_group) +
                                 mt_comm_buffer_bytes(st->mesh->embedding_group) +
+                                mt_comm_buffer_bytes(st->mesh->cp_group) +
                                 mt_comm_buffer_bytes(st->mesh->shard_group) +
                                 mt_comm_buffer_bytes(st->mesh->replica_group)));
     return MT_OK;
@@ -204,6 +207,7 @@ static mt_status build_model(trainer *tr, int parameters_only)
         status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
     if (status == MT_OK)
         status = mt_gpt_precision_parse(cfg->precision, &kernels.precision);
+    kernels.cp = mt_context_parallel_over(st->cp_ring);
     /* zero 3's gathers travel in the compute precision: bf16's (fp16 keeps fp32, the wire
      * being bf16 alone); pipeline messages follow the model's own precision (pp_runner.c) */
     mt_dtype compute_wire = kernels.precision == MT_PRECISION_BF16 ? MT_BF16 : MT_F32;
@@ -338,6 +342,8 @@ void trainer_state_close(trainer *tr)
     trainer_local_close(tr);
     mt_dp_model_destroy(st->model);
     mt_gpt_destroy(&st->gpt);
+    mt_cp_ring_destroy(st->cp_ring);
+    st->cp_ring = NULL;
     mt_mesh_destroy(st->mesh);
     mt_tokens_close(&st->train_tokens);
     mt_tokens_close(&st->val_tokens);

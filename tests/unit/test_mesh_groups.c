@@ -22,15 +22,15 @@ typedef struct mesh_case {
 } mesh_case;
 
 static const mesh_case CASES[] = {
-    {8, {2, 2, 2}, 6, {0}},  {8, {0, 2, 2}, 5, {0}},  {8, {8, 1, 1}, 2, {0}},
-    {8, {1, 8, 1}, 8, {0}},  {8, {1, 1, 8}, 1, {0}},  {8, {1, 2, 4}, 3, {0}},
-    {8, {4, 2, 1}, 2, {0}},  {8, {2, 1, 4}, 4, {0}},  {8, {0, 4, 1}, 6, {0}},
-    {6, {1, 3, 2}, 4, {0}},  {6, {3, 1, 2}, 4, {0}},  {6, {0, 3, 1}, 7, {1, 5, 1}},
-    {6, {6, 1, 1}, 1, {0}},  {6, {1, 6, 1}, 6, {0}},  {6, {1, 1, 6}, 2, {0}},
-    {6, {2, 1, 3}, 3, {0}},
-    {4, {4, 1, 1}, 4, {0}},  {4, {1, 4, 1}, 7, {2, 1, 1, 3}}, {4, {1, 1, 4}, 4, {0}},
-    {4, {2, 2, 1}, 5, {0}},  {4, {1, 2, 2}, 2, {0}},  {4, {2, 1, 2}, 3, {0}},
-    {1, {1, 1, 1}, 4, {0}},  {1, {0, 1, 1}, 1, {0}},
+    {8, {2, 2, 2, 0}, 6, {0}},  {8, {0, 2, 2, 0}, 5, {0}},  {8, {8, 1, 1, 0}, 2, {0}},
+    {8, {1, 8, 1, 0}, 8, {0}},  {8, {1, 1, 8, 0}, 1, {0}},  {8, {1, 2, 4, 0}, 3, {0}},
+    {8, {4, 2, 1, 0}, 2, {0}},  {8, {2, 1, 4, 0}, 4, {0}},  {8, {0, 4, 1, 0}, 6, {0}},
+    {6, {1, 3, 2, 0}, 4, {0}},  {6, {3, 1, 2, 0}, 4, {0}},  {6, {0, 3, 1, 0}, 7, {1, 5, 1, 0}},
+    {6, {6, 1, 1, 0}, 1, {0}},  {6, {1, 6, 1, 0}, 6, {0}},  {6, {1, 1, 6, 0}, 2, {0}},
+    {6, {2, 1, 3, 0}, 3, {0}},
+    {4, {4, 1, 1, 0}, 4, {0}},  {4, {1, 4, 1, 0}, 7, {2, 1, 1, 3}}, {4, {1, 1, 4, 0}, 4, {0}},
+    {4, {2, 2, 1, 0}, 5, {0}},  {4, {1, 2, 2, 0}, 2, {0}},  {4, {2, 1, 2, 0}, 3, {0}},
+    {1, {1, 1, 1, 0}, 4, {0}},  {1, {0, 1, 1, 0}, 1, {0}},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -132,14 +132,14 @@ static void check_mesh(const mesh_case *mc, mt_comm *world)
 static void check_refused(mt_comm *world)
 {
     int size = mt_comm_size(world);
-    mt_mesh_shape wrong = {size + 1, 1, 1};
+    mt_mesh_shape wrong = {size + 1, 1, 1, 0};
     static mt_mesh sentinel;
     mt_mesh *mesh = &sentinel; /* must be overwritten with NULL */
     CHECK(mt_mesh_create(world, &wrong, 4, NULL, &mesh) == MT_EINVAL && mesh == NULL);
     CHECK_MSG(strstr(mt_last_error(), "does not fit a world") != NULL, "%s", mt_last_error());
-    mt_mesh_shape unresolved = {0, 1, 1};
+    mt_mesh_shape unresolved = {0, 1, 1, 0};
     CHECK(mt_mesh_create(world, &unresolved, 4, NULL, &mesh) == MT_EINVAL && mesh == NULL);
-    mt_mesh_shape fits = {size, 1, 1};
+    mt_mesh_shape fits = {size, 1, 1, 0};
     const int bad_split[] = {3};
     CHECK(mt_mesh_create(world, &fits, 4, bad_split, &mesh) == MT_EINVAL && mesh == NULL);
 }

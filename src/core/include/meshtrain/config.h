@@ -32,6 +32,7 @@ typedef struct mt_config {
     /* parallelism: nproc local workers; a dp x pp x tp mesh over all ranks (dp 0: whatever
      * the world size leaves, resolved by mt_mesh_shape_resolve, which also checks the rest) */
     int nproc, dp, tp, pp;
+    int cp; /* context-parallel ranks per sequence (zig-zag ring attention) */
     int sp;            /* sequence parallelism inside the tensor-parallel group */
     int zero;          /* ZeRO stage 0-3 over the data-parallel group */
     int zero_shard_size; /* ZeRO 1-3: data-parallel ranks per shard group (0: all of them) */

@@ -69,6 +69,28 @@ void mt_attention_fused_forward(float *y, float *lse, const float *qkv, int b, i
 void mt_attention_fused_backward(float *dqkv, const float *dy, const float *y, const float *lse,
                                  const float *qkv, int b, int t, int c, int heads);
 
+/* Ring attention (context parallelism). A rank holds two chunks of `chunk` rows of each of b
+ * sequences, at global chunk places mine[0] and mine[1]: qkv [b, 2 chunk, 3c] as
+ * [q | k | v]. A held block of keys and values kv [b, 2 chunk, 2c] as [k | v] holds chunks
+ * theirs[0] and theirs[1]. A query chunk sees an earlier key chunk whole, its own chunk
+ * causally, a later one not at all. The forward step merges the block's attention into the
+ * running y [b, 2 chunk, c] and lse [b, heads, 2 chunk] (start them at 0 and -inf); the
+ * backward step, given the final y and lse, adds the block's share to the q part of dqkv and to
+ * dkv [b, 2 chunk, 2c] (the block's gradient, as [dk | dv]). Threads own whole items, so the
+ * results do not depend on the thread count. Head sizes as the fused kernel's. */
+void mt_attention_ring_forward(float *y, float *lse, const float *qkv, const float *kv, int b,
+                               int chunk, int c, int heads, const int mine[2],
+                               const int theirs[2]);
+void mt_attention_ring_backward(float *dqkv, float *dkv, const float *dy, const float *y,
+                                const float *lse, const float *qkv, const float *kv, int b,
+                                int chunk, int c, int heads, const int mine[2],
+                                const int theirs[2]);
+/* The online softmax's merge of two attentions of the same rows over disjoint keys: y (rows of
+ * stride ldy) and lse become the attention over both, from `part` (stride ldp) and part_lse.
+ * A part row of lse -inf (no key seen) changes nothing; a y row of lse -inf takes the part. */
+void mt_attention_merge(float *y, float *lse, const float *part, const float *part_lse,
+                        int rows, int hs, int ldy, int ldp);
+
 /* Replaces each row of logits [n, v] by its softmax and writes each row's cross-entropy
  * against targets into losses[n]. */
 void mt_crossentropy_forward(float *logits_to_probs, float *losses, const int32_t *targets, int n,

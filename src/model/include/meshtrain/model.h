@@ -146,6 +146,22 @@ typedef struct mt_gpt_tensor_parallel {
                                 const size_t *counts);
 } mt_gpt_tensor_parallel;
 
+/* Context parallelism: each sequence of `context` tokens cut into 2 size chunks, rank r of the
+ * group holding chunks r and 2 size - 1 - r (zig-zag: every rank gets as much causal attention)
+ * as its 2 context / (2 size) rows, in that order. Attention passes key/value blocks around
+ * the ring (and their gradients back), merging with log-sum-exps, so no rank holds more than
+ * its rows; positions are the chunks' global ones. The ring's transfers, supplied by whoever
+ * owns the group: ring_start begins sending `count` floats of `send` to the next rank and
+ * receiving as many from the previous into `recv`, on `channel` (0 or 1: two may be in
+ * flight, each with its own order); ring_wait ends channel's exchange. */
+typedef struct mt_gpt_context_parallel {
+    int size, rank;            /* 0 or 1: whole sequences */
+    void *context;
+    mt_status (*ring_start)(void *context, int channel, const float *send, float *recv,
+                            size_t count);
+    mt_status (*ring_wait)(void *context, int channel);
+} mt_gpt_context_parallel;
+
 /* Called before and after every per-unit pass, so that whoever owns the state can make a
  * unit's parameters and gradient memory present just in time (ZeRO-3 gathers them), and start
  * communication the moment a unit's gradients are final (DDP buckets). `unit` is the unit the
@@ -181,6 +197,8 @@ struct mt_gpt {
     float **unit_param, **unit_grad;
     mt_gpt_hooks hooks;  /* none by default */
     mt_gpt_tensor_parallel tp; /* size 1 unless split */
+    mt_gpt_context_parallel cp; /* size 1 unless each sequence is split */
+    double cp_wait_seconds;    /* spent waiting for the ring's transfers, since creation */
     int vocab_local;     /* vocabulary rows (and logits) per tensor-parallel rank, padding included */
     int rows_local, first_row; /* this rank's rows of the last forward (all without sequence
                                 * parallelism) */
@@ -224,6 +242,10 @@ typedef struct mt_gpt_options {
     mt_gpt_recompute recompute;
     mt_gpt_attention attention;
     mt_gpt_precision precision;
+    /* size 0 or 1: none. Context parallelism takes fused attention in fp32, without tensor
+     * parallelism, on a whole model without full recomputation; a forward then runs
+     * context / size tokens of each sequence (the rank's two chunks). */
+    mt_gpt_context_parallel cp;
 } mt_gpt_options;
 mt_status mt_gpt_create_with(mt_gpt *gpt, const mt_gpt_shape *shape,
                              const mt_gpt_tensor_parallel *tp, const mt_gpt_stage *stage,

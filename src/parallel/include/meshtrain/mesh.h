@@ -9,10 +9,23 @@
 #include "meshtrain/status.h"
 
 /* The grid. tp varies fastest, then pp, then dp: rank = (dp * pp_size + pp) * tp_size + tp,
- * so tensor-parallel peers, which talk most, are consecutive ranks and share a host. */
+ * so tensor-parallel peers, which talk most, are consecutive ranks and share a host.
+ * Context parallelism folds into the dp axis, as Megatron folds it into its data-parallel
+ * group: cp (0 or 1: none) consecutive dp coordinates split each data replica's sequences, so
+ * rank order is tp, pp, cp, then the data replicas. dp counts every rank of the axis, so the
+ * dp group, which sums the gradients and shards ZeRO's state, spans data x context; a rank's
+ * data replica is coord.dp / cp and its place in the cp group coord.dp % cp. */
 typedef struct mt_mesh_shape {
     int dp, pp, tp;
+    int cp;
 } mt_mesh_shape;
+
+/* The context-parallel degree (1 when cp is 0) and the data replicas (dp / cp). */
+static inline int mt_mesh_cp(const mt_mesh_shape *shape) { return shape->cp > 1 ? shape->cp : 1; }
+static inline int mt_mesh_replicas(const mt_mesh_shape *shape)
+{
+    return shape->dp / mt_mesh_cp(shape);
+}
 
 /* Where a rank sits in the grid: its data-parallel replica, pipeline stage and tensor slice. */
 typedef struct mt_mesh_coord {
@@ -28,9 +41,11 @@ typedef enum mt_mesh_group {
     MT_MESH_EMBEDDING, /* the first and last stage of one (dp, tp), which share the tied
                         * embedding: two ranks when pp > 1, the one rank when pp == 1, and none
                         * for a middle stage */
+    MT_MESH_CP,        /* same (pp, tp) and data replica, the cp coordinates in order */
 } mt_mesh_group;
 
 /* Completes and checks a shape for a world and a model: dp 0 becomes world / (tp * pp); then
+ * cp must divide dp; then
  * every size must be >= 1, dp * pp * tp the world size, tp must divide the heads (and so the
  * widths that are split by heads), and each of the pp stages needs a layer. The vocabulary
  * need not divide by tp. Messages name the numbers ("tp 4 does not divide the 6 attention
@@ -75,6 +90,7 @@ typedef struct mt_mesh {
     mt_comm *pp_group;        /* group rank = coord.pp, the stage */
     mt_comm *dp_group;        /* group rank = coord.dp */
     mt_comm *embedding_group; /* NULL on middle stages; group rank 0 is the first stage */
+    mt_comm *cp_group;        /* group rank = coord.dp % cp; NULL without cp */
     /* Hybrid sharding (mt_mesh_split_shards), else NULL: the dp group cut into shard groups
      * of consecutive dp ranks (group rank = coord.dp % shard size) and the replica group of
      * the ranks at the same place in every shard group (group rank = coord.dp / shard size). */

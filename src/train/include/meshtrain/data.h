@@ -120,6 +120,11 @@ mt_status mt_sampler_init(mt_sampler *sampler, const mt_tokens *tokens, int t, u
 mt_status mt_sampler_sequence(const mt_sampler *sampler, uint64_t g, int32_t *inputs,
                               int32_t *targets);
 
+/* Context parallelism: keeps, in place, what rank `rank` of `cp` runs of b sequences of t
+ * tokens (one after another): chunks rank and 2 cp - 1 - rank of the 2 cp chunks of each,
+ * sequence i's two at i t / cp on. cp 1 keeps everything. */
+void mt_sampler_cp_chunks(int32_t *tokens, int b, int t, int cp, int rank);
+
 /* Writes the window at position `window` (no shuffling), for validation. */
 mt_status mt_sampler_window(const mt_sampler *sampler, uint64_t window, int32_t *inputs,
                             int32_t *targets);
