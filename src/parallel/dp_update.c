@@ -17,6 +17,8 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
     m->local_sum_squares = 0;
     memset(m->reduced, 0, (size_t)m->gpt->unit_count);
     m->comm_bytes = 0;
+    if (m->tree_unit_pass)
+        memset(m->tree_unit_pass, 0, (size_t)m->gpt->unit_count * sizeof *m->tree_unit_pass);
     if (m->full_grad) /* zero 2 and 3: the first micro-batch's reduction overwrites the slice */
         memset(m->full_grad, 0, m->gpt->numel * sizeof(float));
 }
@@ -48,6 +50,8 @@ static mt_status sum_tied_embeddings(mt_dp_model *m)
 mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares)
 {
     mt_status status = dp_drain_pending(m);
+    if (status == MT_OK && m->tree_unit_pass)
+        status = dp_tree_check_units(m);
     if (status == MT_OK)
         status = dp_hybrid_reduce(m);
     if (status == MT_OK && m->grad_comm)
