@@ -37,9 +37,6 @@ mt_status trainer_deterministic_plan(const mt_config *c, mt_run_plan *p)
                                           "and weight passes, which the deterministic tree "
                                           "does not cover (use schedule gpipe, 1f1b or "
                                           "interleaved, or deterministic off)");
-    if (strcmp(c->precision, "fp32") != 0)
-        return refuse("'precision'", "deterministic sums are made and tested in fp32 only (use "
-                                     "precision fp32, or deterministic off)");
     if (strcmp(c->grad_comm, "allreduce") != 0)
         return refuse("'grad_comm'", "a gradient-communication hook sums in its own order (use "
                                      "grad_comm allreduce, or deterministic off)");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# --deterministic on under tensor and pipeline parallelism: with the same tp (with and without
-# sp), pp, schedule and ZeRO stage, dp 1 and 2 and several micro-batch counts must log the same
-# losses and gradient norms and write byte-identical model.safetensors. Without it tp 2 on dp 2
+# --deterministic on under tensor and pipeline parallelism and half precision: with the same tp
+# (with and without sp), pp, schedule, precision and ZeRO stage, dp 1 and 2 and several
+# micro-batch counts must log the same losses and gradient norms and write byte-identical
+# model.safetensors. Without it tp 2 on dp 2
 # differs from tp 2 on dp 1 (so the comparison can tell). bench/deterministic/run.sh runs the
 # larger matrix over 20 steps.
 # usage: deterministic_mp.sh MESHTRAIN [SCRATCH]
@@ -35,7 +36,9 @@ run() { # name, ranks, then train flags
 sets=${MT_DETERMINISTIC_SETS:-"tp2_zero0|2|--tp 2 --zero 0|1:1 2:4
 tp2_sp_zero3|2|--tp 2 --sp on --zero 3|1:4 2:1
 pp2_1f1b_zero0|2|--pp 2 --schedule 1f1b --zero 0|1:2 2:4
-pp2_interleaved_zero3|2|--pp 2 --schedule interleaved --chunks 2 --layers 4 --zero 3|1:4 2:2"}
+pp2_interleaved_zero3|2|--pp 2 --schedule interleaved --chunks 2 --layers 4 --zero 3|1:4 2:2
+bf16_zero3_threads2|1|--precision bf16 --zero 3 --threads 2|1:1 2:4
+fp16_pp2|2|--precision fp16 --pp 2|1:2 2:4"}
 while IFS='|' read -r set ranks flags layouts; do
   reference=""
   for layout in $layouts; do
