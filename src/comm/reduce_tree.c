@@ -27,31 +27,76 @@ void mt_reduce_tree_f32(float *pieces, size_t stride, int n, size_t count)
         }
 }
 
-mt_status mt_comm_reduce_scatter_tree(mt_comm *comm, const float *send, float *recv, size_t count,
-                                      float *scratch)
+/* Where rank r's block starts: after the counts of the ranks before it, or without counts
+ * at block_start. */
+static size_t start_of(const size_t *counts, size_t count, int r, int size)
+{
+    if (!counts)
+        return block_start(count, r, size);
+    size_t first = 0;
+    for (int i = 0; i < r; i++)
+        first += counts[i];
+    return first;
+}
+
+/* The tree reduce-scatter over the blocks of send (start_of), padded to `widest` floats each
+ * in scratch (2 x size x widest): this rank's summed block lands in recv. */
+static mt_status scatter_blocks(mt_comm *comm, const float *send, float *recv,
+                                const size_t *counts, size_t count, size_t widest, float *scratch)
 {
     int size = mt_comm_size(comm), rank = mt_comm_rank(comm);
-    size_t lo = block_start(count, rank, size), mine = block_start(count, rank + 1, size) - lo;
+    size_t lo = start_of(counts, count, rank, size);
+    size_t mine = start_of(counts, count, rank + 1, size) - lo;
     if (size == 1) {
         if (recv != send)
-            memmove(recv, send, count * sizeof(float));
+            memmove(recv, send, mine * sizeof(float));
         return MT_OK;
     }
-    /* block r of send, padded to the widest block, goes to rank r; every rank's block of ours
-     * comes back in rank order */
-    size_t widest = mt_comm_tree_scratch(size, count) / (2 * (size_t)size);
+    /* block r of send goes to rank r; every rank's block of ours comes back in rank order */
     float *out = scratch, *in = scratch + (size_t)size * widest;
     for (int r = 0; r < size; r++) {
-        size_t first = block_start(count, r, size), n = block_start(count, r + 1, size) - first;
+        size_t first = start_of(counts, count, r, size);
+        size_t n = start_of(counts, count, r + 1, size) - first;
         memcpy(out + (size_t)r * widest, send + first, n * sizeof(float));
         memset(out + (size_t)r * widest + n, 0, (widest - n) * sizeof(float));
     }
     mt_status status = mt_comm_alltoall(comm, out, in, widest, MT_F32);
     if (status)
-        return mt_fail_context(status, "tree-ordered reduce-scatter of %zu floats", count);
+        return status;
     mt_reduce_tree_f32(in, widest, size, mine);
     memcpy(recv, in, mine * sizeof(float));
     return MT_OK;
+}
+
+mt_status mt_comm_reduce_scatter_tree(mt_comm *comm, const float *send, float *recv, size_t count,
+                                      float *scratch)
+{
+    int size = mt_comm_size(comm);
+    mt_status status = scatter_blocks(comm, send, recv, NULL, count,
+                                      mt_comm_tree_scratch(size, count) / (2 * (size_t)size),
+                                      scratch);
+    return status ? mt_fail_context(status, "tree-ordered reduce-scatter of %zu floats", count)
+                  : MT_OK;
+}
+
+size_t mt_comm_tree_scratchv(int size, const size_t *counts)
+{
+    size_t widest = 0;
+    for (int r = 0; r < size; r++)
+        widest = counts[r] > widest ? counts[r] : widest;
+    return 2 * (size_t)size * widest;
+}
+
+mt_status mt_comm_reduce_scatterv_tree(mt_comm *comm, const float *send, float *recv,
+                                       const size_t *counts, float *scratch)
+{
+    int size = mt_comm_size(comm);
+    mt_status status = scatter_blocks(comm, send, recv, counts, 0,
+                                      mt_comm_tree_scratchv(size, counts) / (2 * (size_t)size),
+                                      scratch);
+    return status ? mt_fail_context(status, "tree-ordered reduce-scatter of %zu floats",
+                                    start_of(counts, 0, size, size))
+                  : MT_OK;
 }
 
 mt_status mt_comm_allreduce_tree(mt_comm *comm, float *buffer, size_t count, float *scratch)

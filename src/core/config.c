@@ -117,8 +117,9 @@ static const config_key KEYS[] = {
      "offload_delay: updates applied normally before the delay starts"},
     {"deterministic", KEY_SWITCH, FIELD(deterministic), "off", 0, 1,
      "the same bits on any dp and micro-batch count: every sum over the batch in one fixed tree "
-     "over groups of its sequences (power-of-2 dp and microbatches; fp32, no tp, pp, local "
-     "steps or grad_comm hooks) (on|off)"},
+     "over groups of its sequences, with the same tp, pp and zero (power-of-2 dp and "
+     "microbatches; no zb1 schedule, local steps, grad_comm hooks, bf16 grad_reduce, hybrid "
+     "sharding or offload) (on|off)"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},
     {"overlap", KEY_SWITCH, FIELD(overlap), "on", 0, 1,

@@ -167,6 +167,40 @@ mt_status dp_start_deferred(mt_dp_model *m)
     return status;
 }
 
+/* ---- deterministic passes under a pipeline: each unit's pass reduced and added at once ---- */
+
+/* Backward finished `unit` for the next of the step's passes: its gradient reduced over the
+ * group in the fixed tree (blocking), then added into the unit's tree over the passes. */
+static mt_status tree_unit_gradient(mt_dp_model *m, int unit)
+{
+    const mt_unit *u = &m->gpt->units[unit];
+    const dp_slice *s = &m->slices[unit];
+    mt_work *work = NULL; /* the tree reductions block: none is left in flight */
+    mt_status status;
+    m->comm_bytes += m->group ? (double)sizeof(float) * (double)u->numel : 0;
+    if (m->zero >= 2) {
+        dp_buffer *b = grad_buffer_of(m, unit);
+        if (!b || b->unit != unit)
+            return mt_fail(MT_EINVAL, "data parallel: unit %d finished backward without a "
+                                      "buffer", unit);
+        m->local_sum_squares += mt_sum_squares(b->data, (long)u->numel);
+        float *slice = m->slice_grad + s->local;
+        m->gpt->unit_grad[unit] = NULL;
+        status = dp_reduce_scatter_unit(m, unit, b->data, slice, &work);
+        b->unit = -1;
+        return status ? status : dp_tree_add_unit(m, unit, slice, s->local, s->count, NULL, 0);
+    }
+    /* zero 0 and 1: in place in the full gradient, which the next pass adds into again */
+    float *grad = m->full_grad + u->offset;
+    m->local_sum_squares += mt_sum_squares(grad, (long)u->numel);
+    if (m->group && m->zero == 1)
+        status = dp_reduce_scatter_unit(m, unit, grad, grad + s->first, &work);
+    else
+        status = m->group ? dp_tree_allreduce(m, grad, u->numel) : MT_OK;
+    return status ? status : dp_tree_add_unit(m, unit, grad + s->first, u->offset + s->first,
+                                              s->count, grad, u->numel);
+}
+
 /* ---- parameters of zero 3 ---- */
 
 mt_status dp_drain_gathers(mt_dp_model *m)
@@ -329,6 +363,11 @@ mt_status dp_hook_after(void *context, mt_gpt *gpt, int unit, mt_gpt_pass pass)
      * backward finishes its gradient (each micro-batch's under zero 2 and 3). */
     int tied_copy = unit == mt_gpt_final_unit(gpt) &&
                     gpt->holding[mt_gpt_embed_unit()] == MT_UNIT_TIED_COPY;
+    if (m->tree_unit_pass) {
+        mt_status status = tree_unit_gradient(m, unit);
+        return status == MT_OK && tied_copy ? tree_unit_gradient(m, mt_gpt_embed_unit())
+                                            : status;
+    }
     if (m->zero >= 2) {
         mt_status status = scatter_unit_gradient(m, unit);
         return status == MT_OK && tied_copy ? scatter_unit_gradient(m, mt_gpt_embed_unit())

@@ -111,6 +111,7 @@ struct mt_dp_model {
      * per level below the top, gradient-arena sized, `tree_kept` of them), the scratch of the
      * group's tree reductions, and the square sums and bytes of the passes so far */
     int tree_passes, tree_levels;
+    int *tree_unit_pass; /* under a pipeline, [unit]: the unit's backwards done this step */
     mt_arena tree_arena;
     float **tree_kept;
     float *tree_scratch;
@@ -226,6 +227,13 @@ void dp_tree_destroy(mt_dp_model *m);
  * all-reduce (in place) */
 mt_status dp_tree_reduce_scatter_unit(mt_dp_model *m, int unit, const float *in, float *out);
 mt_status dp_tree_allreduce(mt_dp_model *m, float *buffer, size_t count);
+/* Under a pipeline: the unit's pass partial at `part` (n floats, at index `at` of the
+ * gradient arena, reduced over the group) joins the unit's tree as its next pass; before a
+ * later pass, `clear` (clear_n floats, the unit's gradient that backward adds into) is zeroed. */
+mt_status dp_tree_add_unit(mt_dp_model *m, int unit, float *part, size_t at, size_t n,
+                           float *clear, size_t clear_n);
+/* Under a pipeline, after the step's passes: every unit the stage holds ran each pass once. */
+mt_status dp_tree_check_units(const mt_dp_model *m);
 /* The norm as an exact sum, so where slices are cut and the threads cannot change it */
 mt_status dp_tree_grad_norm(mt_dp_model *m, double *norm);
 

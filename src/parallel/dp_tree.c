@@ -22,9 +22,9 @@ mt_status dp_tree_create(mt_dp_model *m, int passes)
     if ((1 << m->tree_levels) != passes)
         return mt_fail(MT_EINVAL, "data parallel: deterministic passes per step must be a power "
                                   "of 2, not %d", passes);
-    if (m->tensor_group || m->pipeline_group || m->embedding_group)
-        return mt_fail(MT_EINVAL, "data parallel: deterministic sums cover data parallelism "
-                                  "alone (no tensor or pipeline groups, no gradient hook)");
+    if (m->pipeline_group &&
+        !(m->tree_unit_pass = calloc((size_t)m->gpt->unit_count, sizeof *m->tree_unit_pass)))
+        return mt_fail(MT_ENOMEM, "data parallel: out of memory");
     size_t numel;
     grad_arena(m, &numel);
     m->tree_arena = (mt_arena){.name = "deterministic partials", .ledger = m->ledger,
@@ -50,6 +50,39 @@ void dp_tree_destroy(mt_dp_model *m)
 {
     mt_arena_free(&m->tree_arena);
     free(m->tree_kept);
+    free(m->tree_unit_pass);
+}
+
+mt_status dp_tree_add_unit(mt_dp_model *m, int unit, float *part, size_t at, size_t n,
+                           float *clear, size_t clear_n)
+{
+    int pass = m->tree_unit_pass[unit]++;
+    if (pass >= m->tree_passes)
+        return mt_fail(MT_EINVAL, "data parallel: unit %d ran backward %d times in a step of %d "
+                                  "deterministic passes", unit, pass + 1, m->tree_passes);
+    /* the binary counter of mt_dp_model_end_pass, on the unit's part of the partials */
+    int level = 0;
+    for (unsigned bits = (unsigned)pass; bits & 1; bits >>= 1, level++) {
+        const float *left = m->tree_kept[level] + at;
+        for (size_t i = 0; i < n; i++)
+            part[i] = left[i] + part[i];
+    }
+    if (pass + 1 < m->tree_passes) {
+        memcpy(m->tree_kept[level] + at, part, n * sizeof(float));
+        if (clear)
+            memset(clear, 0, clear_n * sizeof(float));
+    }
+    return MT_OK;
+}
+
+mt_status dp_tree_check_units(const mt_dp_model *m)
+{
+    for (int u = 0; u < m->gpt->unit_count; u++)
+        if (m->gpt->holding[u] != MT_UNIT_ABSENT && m->tree_unit_pass[u] != m->tree_passes)
+            return mt_fail(MT_EINVAL, "data parallel: unit %d ran backward %d times in a step "
+                                      "of %d deterministic passes", u, m->tree_unit_pass[u],
+                           m->tree_passes);
+    return MT_OK;
 }
 
 mt_status mt_dp_model_end_pass(mt_dp_model *m, int pass)
@@ -96,37 +129,76 @@ mt_status dp_tree_allreduce(mt_dp_model *m, float *buffer, size_t count)
     return status;
 }
 
-/* Calls visit(x, n) on each range of the reduced gradient this rank counts in the norm: its
- * slice of every tensor (zero 0: the whole, the same on every replica). */
+/* Runs body on each range x[0, n) of the reduced gradient this rank counts in the norm, so
+ * that every element counts once across the groups: its data-parallel slice of every tensor
+ * (zero 0: the whole, the same on every replica), a tensor that every tensor-parallel rank
+ * holds whole only on tensor-parallel rank 0, the tied embeddings on the first stage only. */
 #define FOR_OWNED(m, x, n, body)                                                               \
     for (int i_ = 0; i_ < (m)->gpt->param_count; i_++) {                                      \
         const mt_param_info *p_ = &(m)->gpt->params[i_];                                      \
         size_t lo_, hi_;                                                                       \
-        if (!dp_owned_range((m), i_, &lo_, &hi_))                                              \
+        if ((p_->shard.split_dim < 0 && (m)->gpt->tp.rank != 0) ||                             \
+            (m)->gpt->holding[p_->unit] == MT_UNIT_TIED_COPY ||                                \
+            !dp_owned_range((m), i_, &lo_, &hi_))                                              \
             continue;                                                                          \
         const float *x = dp_grad_at((m), p_->unit, lo_);                                       \
         long n = (long)(hi_ - lo_);                                                            \
         body;                                                                                  \
     }
 
+/* The groups whose ranks hold different parts of the gradient: the data-parallel one when
+ * ZeRO slices it, the tensor- and pipeline-parallel ones. */
+static int norm_groups(const mt_dp_model *m, mt_comm **groups)
+{
+    int n = 0;
+    mt_comm *all[3] = {m->zero > 0 ? m->group : NULL, m->tensor_group, m->pipeline_group};
+    for (int i = 0; i < 3; i++)
+        if (all[i] && mt_comm_size(all[i]) > 1)
+            groups[n++] = all[i];
+    return n;
+}
+
+/* The 128-bit sums of every rank of each group, added exactly (the order does not matter). */
+static mt_status sum_exactly(mt_comm **groups, int count, unsigned __int128 *total)
+{
+    mt_status status = MT_OK;
+    for (int g = 0; g < count && status == MT_OK; g++) {
+        int size = mt_comm_size(groups[g]);
+        uint64_t mine[2] = {(uint64_t)*total, (uint64_t)(*total >> 64)};
+        uint64_t *all = malloc(2 * (size_t)size * sizeof *all);
+        status = all ? mt_comm_allgather(groups[g], mine, all, 2, MT_I64)
+                     : mt_fail(MT_ENOMEM, "gradient norm: out of memory");
+        if (status == MT_OK)
+            *total = 0;
+        for (int r = 0; status == MT_OK && r < size; r++)
+            *total += (unsigned __int128)all[2 * r + 1] << 64 | all[2 * r];
+        free(all);
+    }
+    return status;
+}
+
 mt_status dp_tree_grad_norm(mt_dp_model *m, double *norm)
 {
     /* Each square scaled so the largest is below 2^62, rounded to an integer and summed in 128
-     * bits: exact, so neither the cut of the slices nor the order of the ranks' sums nor the
-     * threads can change it (rounding drops squares below 2^-62 of the largest, far under the
-     * float gradient's own precision). */
-    mt_comm *group = m->zero > 0 ? m->group : NULL;
+     * bits: exact, so neither the cut of the slices, tensors and stages nor the order of the
+     * ranks' sums nor the threads can change it (rounding drops squares below 2^-62 of the
+     * largest, far under the float gradient's own precision). */
+    mt_comm *groups[3];
+    int count = norm_groups(m, groups);
     float most = 0.0f;
     FOR_OWNED(m, x, n, {
         float here = mt_max_abs(x, n);
         most = here > most || here != here ? here : most;
     });
     double start = mt_clock_seconds();
-    mt_status status = group ? mt_comm_allreduce(group, &most, &most, 1, MT_F32, MT_MAX) : MT_OK;
+    mt_status status = MT_OK;
+    for (int g = 0; g < count && status == MT_OK; g++)
+        status = mt_comm_allreduce(groups[g], &most, &most, 1, MT_F32, MT_MAX);
     if (status || !isfinite(most) || most == 0.0f) {
         m->wait_seconds += mt_clock_seconds() - start;
         *norm = status ? NAN : (double)most;
-        return status ? mt_fail_context(status, "gradient norm across the data-parallel group")
+        return status ? mt_fail_context(status, "gradient norm across the data-, tensor- and "
+                                                "pipeline-parallel groups")
                       : MT_OK;
     }
     int exponent;
@@ -135,17 +207,10 @@ mt_status dp_tree_grad_norm(mt_dp_model *m, double *norm)
     uint64_t sum[2] = {0, 0};
     FOR_OWNED(m, x, n, mt_sum_squares_fixed(x, n, shift, sum));
     unsigned __int128 total = (unsigned __int128)sum[1] << 64 | sum[0];
-    if (group) {
-        int size = m->size;
-        uint64_t *all = malloc(2 * (size_t)size * sizeof *all);
-        status = all ? mt_comm_allgather(group, sum, all, 2, MT_I64)
-                     : mt_fail(MT_ENOMEM, "gradient norm: out of memory");
-        total = 0;
-        for (int r = 0; status == MT_OK && r < size; r++)
-            total += (unsigned __int128)all[2 * r + 1] << 64 | all[2 * r];
-        free(all);
-    }
+    status = sum_exactly(groups, count, &total);
     m->wait_seconds += mt_clock_seconds() - start;
     *norm = sqrt(ldexp((double)total, -shift));
-    return status ? mt_fail_context(status, "gradient norm across the data-parallel group") : MT_OK;
+    return status ? mt_fail_context(status, "gradient norm across the data-, tensor- and "
+                                            "pipeline-parallel groups")
+                  : MT_OK;
 }

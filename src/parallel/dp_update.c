@@ -18,6 +18,8 @@ void mt_dp_model_begin_micro(mt_dp_model *m, int micro, int micro_count)
     m->deferred_count = 0;
     memset(m->reduced, 0, (size_t)m->gpt->unit_count);
     m->comm_bytes = 0;
+    if (m->tree_unit_pass)
+        memset(m->tree_unit_pass, 0, (size_t)m->gpt->unit_count * sizeof *m->tree_unit_pass);
     if (m->full_grad) /* zero 2 and 3: the first micro-batch's reduction overwrites the slice */
         memset(m->full_grad, 0, m->gpt->numel * sizeof(float));
 }
@@ -51,6 +53,8 @@ mt_status mt_dp_model_finish_gradients(mt_dp_model *m, double *local_sum_squares
     mt_status started = dp_start_deferred(m); /* --overlap off: the reductions start here */
     mt_status status = dp_drain_pending(m);
     status = started ? started : status;
+    if (status == MT_OK && m->tree_unit_pass)
+        status = dp_tree_check_units(m);
     if (status == MT_OK)
         status = dp_hybrid_reduce(m);
     if (status == MT_OK && m->grad_comm)

@@ -272,6 +272,8 @@ static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_act
         status = mt_gpt_chunk_forward(r->gpt, &loss);
         if (mt_gpt_chunk_is_last(r->gpt))
             st->report->loss_sum += loss;
+        if (status == MT_OK && mt_gpt_chunk_is_last(r->gpt) && st->batch->loss)
+            st->batch->loss(st->batch->context, a->micro, loss);
     } else if (a->op == MT_PP_WEIGHT) {
         /* the blocks' gradients are final after the chunk's last W */
         mt_dp_model_set_last_backward(r->model, index == r->last_weight[a->chunk]);

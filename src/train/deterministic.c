@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "local_sgd.h"
+#include "meshtrain/pipeline.h"
 
 static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
@@ -30,13 +31,12 @@ mt_status trainer_deterministic_plan(const mt_config *c, mt_run_plan *p)
                                   "one balanced binary tree over the batch's groups, which only "
                                   "a power-of-2 count of micro-batches cuts into whole subtrees",
                        c->microbatches);
-    if (p->shape.tp > 1 || p->shape.pp > 1)
-        return refuse("'tp', 'pp'", "deterministic sums cover data parallelism alone; tensor "
-                                    "and pipeline parallelism reduce in their own order (use "
-                                    "tp 1 and pp 1, or deterministic off)");
-    if (strcmp(c->precision, "fp32") != 0)
-        return refuse("'precision'", "deterministic sums are made and tested in fp32 only (use "
-                                     "precision fp32, or deterministic off)");
+    /* a unit's tree counts its backwards, which these schedules run in micro-batch order */
+    if (p->shape.pp > 1 && p->schedule_kind == MT_PP_ZB1)
+        return refuse("'pp', 'schedule'", "the zb1 schedule splits each backward into input "
+                                          "and weight passes, which the deterministic tree "
+                                          "does not cover (use schedule gpipe, 1f1b or "
+                                          "interleaved, or deterministic off)");
     if (strcmp(c->grad_comm, "allreduce") != 0)
         return refuse("'grad_comm'", "a gradient-communication hook sums in its own order (use "
                                      "grad_comm allreduce, or deterministic off)");

@@ -6,10 +6,11 @@
 #include "meshtrain/comm.h"
 #include "meshtrain/run_plan.h"
 
-/* The plan's rules and sizes: dp and microbatches powers of 2, fp32, no tp, pp, local steps or
- * gradient hook (each refusal naming the keys and saying why); the groups: G, the largest power
- * of 2 dividing the batch, groups of g = batch / G sequences; each rank runs G / dp passes of
- * one group (plan->passes, plan->micro_sequences = g). Off: passes are the micro-batches. */
+/* The plan's rules and sizes: dp and microbatches powers of 2, no zb1 schedule, local steps
+ * or gradient hook (each refusal naming the keys and saying why); the groups: G, the
+ * largest power of 2 dividing the batch, groups of g = batch / G sequences; each rank runs
+ * G / dp passes of one group (plan->passes, plan->micro_sequences = g), a pipeline's
+ * micro-batches. Off: passes are the micro-batches. */
 mt_status trainer_deterministic_plan(const mt_config *cfg, mt_run_plan *plan);
 
 /* The mean of the batch's group losses: this rank's, losses[passes] (pass j is group j dp +

@@ -268,7 +268,7 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
     if (status == MT_OK)
         status = trainer_deterministic_plan(cfg, out);
     if (status == MT_OK && out->shape.pp > 1)
-        status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, cfg->microbatches,
+        status = mt_pp_schedule_create(out->schedule_kind, out->shape.pp, out->passes,
                                        out->chunks, &out->schedule);
     if (status == MT_OK && out->shape.pp > 1)
         status = mt_pp_schedule_check(&out->schedule);

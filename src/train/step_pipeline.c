@@ -1,7 +1,10 @@
 /* The pipelined passes of a step: this rank's stage runs its part of the plan's schedule
  * (mt_pp_runner), activations and gradients travelling between stages; and the measured bubble. */
 #include <stdlib.h>
+#include <string.h>
 
+#include "meshtrain/clock.h"
+#include "deterministic.h"
 #include "trainer_internal.h"
 
 /* This rank's sequences of micro-batch `micro`: its data-parallel slice of the global batch's
@@ -20,6 +23,13 @@ static void before_forward(void *context, int micro)
     (void)micro;
     trainer *tr = context;
     trainer_fault_hook(&tr->state.fault, FAULT_AT_FORWARD, tr->state.pp_step, NULL);
+}
+
+/* deterministic: each micro-batch (a group of the batch) keeps its loss for the groups' tree */
+static void keep_loss(void *context, int micro, float loss)
+{
+    trainer *tr = context;
+    tr->state.group_losses[micro] = loss;
 }
 
 mt_status trainer_pipeline_start(trainer *tr)
@@ -50,12 +60,21 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
     trainer_state *st = &tr->state;
     trainer_outputs *out = &tr->out;
     st->pp_step = step;
-    mt_pp_batch batch = {tr, load_micro, before_forward};
+    mt_pp_batch batch = {tr, load_micro, before_forward, tr->cfg->deterministic ? keep_loss : NULL};
     mt_pp_step_report report;
+    if (tr->cfg->deterministic) /* the stages without the head keep zeros */
+        memset(st->group_losses, 0, (size_t)tr->plan->passes * sizeof *st->group_losses);
     int t = tr->cfg->context / mt_mesh_cp(&tr->plan->shape); /* a context-parallel rank's */
     mt_status status = mt_pp_runner_step(st->runner, &batch, tr->plan->micro_sequences, t,
                                          loss_scale, out->trace, &report);
     *loss_sum = report.loss_sum;
+    if (status == MT_OK && tr->cfg->deterministic) {
+        /* the groups' tree over the data-parallel group (each of its ranks on this stage) */
+        double start = mt_clock_seconds();
+        status = trainer_deterministic_loss(st->dp, st->group_losses, tr->plan->passes,
+                                            st->group_gather, &st->group_mean_loss);
+        out->wait_seconds += mt_clock_seconds() - start;
+    }
     trainer_account *a = &out->account;
     if (a->on) {
         a->step[PART_FORWARD] += report.forward;
@@ -115,8 +134,8 @@ mt_status trainer_report_pipeline(trainer *tr, FILE *out)
         o->stage_reserved[s] = (int)all[N * r + 3];
     }
     free(all);
-    o->bubble_expected = mt_pp_bubble_expected(tr->plan->schedule_kind, p, tr->cfg->microbatches,
-                                               tr->plan->chunks);
+    o->bubble_expected = mt_pp_bubble_expected(tr->plan->schedule_kind, p,
+                                               tr->plan->schedule.micros, tr->plan->chunks);
     if (status || !out)
         return status;
     fprintf(out, "pipeline bubble (idle share of each stage's pipeline time, timed steps):");

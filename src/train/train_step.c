@@ -64,9 +64,9 @@ mt_status trainer_prefetch_begin(trainer *tr)
                                   draw_key, tr);
 }
 
-/* Each rank's entry in the vector check_finite reduces: its loss, then its gradient's local
- * sum of squares. */
-enum finite_entry { ENTRY_LOSS, ENTRY_GRADIENT, ENTRIES };
+/* Each rank's entry in the vector check_finite reduces: its loss, its gradient's local sum of
+ * squares, and (deterministic) the step's mean loss in the groups' tree where it has one. */
+enum finite_entry { ENTRY_LOSS, ENTRY_GRADIENT, ENTRY_MEAN, ENTRIES };
 
 /* Names the ranks whose entry `which` is not finite, with their place on the mesh: "2
  * (data-parallel 1, tensor-parallel 0)"; a NaN gradient reaches every rank of a
@@ -107,6 +107,8 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
     memset(all, 0, ENTRIES * (size_t)n * sizeof *all);
     all[ENTRIES * tr->state.rank + ENTRY_LOSS] = loss_sum;
     all[ENTRIES * tr->state.rank + ENTRY_GRADIENT] = local_squares;
+    all[ENTRIES * tr->state.rank + ENTRY_MEAN] = tr->cfg->deterministic ? tr->state.group_mean_loss
+                                                                         : 0;
     double start = mt_clock_seconds();
     mt_status status = n > 1 ? mt_comm_allreduce(tr->state.world, all, all, ENTRIES * (size_t)n,
                                                  MT_F64, MT_SUM)
@@ -116,7 +118,8 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
     for (int r = 0; r < n; r++)
         if (mt_mesh_coord_of(&tr->plan->shape, r).tp == 0)
             total += all[ENTRIES * r + ENTRY_LOSS];
-    for (enum finite_entry which = ENTRY_LOSS; status == MT_OK && which < ENTRIES; which++) {
+    for (enum finite_entry which = ENTRY_LOSS; status == MT_OK && which <= ENTRY_GRADIENT;
+         which++) {
         char ranks[512];
         int any_nan = 0, count = describe_ranks(tr, all, n, which, ranks, sizeof ranks, &any_nan);
         if (which == ENTRY_GRADIENT && tr->state.scaler.active) {
@@ -130,8 +133,11 @@ static mt_status check_finite(trainer *tr, int step, double loss_sum, double loc
                              any_nan ? "NaN" : "infinite",
                              count > 1 ? "s" : "", ranks);
     }
-    /* deterministic: the groups' tree, not the ranks' sum in the all-reduce's order */
-    *loss = tr->cfg->deterministic ? tr->state.group_mean_loss
+    /* deterministic: the groups' tree, not the ranks' sum in the all-reduce's order; the
+     * last stage's (of replica 0, tensor-parallel rank 0), the only non-zero addend of its
+     * entry, so exact */
+    int last = mt_mesh_rank_of(&tr->plan->shape, (mt_mesh_coord){0, tr->plan->shape.pp - 1, 0});
+    *loss = tr->cfg->deterministic ? all[ENTRIES * last + ENTRY_MEAN]
                                    : total / ((double)tr->cfg->microbatches * tr->plan->shape.dp);
     return status;
 }

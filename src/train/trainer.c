@@ -179,7 +179,7 @@ static void print_pipeline(const trainer *tr, FILE *out)
     const mt_config *cfg = tr->cfg;
     int p = tr->plan->shape.pp, v = tr->plan->chunks;
     fprintf(out, "pipeline: pp %d, schedule %s, %d micro-batches, %d chunk%s per stage, layers "
-                 "%s; stage layers:", p, cfg->schedule, cfg->microbatches, v, v > 1 ? "s" : "",
+                 "%s; stage layers:", p, cfg->schedule, tr->plan->schedule.micros, v, v > 1 ? "s" : "",
             tr->plan->balance_by_cost ? "balanced by measured cost" : "split evenly");
     for (int s = 0; s < p; s++) {
         fprintf(out, " %d [", s);

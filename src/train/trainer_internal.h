@@ -53,6 +53,7 @@ typedef struct trainer_state {
     mt_comm *dp;      /* the data-parallel group, NULL for one replica */
     mt_comm *tp;      /* the tensor-parallel group, NULL when the model is whole */
     mt_cp_ring *cp_ring; /* the context-parallel group's ring, NULL for whole sequences */
+    mt_tp_tree *tp_tree; /* deterministic: its sums' tree and scratch (NULL otherwise) */
     int rank;         /* in the world */
     mt_mesh_coord at; /* on the mesh (all 0 for one process) */
     mt_thread_count threads; /* this rank's, and where the figure came from */
@@ -65,7 +66,8 @@ typedef struct trainer_state {
      * NAN when the corpus folder does not record its bytes */
     double val_bpb_per_loss;
     int32_t *inputs, *targets; /* one micro-batch of this rank */
-    double *finite_checks;     /* every rank's loss and gradient square sum (train_step.c) */
+    double *finite_checks;     /* every rank's loss, gradient square sum and deterministic mean
+                                * loss (train_step.c) */
     /* deterministic: each pass's loss, the group's gathered (2 x groups), and the step's mean
      * loss over them in the groups' tree (step_groups.c) */
     double *group_losses, *group_gather, group_mean_loss;

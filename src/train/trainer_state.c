@@ -202,7 +202,11 @@ static mt_status build_model(trainer *tr, int parameters_only)
     mt_gpt_tensor_parallel split = mt_tensor_parallel_over(st->tp, cfg->sp);
     mt_gpt_stage stage;
     mt_gpt_options kernels = {0};
-    mt_status status = mt_gpt_recompute_parse(cfg->recompute, &kernels.recompute);
+    /* deterministic: the tensor-parallel sums in a fixed tree over the group */
+    mt_status status = cfg->deterministic ? mt_tp_tree_create(st->tp, cfg->sp, &st->tp_tree, &split)
+                                          : MT_OK;
+    if (status == MT_OK)
+        status = mt_gpt_recompute_parse(cfg->recompute, &kernels.recompute);
     if (status == MT_OK)
         status = mt_gpt_attention_parse(cfg->attention, &kernels.attention);
     if (status == MT_OK)
@@ -311,7 +315,7 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
     size_t tokens = (size_t)tr->plan->micro_sequences * cfg->context;
     st->inputs = malloc(tokens * sizeof *st->inputs);
     st->targets = malloc(tokens * sizeof *st->targets);
-    st->finite_checks = calloc(2 * (size_t)tr->plan->world_size, sizeof *st->finite_checks);
+    st->finite_checks = calloc(3 * (size_t)tr->plan->world_size, sizeof *st->finite_checks);
     size_t groups = (size_t)tr->plan->passes * (size_t)tr->plan->shape.dp;
     st->group_losses = calloc((size_t)tr->plan->passes, sizeof *st->group_losses);
     st->group_gather = calloc(2 * groups, sizeof *st->group_gather);
@@ -344,6 +348,8 @@ void trainer_state_close(trainer *tr)
     mt_gpt_destroy(&st->gpt);
     mt_cp_ring_destroy(st->cp_ring);
     st->cp_ring = NULL;
+    mt_tp_tree_destroy(st->tp_tree);
+    st->tp_tree = NULL;
     mt_mesh_destroy(st->mesh);
     mt_tokens_close(&st->train_tokens);
     mt_tokens_close(&st->val_tokens);

@@ -57,8 +57,8 @@ refused one_process "config keys 'dp', 'pp' and 'tp'" --dp 2
 refused heads_width "config keys 'heads' and 'width'" --nproc 2 --width 33
 refused deterministic_dp "config keys 'deterministic' and 'dp': dp 3 is not a power of 2" \
   --nproc 3 --batch 6 --deterministic on
-refused deterministic_tp "config keys 'deterministic' and 'tp', 'pp'" --nproc 2 --tp 2 \
-  --deterministic on
+refused deterministic_zb1 "config keys 'deterministic' and 'pp', 'schedule': the zb1 schedule" \
+  --nproc 2 --pp 2 --microbatches 2 --schedule zb1 --deterministic on
 
 if ((failed)); then
   echo "$failed layout(s) not refused as they should be"

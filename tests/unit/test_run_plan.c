@@ -83,12 +83,9 @@ int main(void)
             "on", "batch", "12");
     REFUSED(1, "config keys 'deterministic' and 'microbatches': 3 micro-batches is not a power "
                "of 2", "deterministic", "on", "batch", "12", "microbatches", "3");
-    REFUSED(2, "config keys 'deterministic' and 'tp', 'pp': deterministic sums cover data "
-               "parallelism alone", "deterministic", "on", "tp", "2");
-    REFUSED(2, "config keys 'deterministic' and 'tp', 'pp'", "deterministic", "on", "pp", "2",
-            "microbatches", "2", "layers", "2");
-    REFUSED(1, "config keys 'deterministic' and 'precision'", "deterministic", "on", "precision",
-            "bf16");
+    REFUSED(2, "config keys 'deterministic' and 'pp', 'schedule': the zb1 schedule splits",
+            "deterministic", "on", "pp", "2", "microbatches", "2", "layers", "2", "schedule",
+            "zb1");
     REFUSED(2, "config keys 'deterministic' and 'grad_comm'", "deterministic", "on", "grad_comm",
             "powersgd");
     REFUSED(2, "config keys 'deterministic' and 'local_steps', 'outer_optimizer'",
@@ -111,5 +108,22 @@ int main(void)
     CHECK_MSG(plan.micro_sequences == 3 && plan.passes == 4, "groups of %d, %d passes",
               plan.micro_sequences, plan.passes);
     mt_run_plan_free(&plan);
+    /* under a pipeline the passes are the schedule's micro-batches, one group each, whatever
+     * --microbatches; tensor parallelism and half precision are covered */
+    const char *covered[][2] = {{"pp", "2"}, {"tp", "2"}, {"precision", "bf16"}};
+    for (int i = 0; i < 3; i++) {
+        mt_config_defaults(&c);
+        CHECK(mt_config_set(&c, "deterministic", "on", "test") == MT_OK);
+        CHECK(mt_config_set(&c, "batch", "24", "test") == MT_OK);
+        CHECK(mt_config_set(&c, "microbatches", "2", "test") == MT_OK);
+        CHECK(mt_config_set(&c, "layers", "2", "test") == MT_OK);
+        CHECK(mt_config_set(&c, covered[i][0], covered[i][1], "test") == MT_OK);
+        CHECK_MSG(mt_run_plan_resolve(&c, i < 2 ? 2 : 1, &plan) == MT_OK, "deterministic, %s %s: "
+                  "%s", covered[i][0], covered[i][1], mt_last_error());
+        CHECK_MSG(i != 0 || (plan.schedule.micros == 8 && plan.micro_sequences == 3),
+                  "pp 2: %d micro-batches of %d sequences", plan.schedule.micros,
+                  plan.micro_sequences);
+        mt_run_plan_free(&plan);
+    }
     return check_summary("test_run_plan");
 }

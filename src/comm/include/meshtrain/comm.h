@@ -114,6 +114,11 @@ size_t mt_comm_tree_scratch(int size, size_t count);
 mt_status mt_comm_reduce_scatter_tree(mt_comm *comm, const float *send, float *recv, size_t count,
                                       float *scratch);
 mt_status mt_comm_allreduce_tree(mt_comm *comm, float *buffer, size_t count, float *scratch);
+/* The reduce-scatter's tree over blocks of any sizes: rank r's is counts[r] floats, after the
+ * blocks of the ranks before it. `scratch` holds mt_comm_tree_scratchv(size, counts) floats. */
+size_t mt_comm_tree_scratchv(int size, const size_t *counts);
+mt_status mt_comm_reduce_scatterv_tree(mt_comm *comm, const float *send, float *recv,
+                                       const size_t *counts, float *scratch);
 /* The local tree: piece 0 (of n, `stride` floats apart, `count` each) becomes their sum, piece
  * i taking piece i + 1, then i + 2, ... level by level. */
 void mt_reduce_tree_f32(float *pieces, size_t stride, int n, size_t count);

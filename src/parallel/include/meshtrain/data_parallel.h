@@ -96,7 +96,12 @@ typedef struct mt_dp_options {
     int deterministic_passes; /* --deterministic on: the passes this rank runs per step (a power
                                * of 2), each its own begin_micro(0, 1) ... finish_gradients,
                                * then mt_dp_model_end_pass; the group's sums in a fixed tree
-                               * (mt_comm_*_tree) and an exact norm. 0: off */
+                               * (mt_comm_*_tree) and an exact norm. Under a pipeline
+                               * (pipeline_group set) the passes are the schedule's
+                               * micro-batches, one begin_micro(0, passes) per step: each
+                               * unit's gradient is reduced and added into its own tree as its
+                               * backward of each micro-batch ends (a unit's backwards run in
+                               * micro-batch order), with no end_pass. 0: off */
     /* What travels (mt_comm_*_wire): MT_F32 (the zero default) or MT_BF16, half the bytes.
      * grad_wire: the gradient reductions (DDP all-reduce, ZeRO reduce-scatter; every rank's
      * rounded gradient summed in f32); param_wire: zero 3's gathers of a unit for a pass (the

@@ -31,6 +31,9 @@ typedef struct mt_pp_batch {
     /* Optional: called before micro-batch `micro`'s first forward pass on this stage, inside
      * its busy time (a test's slow rank spends its extra compute there). */
     void (*before_forward)(void *context, int micro);
+    /* Optional: called on the last stage with micro-batch `micro`'s mean loss once its
+     * forward has computed it (the deterministic loss sums them in its own tree). */
+    void (*loss)(void *context, int micro, float loss);
 } mt_pp_batch;
 
 /* What one step of the schedule did on this stage. */

@@ -11,4 +11,13 @@
  * model made with the result. */
 mt_gpt_tensor_parallel mt_tensor_parallel_over(mt_comm *group, int sequence_parallel);
 
+/* --deterministic on: the same split, its float sums (all-reduces and reduce-scatters) in the
+ * comm layer's fixed tree over the group's ranks (mt_comm_*_tree), so their bits depend on
+ * the tensor-parallel size alone, never on the back end or the rest of the mesh. *tree holds
+ * the scratch (NULL for a group of one); destroy it after every model made with *out. */
+typedef struct mt_tp_tree mt_tp_tree;
+mt_status mt_tp_tree_create(mt_comm *group, int sequence_parallel, mt_tp_tree **tree,
+                            mt_gpt_tensor_parallel *out);
+void mt_tp_tree_destroy(mt_tp_tree *tree);
+
 #endif
