@@ -4,33 +4,9 @@
 #include <string.h>
 
 #include "channel_internal.h"
+#include "meshtrain/byte_order.h"
 #include "meshtrain/checksum.h"
 #include "meshtrain/rng.h"
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* The header's bytes before the checksum. */
 enum { COVERED = 40 };
@@ -45,33 +21,33 @@ static uint64_t checksum_of(const uint8_t raw[CHANNEL_HEADER_BYTES], const void 
 void comm_channel_header_encode(channel_header *h, const void *payload,
                                 uint8_t out[CHANNEL_HEADER_BYTES])
 {
-    put32(out, CHANNEL_MAGIC);
-    put32(out + 4, h->kind);
-    put32(out + 8, (uint32_t)h->sender);
-    put32(out + 12, h->incarnation);
-    put64(out + 16, h->seq);
-    put32(out + 24, (uint32_t)h->tag);
-    put32(out + 28, 0);
-    put64(out + 32, h->bytes);
+    mt_put_le32(out, CHANNEL_MAGIC);
+    mt_put_le32(out + 4, h->kind);
+    mt_put_le32(out + 8, (uint32_t)h->sender);
+    mt_put_le32(out + 12, h->incarnation);
+    mt_put_le64(out + 16, h->seq);
+    mt_put_le32(out + 24, (uint32_t)h->tag);
+    mt_put_le32(out + 28, 0);
+    mt_put_le64(out + 32, h->bytes);
     h->checksum = checksum_of(out, payload, h->bytes);
-    put64(out + 40, h->checksum);
+    mt_put_le64(out + 40, h->checksum);
 }
 
 mt_status comm_channel_header_decode(const uint8_t in[CHANNEL_HEADER_BYTES], size_t max_bytes,
                                      channel_header *h)
 {
-    uint32_t magic = get32(in);
+    uint32_t magic = mt_get_le32(in);
     if (magic != CHANNEL_MAGIC)
         return mt_fail(MT_EFORMAT, "a frame with magic 0x%08x, not 0x%08x (the stream lost its "
                                    "place)", magic, CHANNEL_MAGIC);
-    h->kind = get32(in + 4);
-    h->sender = (int32_t)get32(in + 8);
-    h->incarnation = get32(in + 12);
-    h->seq = get64(in + 16);
-    h->tag = (int32_t)get32(in + 24);
-    h->bytes = get64(in + 32);
-    h->checksum = get64(in + 40);
-    if (h->kind < CHANNEL_DATA || h->kind > CHANNEL_BYE || get32(in + 28) != 0)
+    h->kind = mt_get_le32(in + 4);
+    h->sender = (int32_t)mt_get_le32(in + 8);
+    h->incarnation = mt_get_le32(in + 12);
+    h->seq = mt_get_le64(in + 16);
+    h->tag = (int32_t)mt_get_le32(in + 24);
+    h->bytes = mt_get_le64(in + 32);
+    h->checksum = mt_get_le64(in + 40);
+    if (h->kind < CHANNEL_DATA || h->kind > CHANNEL_BYE || mt_get_le32(in + 28) != 0)
         return mt_fail(MT_EFORMAT, "a frame of unknown kind %u", h->kind);
     if (h->kind != CHANNEL_DATA && h->bytes != 0)
         return mt_fail(MT_EFORMAT, "a control frame (kind %u) with %llu payload bytes", h->kind,

@@ -60,18 +60,23 @@ expect_in "$out.node0" "error: launch: attempt 1 cannot start: the launcher of n
 [ "$failed" = 0 ] && echo "ok the same loss under --nnodes 2 fails at once ($((SECONDS - started)) s): $(grep -o 'attempt 1 cannot start[^(]*' "$out.node0")"
 
 # --- a launcher killed while its workers sleep: only node 0's launcher can notice ----------
+# sleepy_nodes LOG: two launchers (pids $pid0 and $pid1) on a new port whose workers sleep on
+# the first attempt and end at once on a restart, once node 1's workers run.
+sleepy_nodes() {
+  local sleepy='echo "rank $RANK of $WORLD_SIZE"; [ "$MT_RESTART_COUNT" = 0 ] && exec sleep 60; exit 0'
+  port=$((port + 1))
+  started=$SECONDS
+  node "$1.node0" 0 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
+  pid0=$!
+  node "$1.node1" 1 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
+  pid1=$!
+  for _ in $(seq 150); do
+    grep -q "rank 3 of 4" "$1.node1" && break
+    sleep 0.1
+  done
+}
 log="$scratch/asleep"
-port=$((port + 1))
-started=$SECONDS
-sleepy='echo "rank $RANK of $WORLD_SIZE"; [ "$MT_RESTART_COUNT" = 0 ] && exec sleep 60; exit 0'
-node "$log.node0" 0 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
-pid0=$!
-node "$log.node1" 1 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
-pid1=$!
-for _ in $(seq 150); do
-  grep -q "rank 3 of 4" "$log.node1" && break
-  sleep 0.1
-done
+sleepy_nodes "$log"
 pkill -KILL -f -- "launch --node-rank 1 --master 127.0.0.1:$port" || fail "no launcher of node 1 to kill"
 wait_for rc0 $pid0; wait_for rc1 $pid1
 [ "$rc0" = 0 ] || fail "asleep: node 0 exited $rc0, not 0"
@@ -84,17 +89,8 @@ expect_in "$log.node0" "\[1\] rank 1 of 2" "asleep: restarted alone"
 # says nothing to the store past the silence limit (the join timeout, at least the 3 s grace
 # plus 5 s), so node 0 takes its node for lost and restarts alone
 log="$scratch/stopped"
-port=$((port + 1))
-started=$SECONDS
 join_seconds=3
-node "$log.node0" 0 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
-pid0=$!
-node "$log.node1" 1 --nnodes 1:2 --max-restarts 1 -- sh -c "$sleepy"
-pid1=$!
-for _ in $(seq 150); do
-  grep -q "rank 3 of 4" "$log.node1" && break
-  sleep 0.1
-done
+sleepy_nodes "$log"
 launcher1=$(pgrep -f -- "launch --node-rank 1 --master 127.0.0.1:$port" || true)
 if [ -n "$launcher1" ]; then
   kill -STOP $launcher1
