@@ -326,7 +326,7 @@ static void refuse(mt_channel *ch, int index, int peer, const char *fmt, ...)
     va_start(args, fmt);
     vsnprintf(why, sizeof why, fmt, args);
     va_end(args);
-    snprintf(e.reason, sizeof e.reason, "rank %d refused a connection from %s: %s", ch->rank,
+    snprintf(e.reason, sizeof e.reason, "rank %d refused a connection from %s: %.140s", ch->rank,
              c->from, why);
     close(c->fd);
     ch->pending[index] = ch->pending[--ch->n_pending];
