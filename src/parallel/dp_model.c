@@ -111,7 +111,10 @@ static mt_status plan_slices(mt_dp_model *m)
 static int held(const mt_gpt *gpt, int unit) { return gpt->holding[unit] != MT_UNIT_ABSENT; }
 
 /* DDP buckets, in the order backward finishes units (the final norm's first, the embeddings'
- * last): consecutive held units (contiguous in the state) until a bucket holds bucket_bytes. */
+ * last): consecutive held units (contiguous in the state) while they fit in bucket_bytes (a
+ * unit larger than that alone). A bucket's all-reduce starts when its lowest unit finishes, so
+ * the last bucket's runs after backward: kept to the last block and the embeddings rather than
+ * two blocks, it is the shortest wait the unit-sized hooks allow. */
 static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
 {
     const mt_gpt *gpt = m->gpt;
@@ -133,9 +136,11 @@ static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
     for (int u = last; u >= lowest; u--) {
         if (!held(gpt, u))
             continue;
-        size_t bytes = (gpt->units[last].offset + gpt->units[last].numel - gpt->units[u].offset) *
-                       sizeof(float);
-        if (bytes >= bucket_bytes || u == lowest) {
+        int below = u - 1; /* the next held unit down, which would join this bucket */
+        while (below >= lowest && !held(gpt, below))
+            below--;
+        size_t end = gpt->units[last].offset + gpt->units[last].numel;
+        if (below < lowest || (end - gpt->units[below].offset) * sizeof(float) > bucket_bytes) {
             const mt_unit *lo = &gpt->units[u];
             m->buckets[m->bucket_count++] = (dp_bucket){
                 u, last, lo->offset, gpt->units[last].offset + gpt->units[last].numel - lo->offset};
