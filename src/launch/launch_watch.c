@@ -88,10 +88,11 @@ int launch_stop_signal_of(void *context)
     return take_signals(context, &dump_asked);
 }
 
-static void wait_for_events(agent *a, worker_set *s, double seconds)
+/* fds: room for 1 + 2 * s->count (made once by launch_watch: the loop turns for as long as
+ * the job runs, and allocates nothing per turn), or NULL. */
+static void wait_for_events(agent *a, worker_set *s, struct pollfd *fds, double seconds)
 {
     /* The signalfd, then every open output pipe. */
-    struct pollfd *fds = calloc(1 + 2 * (size_t)s->count, sizeof *fds);
     nfds_t n = 0;
     if (fds) {
         fds[n++] = (struct pollfd){.fd = a->signal_fd, .events = POLLIN};
@@ -106,7 +107,6 @@ static void wait_for_events(agent *a, worker_set *s, double seconds)
         (void)poll(fds, n, ms);
     else
         mt_clock_nap(ms / 1000.0); /* out of memory: the loop still advances, a little later */
-    free(fds);
 }
 
 /* Workers that died and the failure policy dropped: each is logged, and started again alone
@@ -139,6 +139,7 @@ void launch_watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
     shutdown_clock c = {.started = -1, .term_sent = -1};
     double next_poll = 0, analyse_at = -1;
     const worker *named = NULL; /* the local failure described in out */
+    struct pollfd *fds = calloc(1 + 2 * (size_t)s->count, sizeof *fds);
     for (;;) {
         int alive = launch_workers_reap(s);
         handle_dropped(a, s, out);
@@ -155,8 +156,10 @@ void launch_watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
             out->failed = 1;
             named = first;
         }
-        if (alive == 0)
+        if (alive == 0) {
+            free(fds);
             return;
+        }
         if (!out->failed && now >= next_poll) {
             next_poll = now + STORE_POLL_SECONDS;
             out->failed = launch_failure_elsewhere(a, attempt, out) ||
@@ -183,7 +186,7 @@ void launch_watch(agent *a, worker_set *s, int attempt, attempt_outcome *out)
             mt_flight_analyze(a->dump_dir, a->world, a->report);
             analyse_at = -1;
         }
-        wait_for_events(a, s, advance_shutdown(a, s, &c, now));
+        wait_for_events(a, s, fds, advance_shutdown(a, s, &c, now));
     }
 }
 

@@ -56,6 +56,9 @@ struct mt_dp_model {
     mt_arena gathered_arena, grad_buffer_arena; /* the dp_buffers' memory (zero 3, zero 2-3) */
     float *full_param, *slice_param; /* zero 0-2: full; zero 3: slices */
     float *full_grad, *slice_grad;   /* zero 0-1: full; zero 2-3: slices */
+    void *shared_grad;  /* zero 0 over a group: full_grad in the group's registered memory, so
+                         * shm buckets reduce in place with no staging copy (else NULL) */
+    size_t shared_grad_bytes;
     float *moment_m, *moment_v;      /* at slices[u].local */
 
     /* zero 3: gathered parameters. The root (embeddings, final norm) stays while valid; blocks

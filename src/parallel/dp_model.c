@@ -111,7 +111,10 @@ static mt_status plan_slices(mt_dp_model *m)
 static int held(const mt_gpt *gpt, int unit) { return gpt->holding[unit] != MT_UNIT_ABSENT; }
 
 /* DDP buckets, in the order backward finishes units (the final norm's first, the embeddings'
- * last): consecutive held units (contiguous in the state) until a bucket holds bucket_bytes. */
+ * last): consecutive held units (contiguous in the state) while they fit in bucket_bytes (a
+ * unit larger than that alone). A bucket's all-reduce starts when its lowest unit finishes, so
+ * the last bucket's runs after backward: kept to the last block and the embeddings rather than
+ * two blocks, it is the shortest wait the unit-sized hooks allow. */
 static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
 {
     const mt_gpt *gpt = m->gpt;
@@ -133,9 +136,11 @@ static mt_status plan_buckets(mt_dp_model *m, size_t bucket_bytes)
     for (int u = last; u >= lowest; u--) {
         if (!held(gpt, u))
             continue;
-        size_t bytes = (gpt->units[last].offset + gpt->units[last].numel - gpt->units[u].offset) *
-                       sizeof(float);
-        if (bytes >= bucket_bytes || u == lowest) {
+        int below = u - 1; /* the next held unit down, which would join this bucket */
+        while (below >= lowest && !held(gpt, below))
+            below--;
+        size_t end = gpt->units[last].offset + gpt->units[last].numel;
+        if (below < lowest || (end - gpt->units[below].offset) * sizeof(float) > bucket_bytes) {
             const mt_unit *lo = &gpt->units[u];
             m->buckets[m->bucket_count++] = (dp_bucket){
                 u, last, lo->offset, gpt->units[last].offset + gpt->units[last].numel - lo->offset};
@@ -259,7 +264,10 @@ static mt_status allocate_state(mt_dp_model *m)
     m->gathered_arena = state_arena("gathered parameters", m->ledger, MT_MEMORY_PARAMETERS);
     m->grad_buffer_arena = state_arena("gradient buffers", m->ledger, MT_MEMORY_GRADIENTS);
     mt_arena_plan(&m->param_arena, param * sizeof(float));
-    mt_arena_plan(&m->grad_arena, grad * sizeof(float));
+    /* DDP's gradients live in registered memory from the start: on shm every bucket's
+     * all-reduce then reads and writes them in place, with no copy through staging */
+    int shared = m->group && m->size > 1 && m->zero == 0 && grad > 0;
+    mt_arena_plan(&m->grad_arena, shared ? 0 : grad * sizeof(float));
     mt_arena_plan(&m->moment_arena, moments * sizeof(float)); /* first moments, at 0 */
     size_t v_offset = mt_arena_plan(&m->moment_arena, moments * sizeof(float));
     buffer_plan plan;
@@ -269,14 +277,22 @@ static mt_status allocate_state(mt_dp_model *m)
         return status;
     }
     plan_buffers(m, &plan);
+    if (shared) /* collective over the group, so before anything one rank alone may fail */
+        status = mt_comm_alloc_shared(m->group, grad * sizeof(float), &m->shared_grad);
+    if (status == MT_OK && shared) {
+        m->shared_grad_bytes = grad * sizeof(float);
+        memset(m->shared_grad, 0, m->shared_grad_bytes);
+        mt_memory_count(m->ledger, MT_MEMORY_GRADIENTS, (long long)m->shared_grad_bytes);
+    }
     for (size_t i = 0; i < sizeof arenas / sizeof arenas[0] && status == MT_OK; i++)
-        if (i < 3 || arenas[i]->used) /* the buffer arenas only where the stage has them */
-            status = mt_arena_allocate(arenas[i]);
+        if ((i < 3 && !(shared && arenas[i] == &m->grad_arena)) || arenas[i]->used)
+            status = mt_arena_allocate(arenas[i]); /* the buffer arenas where the stage has them */
     if (status) {
         free(plan.gathered);
         return mt_fail_context(status, "data parallel (zero %d)", m->zero);
     }
-    float *p = mt_arena_at(&m->param_arena, 0), *g = mt_arena_at(&m->grad_arena, 0);
+    float *p = mt_arena_at(&m->param_arena, 0);
+    float *g = shared ? m->shared_grad : mt_arena_at(&m->grad_arena, 0);
     if (m->offload_kind != MT_OFFLOAD_PARAMS)
         *(m->zero == 3 ? &m->slice_param : &m->full_param) = p;
     if (!m->parameters_only)
@@ -433,6 +449,10 @@ void mt_dp_model_destroy(mt_dp_model *m)
     dp_drain_gathers(m);
     mt_arena_free(&m->param_arena);
     mt_arena_free(&m->grad_arena);
+    if (m->shared_grad) {
+        mt_memory_count(m->ledger, MT_MEMORY_GRADIENTS, -(long long)m->shared_grad_bytes);
+        mt_comm_free_shared(m->group, m->shared_grad);
+    }
     mt_arena_free(&m->moment_arena);
     mt_arena_free(&m->gathered_arena);
     mt_arena_free(&m->grad_buffer_arena);

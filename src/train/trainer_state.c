@@ -260,6 +260,11 @@ static mt_status build_model(trainer *tr, int parameters_only)
         group = st->mesh->shard_group;
         options.replica_group = st->mesh->replica_group;
     }
+    /* MT_BENCH_NO_GRAD_COMM=1 (bench/ddp_vs_peers' ceiling, never for training): each DDP
+     * rank keeps its own gradients, so the step is the same work with no gradient traffic */
+    const char *no_grad_comm = getenv("MT_BENCH_NO_GRAD_COMM");
+    if (no_grad_comm && strcmp(no_grad_comm, "1") == 0 && cfg->zero == 0 && !st->ps)
+        group = NULL;
     return mt_dp_model_create(&st->gpt, group, &options, &st->model);
 }
 
@@ -343,8 +348,8 @@ void trainer_state_close(trainer *tr)
     trainer_prefetch_stop(st->prefetch); /* first: its thread reads the corpus and the plan */
     st->prefetch = NULL;
     trainer_pipeline_stop(tr);
+    mt_dp_model_destroy(st->model); /* before the local groups: its gradients are theirs */
     trainer_local_close(tr);
-    mt_dp_model_destroy(st->model);
     mt_gpt_destroy(&st->gpt);
     mt_cp_ring_destroy(st->cp_ring);
     st->cp_ring = NULL;

@@ -1,7 +1,12 @@
 /* An LD_PRELOAD counter of heap allocations: each process writes how many malloc, calloc,
- * realloc and aligned allocations it made to MT_MALLOC_COUNT_DIR/<pid> as it exits. */
+ * realloc and aligned allocations it made to MT_MALLOC_COUNT_DIR/rank<RANK> (a launched
+ * worker) or MT_MALLOC_COUNT_DIR/pid<pid> (any other process) as it exits. With
+ * MT_MALLOC_TRACE=1 it also appends each allocation's call stack to <pid>.trace there (to find
+ * which call sites a longer run repeats: resolve the "(+0x...)" offsets with addr2line). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,34 @@ static memalign_fn real_posix_memalign;
 static aligned_fn real_aligned_alloc;
 static free_fn real_free;
 static _Atomic long allocations;
+static _Atomic int trace_fd = -2; /* -2: not looked up yet; -1: no tracing */
+static _Thread_local int tracing;  /* backtrace() itself may allocate */
+
+static void count(void)
+{
+    atomic_fetch_add_explicit(&allocations, 1, memory_order_relaxed);
+    if (tracing || atomic_load(&trace_fd) == -1)
+        return;
+    tracing = 1;
+    int fd = atomic_load(&trace_fd);
+    if (fd == -2) {
+        const char *dir = getenv("MT_MALLOC_COUNT_DIR"), *on = getenv("MT_MALLOC_TRACE");
+        char path[4096];
+        fd = -1;
+        if (dir && on && strcmp(on, "1") == 0) {
+            snprintf(path, sizeof path, "%s/%d.trace", dir, (int)getpid());
+            fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        }
+        atomic_store(&trace_fd, fd);
+    }
+    if (fd >= 0) {
+        void *frames[24];
+        int n = backtrace(frames, 24);
+        backtrace_symbols_fd(frames + 2, n > 2 ? n - 2 : 0, fd); /* without count and the wrapper */
+        (void)!write(fd, "--\n", 3);
+    }
+    tracing = 0;
+}
 
 /* dlsym itself may calloc before real_calloc is known: those few come from here. */
 static char early[4096];
@@ -47,7 +80,7 @@ static int is_early(const void *p)
 void *malloc(size_t n)
 {
     resolve();
-    atomic_fetch_add_explicit(&allocations, 1, memory_order_relaxed);
+    count();
     return real_malloc(n);
 }
 
@@ -57,14 +90,14 @@ void *calloc(size_t n, size_t size)
         size_t bytes = (n * size + 15) / 16 * 16, at = atomic_fetch_add(&early_used, bytes);
         return at + bytes <= sizeof early ? early + at : NULL; /* static: already zero */
     }
-    atomic_fetch_add_explicit(&allocations, 1, memory_order_relaxed);
+    count();
     return real_calloc(n, size);
 }
 
 void *realloc(void *p, size_t n)
 {
     resolve();
-    atomic_fetch_add_explicit(&allocations, 1, memory_order_relaxed);
+    count();
     if (is_early(p)) {
         void *q = real_malloc(n);
         if (q)
@@ -77,14 +110,14 @@ void *realloc(void *p, size_t n)
 int posix_memalign(void **out, size_t alignment, size_t n)
 {
     resolve();
-    atomic_fetch_add_explicit(&allocations, 1, memory_order_relaxed);
+    count();
     return real_posix_memalign(out, alignment, n);
 }
 
 void *aligned_alloc(size_t alignment, size_t n)
 {
     resolve();
-    atomic_fetch_add_explicit(&allocations, 1, memory_order_relaxed);
+    count();
     return real_aligned_alloc(alignment, n);
 }
 
@@ -102,7 +135,11 @@ __attribute__((destructor)) static void report(void)
     if (!dir)
         return;
     char path[4096];
-    snprintf(path, sizeof path, "%s/%d", dir, (int)getpid());
+    const char *rank = getenv("RANK"); /* a launched worker's (the launcher sets it) */
+    if (rank)
+        snprintf(path, sizeof path, "%s/rank%s", dir, rank);
+    else
+        snprintf(path, sizeof path, "%s/pid%d", dir, (int)getpid());
     FILE *f = fopen(path, "w");
     if (f) {
         fprintf(f, "%ld\n", atomic_load(&allocations));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training steps allocate nothing once running: each layout trains 3 and then 6 steps under a
-# malloc counter (LD_PRELOAD), and every process of the longer run made exactly as many heap
-# allocations as the shorter one's, so the three extra steps made none.
+# malloc counter (LD_PRELOAD), and every rank of the longer run made exactly as many heap
+# allocations as the shorter one's, so the three extra steps made none. (A launcher's store
+# answers polls as long as the job runs: it is compared where it is the only process.)
 # usage: steady_alloc.sh MESHTRAIN MALLOC_COUNT_SO [SCRATCH]
 set -euo pipefail
 meshtrain=$1
@@ -12,12 +13,13 @@ source "$(dirname "$0")/genesis_setup.sh"
 job=(--data "$scratch/data" --vocab 256 --context 16 --layers 4 --heads 4 --width 64
      --batch 8 --warmup 1 --lr 3e-3 --eval_every 0 --sample_tokens 0 --threads 1
      --save_model off --check_every 1)
-# One process: multi-rank runs still show a few allocations (2 to 5 per rank over 3 more
-# steps with a replica check every step) that this test does not cover yet.
-layouts=("--nproc 1")
+# One process, and the multi-rank layouts whose ranks wait on each other every step (shm
+# waits long enough to check that their peers are alive).
+layouts=("--nproc 1" "--nproc 2 --zero 1" "--nproc 2 --tp 2"
+         "--nproc 2 --pp 2 --schedule interleaved --chunks 2 --microbatches 4")
 
-# Total allocations of the run's processes, one line per process, largest first (the
-# launcher's and the ranks' in the same order in both runs).
+# Total allocations of each rank ("rankN count", in rank order), or of every process when
+# none is a launched rank.
 counts() {
   local steps=$1 layout=$2 dir="$scratch/count_$1"
   rm -rf "$dir" && mkdir -p "$dir"
@@ -25,7 +27,10 @@ counts() {
   MT_MALLOC_COUNT_DIR="$dir" LD_PRELOAD="$counter" "$meshtrain" train "${job[@]}" $layout \
     --steps "$steps" --out "$scratch/run_$steps" > "$scratch/run_$steps.log" 2>&1 ||
     { echo "FAIL $layout: the run failed" >&2; cat "$scratch/run_$steps.log" >&2; return 1; }
-  cat "$dir"/* | sort -n
+  local files=("$dir"/rank*)
+  [ -e "${files[0]}" ] || files=("$dir"/pid*)
+  local f
+  for f in "${files[@]}"; do echo "$(basename "$f" | sed 's/^pid.*/process/') $(cat "$f")"; done | sort
 }
 
 failed=0

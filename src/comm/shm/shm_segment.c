@@ -69,19 +69,20 @@ mt_status comm_shm_segment_open(const char *name, size_t bytes, void **base)
 
 void comm_shm_segment_unlink(const char *name) { shm_unlink(name); }
 
-/* A creator that is gone (or a zombie) will never unlink its segments. */
+/* A creator that is gone (or a zombie) will never unlink its segments. Read with open and
+ * read, not stdio: a long wait checks its peers this way, and a step must not allocate. */
 static int process_gone(pid_t pid)
 {
     if (kill(pid, 0) != 0)
         return errno == ESRCH;
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
     const char *close_paren = strrchr(buf, ')');
     return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
