@@ -205,7 +205,7 @@ void trainer_verdict_make(const trainer *tr, trainer_verdict *v)
             "the %s schedule's %.0f%% with %d micro-batches on %d stages); more --microbatches "
             "or --schedule interleaved with --chunks 2 shrink the bubble", 100 * idle,
             100 * trainer_verdict_bubble(tr), cfg->schedule, 100 * tr->out.bubble_expected,
-            cfg->microbatches, tr->plan->shape.pp);
+            tr->plan->schedule.micros, tr->plan->shape.pp); /* deterministic: G / dp passes */
     else if (!strcmp(v->bound, "input"))
         add(v, "input-bound",
             "input-bound: waiting for micro-batches takes %.0f%% of a step; raise --prefetch "
