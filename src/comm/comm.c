@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
+#include "meshtrain/clock.h"
 #include "meshtrain/store.h"
 
 static const double DEFAULT_TIMEOUT = 300;
@@ -304,7 +305,17 @@ size_t mt_comm_buffer_bytes(const mt_comm *comm)
 
 double mt_comm_collective_seconds(const mt_comm *comm)
 {
-    return comm ? 1e-9 * (double)atomic_load(&((mt_comm *)comm)->collective_ns) : 0;
+    if (!comm)
+        return 0;
+    mt_comm *c = (mt_comm *)comm;
+    uint64_t writes, done, since;
+    do { /* retried while the running thread changes the pair */
+        writes = atomic_load(&c->collective_writes);
+        done = atomic_load(&c->collective_ns);
+        since = atomic_load(&c->collective_since_ns);
+    } while ((writes & 1) || writes != atomic_load(&c->collective_writes));
+    double running = since ? mt_clock_seconds() - 1e-9 * (double)since : 0;
+    return 1e-9 * (double)done + (running > 0 ? running : 0);
 }
 
 uint64_t mt_comm_bytes_sent(const mt_comm *comm)

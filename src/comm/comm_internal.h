@@ -161,7 +161,10 @@ struct mt_comm {
     void *impl;
     double timeout_seconds;
     double delay_seconds;        /* mt_comm_set_delay: a test's slow peer (0: none) */
-    _Atomic uint64_t collective_ns; /* running collectives (either thread), since creation */
+    /* Collectives' running time (either thread; one runs at a time): completed ones' sum, the
+     * running one's start (0: none), and a sequence count, odd while a thread changes the two,
+     * so a reader on another thread takes a consistent pair (mt_comm_collective_seconds). */
+    _Atomic uint64_t collective_ns, collective_since_ns, collective_writes;
     int debug;
     uint64_t seq;                /* collectives issued so far; the next one is seq + 1 */
 

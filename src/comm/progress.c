@@ -118,9 +118,16 @@ static mt_status run_collective(mt_comm *comm, const mt_comm_op *op, uint64_t se
         comm_flight_update(&comm->flight, ticket, MT_FLIGHT_STARTED);
     else
         ticket = comm_flight_issue(&comm->flight, op, seq, MT_FLIGHT_STARTED);
-    double start = mt_clock_seconds();
+    uint64_t start = (uint64_t)(1e9 * mt_clock_seconds());
+    atomic_fetch_add(&comm->collective_writes, 1);
+    atomic_store(&comm->collective_since_ns, start);
+    atomic_fetch_add(&comm->collective_writes, 1);
     mt_status st = comm_collective_run(comm, op, seq);
-    atomic_fetch_add(&comm->collective_ns, (uint64_t)(1e9 * (mt_clock_seconds() - start)));
+    uint64_t end = (uint64_t)(1e9 * mt_clock_seconds());
+    atomic_fetch_add(&comm->collective_writes, 1);
+    atomic_fetch_add(&comm->collective_ns, end - start);
+    atomic_store(&comm->collective_since_ns, 0);
+    atomic_fetch_add(&comm->collective_writes, 1);
     if (st == MT_OK && comm->debug)
         st = verify_replicated(comm, op, seq);
     comm_flight_update(&comm->flight, ticket, st ? MT_FLIGHT_FAILED : MT_FLIGHT_DONE);

@@ -101,7 +101,10 @@ static mt_status scatter_unit_gradient(mt_dp_model *m, int unit)
     if (!b || b->unit != unit)
         return mt_fail(MT_EINVAL, "data parallel: unit %d finished backward without a buffer",
                        unit);
-    m->local_sum_squares += mt_sum_squares(b->data, (long)m->gpt->units[unit].numel);
+    size_t numel = m->gpt->units[unit].numel;
+    m->local_sum_squares += mt_sum_squares(b->data, (long)numel);
+    /* every micro-batch's reduce-scatter hands the unit's whole gradient to the group */
+    m->comm_bytes += m->group ? (double)mt_dtype_size(m->grad_wire) * (double)numel : 0;
     b->accumulate = m->reduced[unit];
     m->reduced[unit] = 1;
     float *out = b->accumulate ? b->landing : m->slice_grad + m->slices[unit].local;

@@ -17,6 +17,8 @@
 #include "store_internal.h"
 #include "store_wire.h"
 
+#include "meshtrain/byte_order.h"
+
 struct mt_store {
     int fd;
     double timeout;
@@ -349,14 +351,14 @@ mt_status mt_store_wait(mt_store *store, const char *const *keys, int n, double 
 mt_status mt_store_add(mt_store *store, const char *key, int64_t delta, int64_t *result)
 {
     unsigned char bytes[8];
-    store_put_i64(bytes, delta);
+    mt_put_le64(bytes, (uint64_t)delta);
     size_t got = 0;
     mt_status st = round_trip(store, STORE_ADD, key, bytes, 8, NULL, 0, "adding to",
                               store->timeout, bytes, sizeof bytes, &got, NULL);
     if (st == MT_OK && got != 8)
         return protocol_failure(store, "adding to", key, "reply is not an 8-byte integer");
     if (st == MT_OK)
-        *result = store_get_i64(bytes);
+        *result = (int64_t)mt_get_le64(bytes);
     return st;
 }
 
@@ -371,7 +373,7 @@ mt_status mt_store_compare_set(mt_store *store, const char *key, const void *exp
     unsigned char *head = malloc(4 + expected_bytes);
     if (!head)
         return mt_fail(MT_ENOMEM, "store %s: out of memory", store->address);
-    store_put_u32(head, (uint32_t)expected_bytes);
+    mt_put_le32(head, (uint32_t)expected_bytes);
     if (expected_bytes)
         memcpy(head + 4, expected, expected_bytes);
     mt_status st = round_trip(store, STORE_CAS, key, head, 4 + expected_bytes, desired,
@@ -512,9 +514,9 @@ static mt_status authenticate(mt_store *s, const mt_store_config *c, double dead
         *turned_away = r == IO_CLOSED;
         return io_failure(s, r, err, doing, NULL, s->timeout);
     }
-    if (store_get_u32(hello) != STORE_PROTOCOL_VERSION)
-        return mt_fail(MT_EPEER, "store %s: protocol version %u, this build speaks %d",
-                       s->address, store_get_u32(hello), STORE_PROTOCOL_VERSION);
+    if (mt_get_le32(hello) != STORE_PROTOCOL_VERSION)
+        return mt_fail(MT_EPEER, "store %s: protocol version %u, this build speaks %d", s->address,
+                       mt_get_le32(hello), STORE_PROTOCOL_VERSION);
     store_join join = {.role = (uint8_t)c->role, .id = (uint32_t)c->id,
                        .count = (uint32_t)c->count, .pid = (uint32_t)getpid()};
     if (store_random_bytes(join.nonce, sizeof join.nonce) != 0)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meshtrain/byte_order.h"
 #include "meshtrain/hmac.h"
 
 void store_service_init(store_service *s, const mt_store_server_config *config)
@@ -145,7 +146,7 @@ store_peer *store_peer_open(store_service *s, double join_deadline)
     p->state = PEER_READING;
     p->join_deadline = join_deadline;
     unsigned char hello[STORE_HELLO_BYTES];
-    store_put_u32(hello, STORE_PROTOCOL_VERSION);
+    mt_put_le32(hello, STORE_PROTOCOL_VERSION);
     memcpy(hello + 4, p->nonce, STORE_NONCE_BYTES);
     queue_reply(p, STORE_HELLO, hello, sizeof hello);
     if (p->state == PEER_CLOSED) {
@@ -407,9 +408,10 @@ static void handle_add(store_service *s, store_peer *p)
         reply(p, STORE_ERROR, message, (uint32_t)strlen(message));
         return;
     }
-    int64_t delta = store_get_i64(p->body + key_len);
+    int64_t delta = (int64_t)mt_get_le64(p->body + key_len);
     /* Wraps on overflow (unsigned arithmetic) rather than invoking undefined behaviour. */
-    int64_t sum = (int64_t)((uint64_t)(e ? store_get_i64(e->data + key_len) : 0) + (uint64_t)delta);
+    int64_t sum =
+        (int64_t)((uint64_t)(e ? (int64_t)mt_get_le64(e->data + key_len) : 0) + (uint64_t)delta);
     if (!e) {
         /* The request body (key + 8 bytes) becomes the entry. */
         if (!(e = put_entry(s, p->body, key_len, 8))) {
@@ -418,9 +420,9 @@ static void handle_add(store_service *s, store_peer *p)
         }
         p->body = NULL;
     }
-    store_put_i64(e->data + key_len, sum);
+    mt_put_le64(e->data + key_len, (uint64_t)sum);
     unsigned char bytes[8];
-    store_put_i64(bytes, sum);
+    mt_put_le64(bytes, (uint64_t)sum);
     reply(p, STORE_OK, bytes, 8);
     wake_waiters(s);
 }

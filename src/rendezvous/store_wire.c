@@ -7,47 +7,21 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "meshtrain/byte_order.h"
 #include "meshtrain/hmac.h"
-
-void store_put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-uint32_t store_get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-void store_put_i64(unsigned char *p, int64_t v)
-{
-    uint64_t u = (uint64_t)v;
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(u >> (8 * i));
-}
-
-int64_t store_get_i64(const unsigned char *p)
-{
-    uint64_t u = 0;
-    for (int i = 0; i < 8; i++)
-        u |= (uint64_t)p[i] << (8 * i);
-    return (int64_t)u;
-}
 
 void store_header_encode(unsigned char out[STORE_HEADER_BYTES], uint8_t command,
                          uint32_t key_len, uint32_t value_len)
 {
-    store_put_u32(out, STORE_MAGIC);
+    mt_put_le32(out, STORE_MAGIC);
     out[4] = command;
-    store_put_u32(out + 5, key_len);
-    store_put_u32(out + 9, value_len);
+    mt_put_le32(out + 5, key_len);
+    mt_put_le32(out + 9, value_len);
 }
 
 store_header store_header_decode(const unsigned char in[STORE_HEADER_BYTES])
 {
-    return (store_header){store_get_u32(in), in[4], store_get_u32(in + 5),
-                          store_get_u32(in + 9)};
+    return (store_header){mt_get_le32(in), in[4], mt_get_le32(in + 5), mt_get_le32(in + 9)};
 }
 
 const char *store_command_name(uint8_t command)
@@ -104,9 +78,9 @@ void store_join_encode(const store_join *join, unsigned char out[STORE_JOIN_BYTE
     memcpy(p, join->nonce, STORE_NONCE_BYTES);
     p += STORE_NONCE_BYTES;
     *p++ = join->role;
-    store_put_u32(p, join->id);
-    store_put_u32(p + 4, join->count);
-    store_put_u32(p + 8, join->pid);
+    mt_put_le32(p, join->id);
+    mt_put_le32(p + 4, join->count);
+    mt_put_le32(p + 8, join->pid);
     p += 12;
     size_t host_len = strnlen(join->host, STORE_HOST_BYTES);
     *p++ = (unsigned char)host_len;
@@ -122,9 +96,9 @@ const char *store_join_decode(const unsigned char in[STORE_JOIN_BYTES], store_jo
     memcpy(out->nonce, p, STORE_NONCE_BYTES);
     p += STORE_NONCE_BYTES;
     out->role = *p++;
-    out->id = store_get_u32(p);
-    out->count = store_get_u32(p + 4);
-    out->pid = store_get_u32(p + 8);
+    out->id = mt_get_le32(p);
+    out->count = mt_get_le32(p + 4);
+    out->pid = mt_get_le32(p + 8);
     p += 12;
     size_t host_len = *p++;
     if (host_len > STORE_HOST_BYTES)
@@ -205,7 +179,7 @@ void store_frame_mac_begin(mt_hmac_sha256 *h, const unsigned char session[STORE_
 {
     unsigned char prefix[1 + 8];
     prefix[0] = direction;
-    store_put_i64(prefix + 1, (int64_t)sequence);
+    mt_put_le64(prefix + 1, (uint64_t)(int64_t)sequence);
     mt_hmac_sha256_init(h, session, STORE_MAC_BYTES);
     mt_hmac_sha256_update(h, prefix, sizeof prefix);
     mt_hmac_sha256_update(h, header, STORE_HEADER_BYTES);
@@ -247,7 +221,7 @@ int store_cas_split(const unsigned char *value, uint32_t value_len, const unsign
 {
     if (value_len < 4)
         return -1;
-    uint32_t e = store_get_u32(value);
+    uint32_t e = mt_get_le32(value);
     if (e > value_len - 4 || e > MT_STORE_MAX_VALUE || value_len - 4 - e > MT_STORE_MAX_VALUE)
         return -1;
     *expected = value + 4;

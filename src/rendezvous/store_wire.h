@@ -63,11 +63,6 @@ typedef struct store_header {
     uint32_t key_len, value_len;
 } store_header;
 
-void store_put_u32(unsigned char *p, uint32_t v);
-uint32_t store_get_u32(const unsigned char *p);
-void store_put_i64(unsigned char *p, int64_t v);
-int64_t store_get_i64(const unsigned char *p);
-
 void store_header_encode(unsigned char out[STORE_HEADER_BYTES], uint8_t command,
                          uint32_t key_len, uint32_t value_len);
 store_header store_header_decode(const unsigned char in[STORE_HEADER_BYTES]);

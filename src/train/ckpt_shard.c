@@ -15,44 +15,20 @@
 #include <xxhash.h>
 
 #include "ckpt_internal.h"
+#include "meshtrain/byte_order.h"
 #include "meshtrain/files.h"
 
 uint64_t trainer_ckpt_hash(const void *data, size_t bytes) { return XXH3_64bits(data, bytes); }
-
-static void put_u32(unsigned char *at, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        at[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *at, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        at[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *at)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | at[i];
-    return v;
-}
-static uint64_t get_u64(const unsigned char *at)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | at[i];
-    return v;
-}
 
 static void shard_header(unsigned char header[MT_CKPT_HEADER_BYTES], int rank, int step,
                          uint64_t bytes)
 {
     memset(header, 0, MT_CKPT_HEADER_BYTES);
     memcpy(header, MT_CKPT_SHARD_MAGIC, 8);
-    put_u32(header + 8, MT_CKPT_VERSION);
-    put_u32(header + 12, (uint32_t)rank);
-    put_u64(header + 16, (uint64_t)step);
-    put_u64(header + 24, bytes);
+    mt_put_le32(header + 8, MT_CKPT_VERSION);
+    mt_put_le32(header + 12, (uint32_t)rank);
+    mt_put_le64(header + 16, (uint64_t)step);
+    mt_put_le64(header + 24, bytes);
 }
 
 uint64_t trainer_ckpt_plan_layout(ckpt_shard_plan *plan)
@@ -142,17 +118,18 @@ mt_status mt_ckpt_shard_open(const mt_ckpt_meta *meta, int file, int *fd)
         status = bad_shard(meta, file, "cannot read the header", "");
     } else if (memcmp(header, MT_CKPT_SHARD_MAGIC, 8) != 0) {
         status = bad_shard(meta, file, "not a meshtrain shard (wrong magic)", "");
-    } else if (get_u32(header + 8) != MT_CKPT_VERSION) {
+    } else if (mt_get_le32(header + 8) != MT_CKPT_VERSION) {
         snprintf(text, sizeof text, "format version %u; this build reads version %d",
-                 get_u32(header + 8), MT_CKPT_VERSION);
+                 mt_get_le32(header + 8), MT_CKPT_VERSION);
         status = bad_shard(meta, file, "", text);
-    } else if (get_u32(header + 12) != (uint32_t)f->rank || get_u64(header + 16) !=
-                                                                (uint64_t)meta->step ||
-               get_u64(header + 24) != f->bytes) {
-        snprintf(text, sizeof text, "the header says rank %u, step %" PRIu64 ", %" PRIu64
-                                    " bytes; the metadata rank %d, step %d, %" PRIu64 " bytes",
-                 get_u32(header + 12), get_u64(header + 16), get_u64(header + 24), f->rank,
-                 meta->step, f->bytes);
+    } else if (mt_get_le32(header + 12) != (uint32_t)f->rank ||
+               mt_get_le64(header + 16) != (uint64_t)meta->step ||
+               mt_get_le64(header + 24) != f->bytes) {
+        snprintf(text, sizeof text,
+                 "the header says rank %u, step %" PRIu64 ", %" PRIu64
+                 " bytes; the metadata rank %d, step %d, %" PRIu64 " bytes",
+                 mt_get_le32(header + 12), mt_get_le64(header + 16), mt_get_le64(header + 24),
+                 f->rank, meta->step, f->bytes);
         status = bad_shard(meta, file, "", text);
     }
     if (status) {

@@ -37,6 +37,7 @@ void trainer_account_begin(trainer_account *a, double now, const account_counter
     if (!a->on)
         return;
     memset(a->step, 0, sizeof a->step);
+    a->step_hidden = 0;
     a->step_start = now;
     a->at_start = *c;
 }
@@ -55,7 +56,8 @@ void trainer_account_end(trainer_account *a, double now, const account_counters 
     for (int p = 0; p < PART_REST; p++)
         claimed += a->step[p];
     a->step[PART_REST] = wall - claimed;
-    double dp[2] = {c->dp_model - s->dp_model, c->dp_running - s->dp_running};
+    double running = c->dp_running - s->dp_running;
+    double dp[2] = {a->step_hidden < running ? a->step_hidden : running, running};
     for (int p = 0; p < PARTS; p++)
         a->interval[p] += a->step[p];
     a->interval[PARTS] += wall;
@@ -72,15 +74,9 @@ void trainer_account_end(trainer_account *a, double now, const account_counters 
     a->total_steps++;
 }
 
-/* The share of the data-parallel group's collective time that overlapped compute: 1 - the
- * exposed wait over the time they ran; NAN without data-parallel collectives. */
-static double overlap(const double dp[2])
-{
-    if (dp[1] <= 0)
-        return NAN;
-    double hidden = 1 - dp[0] / dp[1];
-    return hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
-}
+/* The share of the data-parallel group's collective time hidden behind the passes (the time
+ * they ran inside them, the rank not waiting): hidden over run; NAN without such collectives. */
+static double overlap(const double dp[2]) { return dp[1] > 0 ? dp[0] / dp[1] : NAN; }
 
 /* This rank's per-step means (ms) of sums over `steps` into values[0..ACCOUNT_OVERLAP]. */
 static void means(const double *sums, const double dp[2], int steps, double *values)

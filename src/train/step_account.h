@@ -36,7 +36,7 @@ const char *trainer_account_part_name(account_part part);
 typedef struct account_counters {
     double dp, tp, embedding, data, idle;
     double dp_model;   /* of dp, the model's own waits on its group (for the overlap) */
-    double dp_running; /* seconds the data-parallel group's collectives ran */
+    double dp_running; /* seconds the data-parallel group's collectives ran, to this moment */
 } account_counters;
 
 /* What a rank sends at log time and at the end: per-step means of each part and the wall,
@@ -46,9 +46,10 @@ enum { ACCOUNT_WALL = PARTS, ACCOUNT_OVERLAP, ACCOUNT_HOST, ACCOUNT_CORES, ACCOU
 
 typedef struct trainer_account {
     double step[PARTS];   /* the step in progress, filled by the phases */
+    double step_hidden;   /* its dp collective seconds that ran inside its passes */
     double step_start;
     double interval[PARTS + 1], total[PARTS + 1]; /* sums of steps (the last: wall) */
-    double interval_dp[2], total_dp[2];           /* exposed model dp waits, dp running */
+    double interval_dp[2], total_dp[2];           /* dp collective seconds hidden, run */
     int interval_steps, total_steps;
     account_counters at_start;
     int world_size;
@@ -73,6 +74,18 @@ static inline void trainer_account_phase(trainer_account *a, account_part part, 
 {
     if (a->on)
         a->step[part] += end - start - nested;
+}
+/* A span of passes read as counters c0 and c1 around it: the dp collective time that ran in it
+ * while the rank was not waiting on its dp group is hidden behind it (behind compute, or on a
+ * pipeline also behind the stage's idle time, neither of which it lengthened). Collectives
+ * that run after the passes (--overlap off; a reduction that outlasts backward) hide nothing,
+ * however late the rank comes to wait for them. */
+static inline void trainer_account_hidden(trainer_account *a, const account_counters *c0,
+                                          const account_counters *c1)
+{
+    double hidden = (c1->dp_running - c0->dp_running) - (c1->dp_model - c0->dp_model);
+    if (a->on && hidden > 0)
+        a->step_hidden += hidden;
 }
 static inline double trainer_account_nested(const account_counters *c)
 {

@@ -65,8 +65,12 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
     if (tr->cfg->deterministic) /* the stages without the head keep zeros */
         memset(st->group_losses, 0, (size_t)tr->plan->passes * sizeof *st->group_losses);
     int t = tr->cfg->context / mt_mesh_cp(&tr->plan->shape); /* a context-parallel rank's */
+    account_counters c0, c1;
+    trainer_read_counters(tr, &c0);
     mt_status status = mt_pp_runner_step(st->runner, &batch, tr->plan->micro_sequences, t,
                                          loss_scale, out->trace, &report);
+    trainer_read_counters(tr, &c1);
+    trainer_account_hidden(&out->account, &c0, &c1);
     *loss_sum = report.loss_sum;
     if (status == MT_OK && tr->cfg->deterministic) {
         /* the groups' tree over the data-parallel group (each of its ranks on this stage) */

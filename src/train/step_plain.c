@@ -34,6 +34,7 @@ static mt_status run(trainer *tr, int step, float loss_scale, double *loss_sum)
                               trainer_account_nested(&c1) - trainer_account_nested(&c0));
         trainer_account_phase(&tr->out.account, PART_BACKWARD, middle, end,
                               trainer_account_nested(&c2) - trainer_account_nested(&c1));
+        trainer_account_hidden(&tr->out.account, &c0, &c2);
         mt_trace_span(tr->out.trace, MT_TRACE_BACKWARD, middle, end, micro, -1);
         *loss_sum += loss;
     }

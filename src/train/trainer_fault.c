@@ -3,11 +3,13 @@
 #define _GNU_SOURCE
 #include "trainer_fault.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "meshtrain/clock.h"
@@ -31,10 +33,14 @@ static const struct {
     {"inf_grad", FAULT_INF_GRAD},
     {"spike", FAULT_SPIKE},
     {"kill_in_writeback", FAULT_KILL_IN_WRITEBACK},
+    {"sleep_compute", FAULT_SLEEP_COMPUTE},
 };
 enum { KIND_COUNT = sizeof KINDS / sizeof KINDS[0] };
 
-static int is_slow(fault_kind kind) { return kind == FAULT_SLOW_COMPUTE || kind == FAULT_SLOW_COMM; }
+static int is_slow(fault_kind kind)
+{
+    return kind == FAULT_SLOW_COMPUTE || kind == FAULT_SLOW_COMM || kind == FAULT_SLEEP_COMPUTE;
+}
 
 mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int my_rank)
 {
@@ -46,14 +52,20 @@ mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int my_rank)
     for (int i = 0, used = 0; i < KIND_COUNT; i++)
         used += snprintf(names + used, sizeof names - (size_t)used, "%s%s", i ? ", " : "",
                          KINDS[i].name);
-    int rank, number, used = 0;
-    if (sscanf(text, "%23[a-z_]@%d:%d%n", kind, &rank, &number, &used) != 3 || text[used] != '\0')
-        return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP (or "
-                                  "KIND@RANK:MS for slow_compute and slow_comm) with KIND one of "
-                                  "%s", text, names);
+    int rank = -1, number, used = 0;
+    if ((sscanf(text, "%23[a-z_]@all:%d%n", kind, &number, &used) != 2 || text[used] != '\0') &&
+        (sscanf(text, "%23[a-z_]@%d:%d%n", kind, &rank, &number, &used) != 3 ||
+         text[used] != '\0' || rank < 0))
+        return mt_fail(
+            MT_EINVAL,
+            "MT_INJECT_FAULT '%s': expected KIND@RANK:STEP (or "
+            "KIND@RANK:MS for slow_compute, sleep_compute and slow_comm; RANK all for every "
+            "rank) with KIND one of "
+            "%s",
+            text, names);
     for (int i = 0; i < KIND_COUNT; i++)
         if (strcmp(kind, KINDS[i].name) == 0)
-            *fault = (trainer_fault){KINDS[i].kind, rank, number, rank == my_rank, 0};
+            *fault = (trainer_fault){KINDS[i].kind, rank, number, rank < 0 || rank == my_rank, 0};
     if (fault->kind == FAULT_NONE)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
     if (is_slow(fault->kind) && number < 0)
@@ -104,6 +116,12 @@ void trainer_fault_hook(const trainer_fault *fault, trainer_fault_point point, i
         /* Busy, as compute is: the core stays taken, which a sleep would give to another rank. */
         double until = mt_clock_seconds() + fault->number / 1000.0;
         while (mt_clock_seconds() < until) {
+        }
+        return;
+    }
+    if (point == FAULT_AT_FORWARD && fault->kind == FAULT_SLEEP_COMPUTE) {
+        struct timespec nap = {fault->number / 1000, (long)(fault->number % 1000) * 1000000};
+        while (nanosleep(&nap, &nap) && errno == EINTR) {
         }
         return;
     }

@@ -8,30 +8,46 @@
 
 /* KIND@RANK:STEP (world rank, step) for nan_loss (that rank's loss becomes NaN), nan_grad (its
  * gradients do), inf_grad (its loss scale becomes infinite, so its gradients overflow as an
- * fp16 backward's would), skew (one of its parameters moves after the update, as a silent corruption
- * would) or skew_norm (the same for the final norm's weight, which every tensor-parallel rank
- * holds whole); kill (SIGKILL at the start of the step), kill_node (the same, to its parent
+ * fp16 backward's would), skew (one of its parameters moves after the update, as a silent
+ * corruption would) or skew_norm (the same for the final norm's weight, which every tensor-parallel
+ * rank holds whole); kill (SIGKILL at the start of the step), kill_node (the same, to its parent
  * first: under meshtrain launch, the node's launcher, so the whole node is lost),
  * kill_in_shard (halfway through writing its shard of that step's checkpoint),
  * kill_after_shard (its shard durable, before the ranks agree) and kill_before_commit (world
  * rank 0: the metadata written, before the folder's rename commits it); only the first attempt
  * of a restarted job (MT_RESTART_COUNT 0 or unset) meets those, and kill_in_writeback (SIGKILL
  * on the rank's offload I/O thread once the second record of its STEPth write-back pass is on
- * the file: under --offload optimizer, amid the write-back of step STEP's update). KIND@RANK:MS for a slow rank,
- * on every attempt: slow_compute (MS milliseconds of extra compute before each micro-batch's
- * forward) and slow_comm (a sleep of MS milliseconds before each of its collectives and
- * transfers). KIND@RANK:BATCH for spike: that rank's loss is multiplied by 100 on the global
- * batches BATCH to BATCH + 3 (counted from 1), a stretch of bad data wherever steps draw it. */
+ * the file: under --offload optimizer, amid the write-back of step STEP's update). KIND@RANK:MS for
+ * a slow rank, on every attempt: slow_compute (MS milliseconds of extra compute before each
+ * micro-batch's forward), sleep_compute (a sleep of MS milliseconds there: a pass that waits off
+ * the CPU, as a device's kernel would, so ranks sharing cores do not slow each other's) and
+ * slow_comm (a sleep of MS milliseconds before each of its collectives and transfers); RANK `all`
+ * strikes every rank. KIND@RANK:BATCH for spike: that rank's loss is multiplied by 100 on the
+ * global batches BATCH to BATCH + 3 (counted from 1), a stretch of bad data wherever steps draw it.
+ */
 enum { FAULT_SPIKE_BATCHES = 4 };
 typedef enum fault_kind {
-    FAULT_NONE, FAULT_NAN_LOSS, FAULT_NAN_GRAD, FAULT_SKEW, FAULT_SKEW_NORM, FAULT_KILL,
-    FAULT_KILL_NODE, FAULT_KILL_IN_SHARD, FAULT_KILL_AFTER_SHARD, FAULT_KILL_BEFORE_COMMIT,
-    FAULT_SLOW_COMPUTE, FAULT_SLOW_COMM, FAULT_INF_GRAD, FAULT_SPIKE, FAULT_KILL_IN_WRITEBACK
+    FAULT_NONE,
+    FAULT_NAN_LOSS,
+    FAULT_NAN_GRAD,
+    FAULT_SKEW,
+    FAULT_SKEW_NORM,
+    FAULT_KILL,
+    FAULT_KILL_NODE,
+    FAULT_KILL_IN_SHARD,
+    FAULT_KILL_AFTER_SHARD,
+    FAULT_KILL_BEFORE_COMMIT,
+    FAULT_SLOW_COMPUTE,
+    FAULT_SLOW_COMM,
+    FAULT_INF_GRAD,
+    FAULT_SPIKE,
+    FAULT_KILL_IN_WRITEBACK,
+    FAULT_SLEEP_COMPUTE
 } fault_kind;
 
 typedef struct trainer_fault {
     fault_kind kind;
-    int rank;   /* the world rank it strikes */
+    int rank;   /* the world rank it strikes (-1: every rank) */
     int number; /* the step it strikes, or for a slow rank its milliseconds */
     int here;   /* this process is that rank */
     int passes; /* kill_in_writeback: write-back passes begun, counted on the I/O thread */

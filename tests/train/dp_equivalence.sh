@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallelism trains the same model as one process: for dp 2, 3, 4 x ZeRO 0-3 x gradient
 # accumulation 1 and 2, a 20-step run's per-step losses and final parameters (per tensor, by
-# norm) equal the single-process run of the same global batch within 1e-5 relative.
+# norm) equal the single-process run of the same global batch within 1e-5 relative; each step's
+# comm_bytes.dp is the gradient once (zero 0, 1) or once per micro-batch (zero 2, 3).
 # usage: dp_equivalence.sh MESHTRAIN [SCRATCH]
 set -euo pipefail
 meshtrain=$1
@@ -39,6 +40,22 @@ for micro in 1 2; do
       fi
       $python "$here/compare_runs.py" "$reference" "$run" 1e-5 || failed=1
     done
+    # the gradient bytes each step hands to the group: zero 0 and 1 reduce once a step, zero 2
+    # and 3 reduce-scatter every micro-batch
+    /usr/bin/python3 - "$scratch" "$dp" "$micro" <<'EOF' || failed=1
+import json, sys
+scratch, dp, micro = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def per_step(zero):
+    lines = open(f"{scratch}/dp{dp}_zero{zero}_m{micro}/metrics.jsonl")
+    return {json.loads(l)["comm_bytes"]["dp"] for l in lines if '"comm_bytes"' in l}
+got = [per_step(z) for z in range(4)]
+once = got[0]
+ok = len(once) == 1 and min(once) > 0 and got[1] == once and \
+     got[2] == got[3] == {micro * b for b in once}
+print(f"{'ok  ' if ok else 'FAIL'} dp {dp} microbatches {micro}: comm_bytes.dp per step by zero "
+      f"0-3 {[sorted(g) for g in got]}")
+sys.exit(0 if ok else 1)
+EOF
   done
 done
 exit $failed

@@ -66,8 +66,8 @@ size_t mt_comm_buffer_bytes(const mt_comm *comm);
  * MPI and NULL. */
 uint64_t mt_comm_bytes_sent(const mt_comm *comm);
 /* Seconds collectives on `comm` have run since its creation, on the caller's thread or the
- * progress thread (0 for NULL): set against the time a rank waited for them, the share that
- * overlapped its compute. */
+ * progress thread, the one running now up to this moment (0 for NULL): read around a span of
+ * compute, the collective time that span hid. */
 double mt_comm_collective_seconds(const mt_comm *comm);
 
 /* Memory that peers on this host can read directly (registered): collectives whose buffers
