@@ -16,6 +16,9 @@ typedef struct kernels_gemm_job {
     bool trans_a, trans_b;
     int m, n, k;
     const mt_half *a, *b;
+    /* or fp32 operands (a and b NULL; bf16 only): each element rounded to bf16 as it is packed,
+     * as mt_half_bf16_from_f32 rounds it */
+    const float *af, *bf;
     int lda, ldb;
     float *c; /* fp32 output (c = beta c + product), or ... */
     int ldc;

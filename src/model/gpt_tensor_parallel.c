@@ -88,18 +88,19 @@ mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *resi
     int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
     if (gpt->tp.size == 1) { /* out = residual + in W^T + b, the residual as sgemm's beta */
         memcpy(out, residual, sizeof(float) * (size_t)n * c);
-        mt_linear_forward(out, in, w, b, n, in_width, c, 1);
-        return MT_OK;
+        return gpt_product_forward(gpt, out, in, w, b, n, in_width, c, 1);
     }
     /* This rank's addend of every row; the sum lands in out (all rows, or this rank's). */
     mt_status status;
     if (sequence_parallel(gpt)) {
-        mt_linear_forward(gpt->acts->partial, in, w, NULL, n, in_width, c, 0);
-        status = reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
+        status = gpt_product_forward(gpt, gpt->acts->partial, in, w, NULL, n, in_width, c, 0);
+        if (status == MT_OK)
+            status = reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
                                 "reduce-scatter of a row-parallel output");
     } else {
-        mt_linear_forward(out, in, w, NULL, n, in_width, c, 0);
-        status = all_reduce(gpt, out, (size_t)n * c, "all-reduce of a row-parallel output");
+        status = gpt_product_forward(gpt, out, in, w, NULL, n, in_width, c, 0);
+        if (status == MT_OK)
+            status = all_reduce(gpt, out, (size_t)n * c, "all-reduce of a row-parallel output");
     }
     if (status)
         return status;
