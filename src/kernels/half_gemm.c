@@ -78,7 +78,8 @@ static void tile_sgemm(const kernels_gemm_job *job, int i0, int j0, int mt, int 
 static void tile_begin(const kernels_gemm_job *job, int i0, int j0, int mt, int nt, float *tile)
 {
     mt_kernels_path path = convert_path(job->path);
-    memset(tile, 0, sizeof(float) * TILE_M * TILE_N);
+    int touched = (mt + 31) / 32 * 32; /* the kernels' register blocks run past mt */
+    memset(tile, 0, sizeof(float) * (size_t)(touched < TILE_M ? touched : TILE_M) * TILE_N);
     for (int r = 0; r < mt; r++) {
         float *row = tile + (long)r * TILE_N;
         if (job->h && job->accumulate)
@@ -123,33 +124,62 @@ static kernels_gemm_tile_fn *tile_function(const kernels_gemm_job *job)
     return tile_sgemm;
 }
 
-/* Each tile is computed whole by one thread in a fixed order, so results do not depend on
- * the thread count; inside another parallel region this runs on the calling thread alone. */
-int kernels_gemm_run(const kernels_gemm_job *job)
+/* Tile edges: 256, or 128 where 256 would give fewer than 8 tiles (a weight gradient's
+ * [c, c] product is one tile of 256, which would leave every other thread idle). They depend
+ * on the shape alone, and each output element's sum runs over the same depth panels in the
+ * same order whatever the edges, so results do not depend on the thread count. */
+static void tile_edges(const kernels_gemm_job *job, int *tile_m, int *tile_n)
 {
-    if (job->m <= 0 || job->n <= 0)
+    *tile_m = TILE_M, *tile_n = TILE_N;
+    long tiles = (long)((job->m + TILE_M - 1) / TILE_M) * ((job->n + TILE_N - 1) / TILE_N);
+    if (tiles < 8)
+        *tile_m = TILE_M / 2, *tile_n = TILE_N / 2;
+}
+
+/* Each tile is computed whole by one thread in a fixed order; inside another parallel region
+ * this runs on the calling thread alone. The avx512bf16 tiles read operands packed once
+ * (each thread packing whole panels first) rather than each tile packing its own. */
+int kernels_gemm_run(const kernels_gemm_job *given)
+{
+    if (given->m <= 0 || given->n <= 0)
         return 0;
-    kernels_gemm_tile_fn *fn = tile_function(job);
-    int tiles_m = (job->m + TILE_M - 1) / TILE_M, tiles_n = (job->n + TILE_N - 1) / TILE_N;
+    kernels_gemm_job job = *given;
+    kernels_gemm_tile_fn *fn = tile_function(&job);
+    int tile_m, tile_n;
+    tile_edges(&job, &tile_m, &tile_n);
+    int tiles_m = (job.m + tile_m - 1) / tile_m, tiles_n = (job.n + tile_n - 1) / tile_n;
     int tiles = tiles_m * tiles_n;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     threads = threads < tiles ? threads : tiles;
+    size_t a_words = 0, b_words = 0;
+    bool prepack = fn == kernels_gemm_tile_avx512bf16 && job.k > 0;
+    if (prepack)
+        kernels_gemm_packed_words(&job, &a_words, &b_words);
     size_t per_thread = KERNELS_GEMM_SCRATCH + sizeof(float) * TILE_M * TILE_N;
-    unsigned char *scratch = aligned_alloc(64, per_thread * (size_t)threads);
+    size_t packed_bytes = ((a_words + b_words) * sizeof(uint32_t) + 63) / 64 * 64;
+    unsigned char *scratch = aligned_alloc(64, per_thread * (size_t)threads + packed_bytes);
     if (!scratch)
         return -1;
+    if (prepack) {
+        job.packed_a = (uint32_t *)(void *)(scratch + per_thread * (size_t)threads);
+        job.packed_b = job.packed_a + a_words;
+        int items = kernels_gemm_pack_items(&job, tile_m, tile_n);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int item = 0; item < items; item++)
+            kernels_gemm_pack_item(&job, tile_m, tile_n, item);
+    }
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int t = 0; t < tiles; t++) {
         /* column-major over tiles: a thread's consecutive tiles share op(b)'s panel */
-        int i0 = (t % tiles_m) * TILE_M, j0 = (t / tiles_m) * TILE_N;
-        int mt = job->m - i0 < TILE_M ? job->m - i0 : TILE_M;
-        int nt = job->n - j0 < TILE_N ? job->n - j0 : TILE_N;
+        int i0 = (t % tiles_m) * tile_m, j0 = (t / tiles_m) * tile_n;
+        int mt = job.m - i0 < tile_m ? job.m - i0 : tile_m;
+        int nt = job.n - j0 < tile_n ? job.n - j0 : tile_n;
         unsigned char *mine = scratch + per_thread * (size_t)omp_get_thread_num();
         float *tile = (float *)(void *)mine;
-        tile_begin(job, i0, j0, mt, nt, tile);
-        if (job->k > 0)
-            fn(job, i0, j0, mt, nt, tile, mine + sizeof(float) * TILE_M * TILE_N);
-        tile_end(job, i0, j0, mt, nt, tile);
+        tile_begin(&job, i0, j0, mt, nt, tile);
+        if (job.k > 0)
+            fn(&job, i0, j0, mt, nt, tile, mine + sizeof(float) * TILE_M * TILE_N);
+        tile_end(&job, i0, j0, mt, nt, tile);
     }
     free(scratch);
     return 0;

@@ -176,6 +176,55 @@ TARGET_BF16 static void micro_8x32(const uint32_t *ap, const uint32_t *bp, int p
     }
 }
 
+/* The packed operands: depth panel by depth panel (a full panel holds TILE_KC / 2 pairs), in
+ * each the row blocks of MICRO_M rows, or the column groups of GROUP_N columns, in order; so
+ * a tile's panel starts at its first row block or group (tile edges are multiples of both). */
+static long rows_padded(const kernels_gemm_job *job)
+{
+    return (job->m + MICRO_M - 1) / MICRO_M * (long)MICRO_M;
+}
+
+static long cols_padded(const kernels_gemm_job *job)
+{
+    return (job->n + GROUP_N - 1) / GROUP_N * (long)GROUP_N;
+}
+
+static long total_pairs(const kernels_gemm_job *job)
+{
+    int last = job->k % TILE_KC ? job->k % TILE_KC : TILE_KC;
+    return (job->k - last) / 2 + (last + 1) / 2;
+}
+
+void kernels_gemm_packed_words(const kernels_gemm_job *job, size_t *a_words, size_t *b_words)
+{
+    *a_words = (size_t)(rows_padded(job) * total_pairs(job));
+    *b_words = (size_t)(cols_padded(job) * total_pairs(job));
+}
+
+static int panels(const kernels_gemm_job *job) { return (job->k + TILE_KC - 1) / TILE_KC; }
+
+int kernels_gemm_pack_items(const kernels_gemm_job *job, int tile_m, int tile_n)
+{
+    int tiles_m = (job->m + tile_m - 1) / tile_m, tiles_n = (job->n + tile_n - 1) / tile_n;
+    return (tiles_m + tiles_n) * panels(job);
+}
+
+void kernels_gemm_pack_item(const kernels_gemm_job *job, int tile_m, int tile_n, int item)
+{
+    int tiles_m = (job->m + tile_m - 1) / tile_m, p = item % panels(job), t = item / panels(job);
+    int k0 = p * TILE_KC, kc = job->k - k0 < TILE_KC ? job->k - k0 : TILE_KC;
+    int pairs = (kc + 1) / 2;
+    if (t < tiles_m) {
+        int i0 = t * tile_m, mt = job->m - i0 < tile_m ? job->m - i0 : tile_m;
+        pack_a_pairs(job, i0, mt, k0, kc, pairs,
+                     job->packed_a + rows_padded(job) * (k0 / 2) + (long)i0 * pairs);
+    } else {
+        int j0 = (t - tiles_m) * tile_n, nt = job->n - j0 < tile_n ? job->n - j0 : tile_n;
+        pack_b(job, k0, kc, j0, nt, pairs,
+               job->packed_b + cols_padded(job) * (k0 / 2) + (long)j0 * pairs);
+    }
+}
+
 void kernels_gemm_tile_avx512bf16(const kernels_gemm_job *job, int i0, int j0, int mt, int nt,
                                   float *tile, void *scratch)
 {
@@ -183,8 +232,13 @@ void kernels_gemm_tile_avx512bf16(const kernels_gemm_job *job, int i0, int j0, i
     int groups = (nt + GROUP_N - 1) / GROUP_N, blocks = (mt + MICRO_M - 1) / MICRO_M;
     for (int k0 = 0; k0 < job->k; k0 += TILE_KC) {
         int kc = job->k - k0 < TILE_KC ? job->k - k0 : TILE_KC, pairs = (kc + 1) / 2;
-        pack_b(job, k0, kc, j0, nt, pairs, bp);
-        pack_a_pairs(job, i0, mt, k0, kc, pairs, ap);
+        if (job->packed_a) {
+            ap = job->packed_a + rows_padded(job) * (k0 / 2) + (long)i0 * pairs;
+            bp = job->packed_b + cols_padded(job) * (k0 / 2) + (long)j0 * pairs;
+        } else {
+            pack_b(job, k0, kc, j0, nt, pairs, bp);
+            pack_a_pairs(job, i0, mt, k0, kc, pairs, ap);
+        }
         for (int g = 0; g < groups; g++)
             for (int rg = 0; rg < blocks; rg++)
                 micro_8x32(ap + (long)rg * pairs * MICRO_M, bp + (long)g * pairs * GROUP_N, pairs,

@@ -240,10 +240,10 @@ int main(void)
     const mt_kernels_dispatch *dispatch = mt_kernels_dispatch_get();
     printf("CPU: %s; process path: %s\n", dispatch->features.brand,
            mt_kernels_path_name(dispatch->path));
-    /* shapes: tile edges on every side, odd depth, a depth past one packed panel (512), and
-     * several 256 x 256 tiles each way */
+    /* shapes: tile edges on every side, odd depth, a depth past one packed panel (512),
+     * several 128 x 128 tiles each way (fewer than 8 of 256) and 15 tiles of 256 */
     static const int shapes[][3] = {
-        {1, 1, 1}, {37, 45, 33}, {130, 129, 600}, {9, 300, 17}, {300, 520, 40},
+        {1, 1, 1}, {37, 45, 33}, {130, 129, 600}, {9, 300, 17}, {300, 520, 40}, {530, 1030, 21},
     };
     for (int p = MT_KERNELS_SCALAR; p < MT_KERNELS_PATH_COUNT; p++) {
         mt_kernels_path path = (mt_kernels_path)p;
