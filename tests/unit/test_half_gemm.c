@@ -243,7 +243,7 @@ int main(void)
     /* shapes: tile edges on every side, odd depth, a depth past one packed panel (512),
      * several 128 x 128 tiles each way (fewer than 8 of 256) and 15 tiles of 256 */
     static const int shapes[][3] = {
-        {1, 1, 1}, {37, 45, 33}, {130, 129, 600}, {9, 300, 17}, {300, 520, 40}, {530, 1030, 21},
+        {1, 1, 1}, {37, 45, 33}, {130, 129, 600}, {9, 300, 17}, {300, 520, 40}, {530, 1030, 9},
     };
     for (int p = MT_KERNELS_SCALAR; p < MT_KERNELS_PATH_COUNT; p++) {
         mt_kernels_path path = (mt_kernels_path)p;
