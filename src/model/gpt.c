@@ -373,7 +373,7 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a,
 
     mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, local, c);
     keep(gpt, a->ln1, KEPT(ln1), (size_t)local * c);
-    if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
+    if ((status = gpt_tp_gather_norm_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
         return status;
     if ((status = gpt_product_forward(gpt, a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0)))
         return status;
@@ -389,7 +389,7 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a,
 
     mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, local, c);
     keep(gpt, a->ln2, KEPT(ln2), (size_t)local * c);
-    if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, gpt->acts->gathered, &ln)))
+    if ((status = gpt_tp_gather_norm_rows(gpt, a->ln2, c, gpt->acts->gathered, &ln)))
         return status;
     if ((status = gpt_product_forward(gpt, a->fch, ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0)))
         return status;
@@ -453,7 +453,7 @@ mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss)
                          tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1), gpt->rows_local, c);
     keep(gpt, a->lnf, NULL, (size_t)gpt->rows_local * c);
     const float *full; /* lnf_full: kept for the logits and the head's backward */
-    if ((status = gpt_tp_gather_rows(gpt, a->lnf, c, a->lnf_full, &full)))
+    if ((status = gpt_tp_gather_norm_rows(gpt, a->lnf, c, a->lnf_full, &full)))
         return status;
     if (gpt->has_targets) {
         if ((status = gpt_product_forward(gpt, a->logits, a->lnf_full, head_weights(gpt), NULL,
@@ -694,7 +694,7 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
     mt_gelu_backward(s->dfch, s->dfch,
                      gpt_operand(gpt, a->fch, KEPT(fch), s->operand, rows * 4 * c_tp),
                      (long)n * 4 * c_tp);
-    if ((status = gpt_tp_gather_rows(
+    if ((status = gpt_tp_gather_norm_rows(
              gpt, gpt_operand(gpt, a->ln2, KEPT(ln2), s->operand, (size_t)local * c), c,
              s->gathered, &ln)))
         return status;
@@ -724,7 +724,7 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
             gpt, qkv, NULL, gpt_operand(gpt, a->probs, KEPT(probs), s->probs, attention));
     if (status)
         return status;
-    if ((status = gpt_tp_gather_rows(
+    if ((status = gpt_tp_gather_norm_rows(
              gpt, gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, (size_t)local * c), c,
              s->gathered, &ln)))
         return status;

@@ -184,6 +184,9 @@ void gpt_tp_choose_rows(mt_gpt *gpt, int n);
  * reduce-scatter), else `local` itself (its backward is an all-reduce). */
 mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *into,
                              const float **full);
+/* gpt_tp_gather_rows for a norm's output: under bf16 (values already bf16) sent as bf16. */
+mt_status gpt_tp_gather_norm_rows(mt_gpt *gpt, const float *local, int width, float *into,
+                                  const float **full);
 /* Out of a row-parallel layer: out[local, c] = residual + sum over ranks of in W^T + b, the
  * sum an all-reduce, or a reduce-scatter under sequence parallelism; b is added once. */
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,

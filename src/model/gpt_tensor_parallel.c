@@ -81,6 +81,23 @@ mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *
     return all_gather(gpt, local, into, row_counts(gpt, width), "all-gather of the sequence");
 }
 
+/* Under bf16 the norms' outputs are bf16 values (rounded as they are made, or widened from the
+ * slot's bf16 copy), so sending them as bf16 changes no bit of what the ranks compute. */
+mt_status gpt_tp_gather_norm_rows(mt_gpt *gpt, const float *local, int width, float *into,
+                                  const float **full)
+{
+    *full = local;
+    if (!sequence_parallel(gpt))
+        return MT_OK;
+    if (gpt->precision != MT_PRECISION_BF16 || !gpt->tp.all_gather_bf16)
+        return gpt_tp_gather_rows(gpt, local, width, into, full);
+    *full = into;
+    double start = mt_clock_seconds();
+    return timed(gpt,
+                 gpt->tp.all_gather_bf16(gpt->tp.context, local, into, row_counts(gpt, width)),
+                 start, "all-gather of the sequence's normalised rows");
+}
+
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,
                                       const float *in, const float *w, const float *b,
                                       int in_width)
