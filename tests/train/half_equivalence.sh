@@ -13,8 +13,8 @@
 # to bf16 as well (as autocast does), more places for a flip (measured on the avx512bf16 path:
 # 1.3e-3 to 1.8e-3 for h.2.attn.qkv.bias under dp 2, tp 2 with sp and ZeRO-3, 3.2e-3 with bf16
 # gradient reduction, 4.7e-3 for h.3.attn.qkv.bias under pp 2, whose stage messages are bf16;
-# 3.3e-3 for pp 2 with 2 micro-batches before the gradients were rounded). A wrong operand, a missing rounding or a stale compute copy
-# of the weights moves the losses by 1e-2 or more.
+# 3.3e-3 for pp 2 with 2 micro-batches before the gradients were rounded). A wrong operand,
+# a missing rounding or a stale compute copy of the weights moves the losses by 1e-2 or more.
 set -euo pipefail
 meshtrain=$1
 source "$(dirname "$0")/genesis_setup.sh"
