@@ -102,9 +102,10 @@ def random_batches(count, batch, seq, vocab, generator):
         yield data[:, :-1], data[:, 1:]
 
 
-def train_step(model, optimizer, tokens, targets, clip):
+def train_step(model, optimizer, tokens, targets, clip, autocast=False):
     optimizer.zero_grad(set_to_none=True)
-    loss = model(tokens, targets)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = model(tokens, targets)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
@@ -124,6 +125,8 @@ def parse_args():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--autocast", action="store_true",
+                        help="forward under torch.autocast('cpu', bfloat16) (fp32 master weights)")
     args = parser.parse_args()
     if args.width % args.heads != 0:
         parser.error("--width must be divisible by --heads")
@@ -146,7 +149,7 @@ def main():
     step_seconds = []
     for step, (tokens, targets) in enumerate(batches):
         start = time.perf_counter()
-        loss = train_step(model, optimizer, tokens, targets, clip=1.0)
+        loss = train_step(model, optimizer, tokens, targets, clip=1.0, autocast=args.autocast)
         elapsed = time.perf_counter() - start
         timed = step >= args.warmup
         if timed:

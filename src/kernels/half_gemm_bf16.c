@@ -39,6 +39,77 @@ static void pack_pairs(const mt_half *x, long ld, bool contiguous, int count, in
             out[(long)kp * stride + v] = 0;
 }
 
+/* ---- fp32 operands, rounded to bf16 as they are packed (AVX-512 F and BW) ---- */
+#define TARGET_PACK __attribute__((target("avx512f,avx512bw")))
+
+/* Each lane's bf16 rounding (to nearest even; NaN kept, quiet) in its upper 16 bits, the lower
+ * 16 bits left over: the vector form of mt_half_bf16_from_f32. */
+TARGET_PACK static inline __m512i round_high(__m512i u)
+{
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff),
+                  abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
+                  quiet_bit = _mm512_set1_epi32(0x400000);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(bias, lsb));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+    return _mm512_mask_or_epi32(rounded, nan, u, quiet_bit);
+}
+
+static uint32_t pair_f32(float lo, float hi)
+{
+    return mt_half_bf16_from_f32(lo) | (uint32_t)mt_half_bf16_from_f32(hi) << 16;
+}
+
+/* pack_pairs on fp32 vectors. Where depths are rows, 16 vectors at a time: a word is the low
+ * row's rounding shifted down beside the high row's. Where a vector's depths are adjacent,
+ * 8 pairs at a time: the 16-bit halves 1, 3, ..., 15 of the rounded lanes are the 8 words. */
+TARGET_PACK static void pack_pairs_f32(const float *x, long ld, bool contiguous, int count,
+                                       int width, int kc, int pairs, int stride, uint32_t *out)
+{
+    int full = kc / 2;
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+    if (contiguous) {
+        const __m512i odd = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5,
+                                             3, 1, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9,
+                                             7, 5, 3, 1);
+        for (int v = 0; v < count; v++) {
+            const float *src = x + v * ld;
+            uint32_t *dst = out + v;
+            int kp = 0;
+            for (; kp + 8 <= full; kp += 8) {
+                __m512i words = _mm512_permutexvar_epi16(odd, round_high(_mm512_loadu_si512(
+                                                                   src + 2 * kp)));
+                _Alignas(32) uint32_t w[8];
+                _mm256_store_si256((__m256i *)w, _mm512_castsi512_si256(words));
+                for (int i = 0; i < 8; i++)
+                    dst[(long)(kp + i) * stride] = w[i];
+            }
+            for (; kp < full; kp++)
+                dst[(long)kp * stride] = pair_f32(src[2 * kp], src[2 * kp + 1]);
+            if (kc % 2)
+                dst[(long)full * stride] = mt_half_bf16_from_f32(src[kc - 1]);
+        }
+    } else {
+        for (int kp = 0; kp < (kc + 1) / 2; kp++) {
+            const float *lo = x + 2L * kp * ld, *hi = lo + ld;
+            uint32_t *dst = out + (long)kp * stride;
+            bool alone = kp == full; /* kc odd: the last depth, paired with zero */
+            for (int v = 0; v < count; v += 16) {
+                __mmask16 m = count - v >= 16 ? (__mmask16)0xffff
+                                              : (__mmask16)((1u << (count - v)) - 1);
+                __m512i l = _mm512_srli_epi32(round_high(_mm512_maskz_loadu_epi32(m, lo + v)), 16);
+                __m512i h = alone ? _mm512_setzero_si512()
+                                  : _mm512_and_si512(
+                                        round_high(_mm512_maskz_loadu_epi32(m, hi + v)), high);
+                _mm512_mask_storeu_epi32(dst + v, m, _mm512_or_si512(l, h));
+            }
+        }
+    }
+    for (int kp = 0; kp < pairs; kp++)
+        for (int v = kp < (kc + 1) / 2 ? count : 0; v < width; v++)
+            out[(long)kp * stride + v] = 0;
+}
+
 /* op(b)[k0 .. k0+kc, j0 .. j0+nt] into groups of GROUP_N columns: group g's word [kp][j]. */
 static void pack_b(const kernels_gemm_job *job, int k0, int kc, int j0, int nt, int pairs,
                    uint32_t *bp)
@@ -46,10 +117,16 @@ static void pack_b(const kernels_gemm_job *job, int k0, int kc, int j0, int nt, 
     int groups = (nt + GROUP_N - 1) / GROUP_N;
     for (int g = 0; g < groups; g++) {
         int j = j0 + g * GROUP_N, count = nt - g * GROUP_N < GROUP_N ? nt - g * GROUP_N : GROUP_N;
+        uint32_t *group = bp + (long)g * pairs * GROUP_N;
+        if (job->bf) {
+            const float *x = job->trans_b ? job->bf + (long)j * job->ldb + k0
+                                          : job->bf + (long)k0 * job->ldb + j;
+            pack_pairs_f32(x, job->ldb, job->trans_b, count, GROUP_N, kc, pairs, GROUP_N, group);
+            continue;
+        }
         const mt_half *x = job->trans_b ? job->b + (long)j * job->ldb + k0
                                         : job->b + (long)k0 * job->ldb + j;
-        pack_pairs(x, job->ldb, job->trans_b, count, GROUP_N, kc, pairs, GROUP_N,
-                   bp + (long)g * pairs * GROUP_N);
+        pack_pairs(x, job->ldb, job->trans_b, count, GROUP_N, kc, pairs, GROUP_N, group);
     }
 }
 
@@ -64,10 +141,16 @@ static void pack_a_pairs(const kernels_gemm_job *job, int i0, int mt, int k0, in
     for (int rg = 0; rg < blocks; rg++) {
         int i = i0 + rg * MICRO_M, left = mt - rg * MICRO_M;
         int count = left < MICRO_M ? left : MICRO_M;
+        uint32_t *block = ap + (long)rg * pairs * MICRO_M;
+        if (job->af) {
+            const float *x = job->trans_a ? job->af + (long)k0 * job->lda + i
+                                          : job->af + (long)i * job->lda + k0;
+            pack_pairs_f32(x, job->lda, !job->trans_a, count, MICRO_M, kc, pairs, MICRO_M, block);
+            continue;
+        }
         const mt_half *x = job->trans_a ? job->a + (long)k0 * job->lda + i
                                         : job->a + (long)i * job->lda + k0;
-        pack_pairs(x, job->lda, !job->trans_a, count, MICRO_M, kc, pairs, MICRO_M,
-                   ap + (long)rg * pairs * MICRO_M);
+        pack_pairs(x, job->lda, !job->trans_a, count, MICRO_M, kc, pairs, MICRO_M, block);
     }
 }
 
@@ -93,6 +176,55 @@ TARGET_BF16 static void micro_8x32(const uint32_t *ap, const uint32_t *bp, int p
     }
 }
 
+/* The packed operands: depth panel by depth panel (a full panel holds TILE_KC / 2 pairs), in
+ * each the row blocks of MICRO_M rows, or the column groups of GROUP_N columns, in order; so
+ * a tile's panel starts at its first row block or group (tile edges are multiples of both). */
+static long rows_padded(const kernels_gemm_job *job)
+{
+    return (job->m + MICRO_M - 1) / MICRO_M * (long)MICRO_M;
+}
+
+static long cols_padded(const kernels_gemm_job *job)
+{
+    return (job->n + GROUP_N - 1) / GROUP_N * (long)GROUP_N;
+}
+
+static long total_pairs(const kernels_gemm_job *job)
+{
+    int last = job->k % TILE_KC ? job->k % TILE_KC : TILE_KC;
+    return (job->k - last) / 2 + (last + 1) / 2;
+}
+
+void kernels_gemm_packed_words(const kernels_gemm_job *job, size_t *a_words, size_t *b_words)
+{
+    *a_words = (size_t)(rows_padded(job) * total_pairs(job));
+    *b_words = (size_t)(cols_padded(job) * total_pairs(job));
+}
+
+static int panels(const kernels_gemm_job *job) { return (job->k + TILE_KC - 1) / TILE_KC; }
+
+int kernels_gemm_pack_items(const kernels_gemm_job *job, int tile_m, int tile_n)
+{
+    int tiles_m = (job->m + tile_m - 1) / tile_m, tiles_n = (job->n + tile_n - 1) / tile_n;
+    return (tiles_m + tiles_n) * panels(job);
+}
+
+void kernels_gemm_pack_item(const kernels_gemm_job *job, int tile_m, int tile_n, int item)
+{
+    int tiles_m = (job->m + tile_m - 1) / tile_m, p = item % panels(job), t = item / panels(job);
+    int k0 = p * TILE_KC, kc = job->k - k0 < TILE_KC ? job->k - k0 : TILE_KC;
+    int pairs = (kc + 1) / 2;
+    if (t < tiles_m) {
+        int i0 = t * tile_m, mt = job->m - i0 < tile_m ? job->m - i0 : tile_m;
+        pack_a_pairs(job, i0, mt, k0, kc, pairs,
+                     job->packed_a + rows_padded(job) * (k0 / 2) + (long)i0 * pairs);
+    } else {
+        int j0 = (t - tiles_m) * tile_n, nt = job->n - j0 < tile_n ? job->n - j0 : tile_n;
+        pack_b(job, k0, kc, j0, nt, pairs,
+               job->packed_b + cols_padded(job) * (k0 / 2) + (long)j0 * pairs);
+    }
+}
+
 void kernels_gemm_tile_avx512bf16(const kernels_gemm_job *job, int i0, int j0, int mt, int nt,
                                   float *tile, void *scratch)
 {
@@ -100,8 +232,13 @@ void kernels_gemm_tile_avx512bf16(const kernels_gemm_job *job, int i0, int j0, i
     int groups = (nt + GROUP_N - 1) / GROUP_N, blocks = (mt + MICRO_M - 1) / MICRO_M;
     for (int k0 = 0; k0 < job->k; k0 += TILE_KC) {
         int kc = job->k - k0 < TILE_KC ? job->k - k0 : TILE_KC, pairs = (kc + 1) / 2;
-        pack_b(job, k0, kc, j0, nt, pairs, bp);
-        pack_a_pairs(job, i0, mt, k0, kc, pairs, ap);
+        if (job->packed_a) {
+            ap = job->packed_a + rows_padded(job) * (k0 / 2) + (long)i0 * pairs;
+            bp = job->packed_b + cols_padded(job) * (k0 / 2) + (long)j0 * pairs;
+        } else {
+            pack_b(job, k0, kc, j0, nt, pairs, bp);
+            pack_a_pairs(job, i0, mt, k0, kc, pairs, ap);
+        }
         for (int g = 0; g < groups; g++)
             for (int rg = 0; rg < blocks; rg++)
                 micro_8x32(ap + (long)rg * pairs * MICRO_M, bp + (long)g * pairs * GROUP_N, pairs,

@@ -373,9 +373,10 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a,
 
     mt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, local, c);
     keep(gpt, a->ln1, KEPT(ln1), (size_t)local * c);
-    if ((status = gpt_tp_gather_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
+    if ((status = gpt_tp_gather_norm_rows(gpt, a->ln1, c, gpt->acts->gathered, &ln)))
         return status;
-    mt_linear_forward(a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0);
+    if ((status = gpt_product_forward(gpt, a->qkv, ln, w.qkv_w, w.qkv_b, n, c, 3 * c_tp, 0)))
+        return status;
     keep(gpt, a->qkv, KEPT(qkv), rows * 3 * c_tp);
     if ((status = gpt_attention_forward(gpt, a)))
         return status;
@@ -388,9 +389,10 @@ static mt_status block_forward_into(mt_gpt *gpt, int layer, gpt_block_acts *a,
 
     mt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, local, c);
     keep(gpt, a->ln2, KEPT(ln2), (size_t)local * c);
-    if ((status = gpt_tp_gather_rows(gpt, a->ln2, c, gpt->acts->gathered, &ln)))
+    if ((status = gpt_tp_gather_norm_rows(gpt, a->ln2, c, gpt->acts->gathered, &ln)))
         return status;
-    mt_linear_forward(a->fch, ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0);
+    if ((status = gpt_product_forward(gpt, a->fch, ln, w.fc_w, w.fc_b, n, c, 4 * c_tp, 0)))
+        return status;
     keep(gpt, a->fch, KEPT(fch), rows * 4 * c_tp);
     mt_gelu_forward(a->fch_gelu, a->fch, (long)n * 4 * c_tp);
     keep(gpt, a->fch_gelu, KEPT(fch_gelu), rows * 4 * c_tp);
@@ -451,11 +453,12 @@ mt_status mt_gpt_head_forward(mt_gpt *gpt, float *loss)
                          tensor_of(gpt, unit, 0), tensor_of(gpt, unit, 1), gpt->rows_local, c);
     keep(gpt, a->lnf, NULL, (size_t)gpt->rows_local * c);
     const float *full; /* lnf_full: kept for the logits and the head's backward */
-    if ((status = gpt_tp_gather_rows(gpt, a->lnf, c, a->lnf_full, &full)))
+    if ((status = gpt_tp_gather_norm_rows(gpt, a->lnf, c, a->lnf_full, &full)))
         return status;
     if (gpt->has_targets) {
-        mt_linear_forward(a->logits, a->lnf_full, head_weights(gpt), NULL, n, c,
-                          gpt->vocab_local, 0);
+        if ((status = gpt_product_forward(gpt, a->logits, a->lnf_full, head_weights(gpt), NULL,
+                                          n, c, gpt->vocab_local, 0)))
+            return status;
         keep(gpt, a->logits, NULL, (size_t)n * gpt->vocab_local);
         if (gpt->tp.size > 1)
             status = gpt_tp_crossentropy_forward(gpt, n);
@@ -615,8 +618,10 @@ mt_status mt_gpt_head_backward(mt_gpt *gpt, float loss_scale)
     mt_gpt_activations *a = gpt->acts;
     mt_crossentropy_backward(a->logits, a->targets, n, gpt->vocab_local,
                              gpt->tp.rank * gpt->vocab_local, loss_scale);
-    mt_linear_backward(gpt_tp_input_grad_target(gpt), grad_of(gpt, embed, 0), NULL, a->logits,
-                       a->lnf_full, head_weights(gpt), n, c, gpt->vocab_local);
+    if ((status = gpt_product_backward(gpt, gpt_tp_input_grad_target(gpt), grad_of(gpt, embed, 0),
+                                       NULL, a->logits, a->lnf_full, head_weights(gpt), n, c,
+                                       gpt->vocab_local)))
+        return status;
     if ((status = gpt_tp_sum_input_grad(gpt)))
         return status;
     memset(a->dresidual, 0, sizeof(float) * (size_t)local * c);
@@ -681,18 +686,21 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    gpt_linear_backward(gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy,
-                        gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand, rows * 4 * c_tp),
-                        w.fcproj_w, n, 4 * c_tp, c);
+    if ((status = gpt_linear_backward(
+             gpt, a->w_dy_mlp, s->dfch, g.fcproj_w, g.fcproj_b, dy,
+             gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand, rows * 4 * c_tp),
+             w.fcproj_w, n, 4 * c_tp, c)))
+        return status;
     mt_gelu_backward(s->dfch, s->dfch,
                      gpt_operand(gpt, a->fch, KEPT(fch), s->operand, rows * 4 * c_tp),
                      (long)n * 4 * c_tp);
-    if ((status = gpt_tp_gather_rows(
+    if ((status = gpt_tp_gather_norm_rows(
              gpt, gpt_operand(gpt, a->ln2, KEPT(ln2), s->operand, (size_t)local * c), c,
              s->gathered, &ln)))
         return status;
-    gpt_linear_backward(gpt, a->w_dfch, gpt_tp_input_grad_target(gpt), g.fc_w, g.fc_b, s->dfch,
-                        ln, w.fc_w, n, c, 4 * c_tp);
+    if ((status = gpt_linear_backward(gpt, a->w_dfch, gpt_tp_input_grad_target(gpt), g.fc_w,
+                                      g.fc_b, s->dfch, ln, w.fc_w, n, c, 4 * c_tp)))
+        return status;
     if ((status = gpt_tp_sum_input_grad(gpt)))
         return status;
     mt_layernorm_backward(s->dresidual, pass[0], pass[1], s->dln, a->res2, a->ln2_mean,
@@ -700,9 +708,11 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
 
     if ((status = gpt_tp_gather_rows(gpt, s->dresidual, c, s->gathered, &dy)))
         return status;
-    gpt_linear_backward(gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy,
-                        gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), w.proj_w, n,
-                        c_tp, c);
+    if ((status = gpt_linear_backward(
+             gpt, a->w_dy_attn, s->datty, g.proj_w, g.proj_b, dy,
+             gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), w.proj_w, n, c_tp,
+             c)))
+        return status;
     /* the MLP gradient's buffer is idle from here on: it takes the widened qkv; the operand
      * buffer takes fused attention's widened output */
     const float *qkv = gpt_operand(gpt, a->qkv, KEPT(qkv), s->dfch, rows * 3 * c_tp);
@@ -714,13 +724,14 @@ mt_status mt_gpt_block_backward(mt_gpt *gpt, int layer)
             gpt, qkv, NULL, gpt_operand(gpt, a->probs, KEPT(probs), s->probs, attention));
     if (status)
         return status;
-    if ((status = gpt_tp_gather_rows(
+    if ((status = gpt_tp_gather_norm_rows(
              gpt, gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, (size_t)local * c), c,
              s->gathered, &ln)))
         return status;
 #undef KEPT
-    gpt_linear_backward(gpt, a->w_dqkv, gpt_tp_input_grad_target(gpt), g.qkv_w, g.qkv_b, s->dqkv,
-                        ln, w.qkv_w, n, c, 3 * c_tp);
+    if ((status = gpt_linear_backward(gpt, a->w_dqkv, gpt_tp_input_grad_target(gpt), g.qkv_w,
+                                      g.qkv_b, s->dqkv, ln, w.qkv_w, n, c, 3 * c_tp)))
+        return status;
     /* The key bias adds q.b to every score of a query's row, which softmax ignores: its true
      * gradient is exactly zero. Computed, it is rounding noise that differs with the order of
      * the sums (layout, threads), and AdamW would turn that noise into steps of up to lr / 100

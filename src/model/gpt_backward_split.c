@@ -20,15 +20,15 @@ mt_status gpt_split_check(const mt_gpt *gpt)
     return MT_OK;
 }
 
-void gpt_linear_backward(const mt_gpt *gpt, float *keep, float *dx, float *dw, float *db,
-                         const float *dy, const float *x, const float *w, int n, int in, int out)
+mt_status gpt_linear_backward(const mt_gpt *gpt, float *keep, float *dx, float *dw, float *db,
+                              const float *dy, const float *x, const float *w, int n, int in,
+                              int out)
 {
-    if (!gpt->input_only) {
-        mt_linear_backward(dx, dw, db, dy, x, w, n, in, out);
-        return;
-    }
-    mt_linear_backward(dx, NULL, NULL, dy, x, w, n, in, out);
+    if (!gpt->input_only)
+        return gpt_product_backward(gpt, dx, dw, db, dy, x, w, n, in, out);
+    mt_status status = gpt_product_backward(gpt, dx, NULL, NULL, dy, x, w, n, in, out);
     memcpy(keep, dy, sizeof(float) * (size_t)n * (size_t)out);
+    return status;
 }
 
 mt_status mt_gpt_chunk_backward_input(mt_gpt *gpt, float loss_scale)
@@ -55,19 +55,24 @@ static mt_status block_weights(mt_gpt *gpt, int layer)
     const gpt_block_acts *a = &s->blocks[layer];
     const gpt_block_half *h = gpt_half(gpt) ? &s->half_blocks[layer] : NULL;
 #define KEPT(field) (h ? h->field : NULL)
-    mt_linear_backward(NULL, g.fcproj_w, g.fcproj_b, a->w_dy_mlp,
-                       gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand,
-                                   rows * 4 * c_tp),
-                       NULL, n, 4 * c_tp, c);
-    mt_linear_backward(NULL, g.fc_w, g.fc_b, a->w_dfch,
-                       gpt_operand(gpt, a->ln2, KEPT(ln2), s->operand, local * c), NULL, n, c,
-                       4 * c_tp);
-    mt_linear_backward(NULL, g.proj_w, g.proj_b, a->w_dy_attn,
-                       gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), NULL, n,
-                       c_tp, c);
-    mt_linear_backward(NULL, g.qkv_w, g.qkv_b, a->w_dqkv,
-                       gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, local * c), NULL, n, c,
-                       3 * c_tp);
+    mt_status status = gpt_product_backward(
+        gpt, NULL, g.fcproj_w, g.fcproj_b, a->w_dy_mlp,
+        gpt_operand(gpt, a->fch_gelu, KEPT(fch_gelu), s->operand, rows * 4 * c_tp), NULL, n,
+        4 * c_tp, c);
+    if (status == MT_OK)
+        status = gpt_product_backward(gpt, NULL, g.fc_w, g.fc_b, a->w_dfch,
+                                      gpt_operand(gpt, a->ln2, KEPT(ln2), s->operand, local * c),
+                                      NULL, n, c, 4 * c_tp);
+    if (status == MT_OK)
+        status = gpt_product_backward(
+            gpt, NULL, g.proj_w, g.proj_b, a->w_dy_attn,
+            gpt_operand(gpt, a->atty, KEPT(atty), s->operand, rows * c_tp), NULL, n, c_tp, c);
+    if (status == MT_OK)
+        status = gpt_product_backward(gpt, NULL, g.qkv_w, g.qkv_b, a->w_dqkv,
+                                      gpt_operand(gpt, a->ln1, KEPT(ln1), s->operand, local * c),
+                                      NULL, n, c, 3 * c_tp);
+    if (status)
+        return status;
 #undef KEPT
     /* the key bias's gradient is exactly zero (see mt_gpt_block_backward) */
     memset(g.qkv_b + c_tp, 0, sizeof(float) * (size_t)c_tp);

@@ -157,9 +157,18 @@ void gpt_cp_embed_backward(mt_gpt *gpt, float *dwte, float *dwpe, const float *d
                            int first_token, int count);
 int gpt_attention_remakes_probs(const mt_gpt *gpt);
 
+/* gpt_products.c: mt_linear_forward and mt_linear_backward in the model's precision (under
+ * bf16, products of bf16-rounded operands accumulated in fp32); MT_ENOMEM when a product's
+ * scratch could not be allocated. */
+mt_status gpt_product_forward(const mt_gpt *gpt, float *y, const float *x, const float *w,
+                              const float *b, int n, int in, int out, int accumulate);
+mt_status gpt_product_backward(const mt_gpt *gpt, float *dx, float *dw, float *db,
+                               const float *dy, const float *x, const float *w, int n, int in,
+                               int out);
+
 /* gpt_backward_split.c: a linear layer's backward inside a block's backward. Whole, or, in a
  * split backward's input-gradient pass, dx alone with dy kept in `keep` for the weight pass. */
-void gpt_linear_backward(const mt_gpt *gpt, float *keep, float *dx, float *dw, float *db,
+mt_status gpt_linear_backward(const mt_gpt *gpt, float *keep, float *dx, float *dw, float *db,
                          const float *dy, const float *x, const float *w, int n, int in, int out);
 /* Whether a stage's split backward can run with these settings (error naming what cannot). */
 mt_status gpt_split_check(const mt_gpt *gpt);
@@ -175,6 +184,9 @@ void gpt_tp_choose_rows(mt_gpt *gpt, int n);
  * reduce-scatter), else `local` itself (its backward is an all-reduce). */
 mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *into,
                              const float **full);
+/* gpt_tp_gather_rows for a norm's output: under bf16 (values already bf16) sent as bf16. */
+mt_status gpt_tp_gather_norm_rows(mt_gpt *gpt, const float *local, int width, float *into,
+                                  const float **full);
 /* Out of a row-parallel layer: out[local, c] = residual + sum over ranks of in W^T + b, the
  * sum an all-reduce, or a reduce-scatter under sequence parallelism; b is added once. */
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,

@@ -81,6 +81,23 @@ mt_status gpt_tp_gather_rows(mt_gpt *gpt, const float *local, int width, float *
     return all_gather(gpt, local, into, row_counts(gpt, width), "all-gather of the sequence");
 }
 
+/* Under bf16 the norms' outputs are bf16 values (rounded as they are made, or widened from the
+ * slot's bf16 copy), so sending them as bf16 changes no bit of what the ranks compute. */
+mt_status gpt_tp_gather_norm_rows(mt_gpt *gpt, const float *local, int width, float *into,
+                                  const float **full)
+{
+    *full = local;
+    if (!sequence_parallel(gpt))
+        return MT_OK;
+    if (gpt->precision != MT_PRECISION_BF16 || !gpt->tp.all_gather_bf16)
+        return gpt_tp_gather_rows(gpt, local, width, into, full);
+    *full = into;
+    double start = mt_clock_seconds();
+    return timed(gpt,
+                 gpt->tp.all_gather_bf16(gpt->tp.context, local, into, row_counts(gpt, width)),
+                 start, "all-gather of the sequence's normalised rows");
+}
+
 mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *residual,
                                       const float *in, const float *w, const float *b,
                                       int in_width)
@@ -88,18 +105,19 @@ mt_status gpt_tp_row_parallel_forward(mt_gpt *gpt, float *out, const float *resi
     int n = gpt->b * gpt->t, local = gpt->rows_local, c = gpt->shape.width;
     if (gpt->tp.size == 1) { /* out = residual + in W^T + b, the residual as sgemm's beta */
         memcpy(out, residual, sizeof(float) * (size_t)n * c);
-        mt_linear_forward(out, in, w, b, n, in_width, c, 1);
-        return MT_OK;
+        return gpt_product_forward(gpt, out, in, w, b, n, in_width, c, 1);
     }
     /* This rank's addend of every row; the sum lands in out (all rows, or this rank's). */
     mt_status status;
     if (sequence_parallel(gpt)) {
-        mt_linear_forward(gpt->acts->partial, in, w, NULL, n, in_width, c, 0);
-        status = reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
+        status = gpt_product_forward(gpt, gpt->acts->partial, in, w, NULL, n, in_width, c, 0);
+        if (status == MT_OK)
+            status = reduce_scatter(gpt, gpt->acts->partial, out, row_counts(gpt, c),
                                 "reduce-scatter of a row-parallel output");
     } else {
-        mt_linear_forward(out, in, w, NULL, n, in_width, c, 0);
-        status = all_reduce(gpt, out, (size_t)n * c, "all-reduce of a row-parallel output");
+        status = gpt_product_forward(gpt, out, in, w, NULL, n, in_width, c, 0);
+        if (status == MT_OK)
+            status = all_reduce(gpt, out, (size_t)n * c, "all-reduce of a row-parallel output");
     }
     if (status)
         return status;

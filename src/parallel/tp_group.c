@@ -15,6 +15,12 @@ static mt_status tp_all_gather(void *group, const float *in, float *out, const s
     return mt_comm_allgatherv(group, in, out, counts, MT_F32);
 }
 
+static mt_status tp_all_gather_bf16(void *group, const float *in, float *out,
+                                    const size_t *counts)
+{
+    return mt_comm_allgatherv_wire(group, in, out, counts, MT_BF16);
+}
+
 static mt_status tp_reduce_scatter(void *group, const float *in, float *out, const size_t *counts)
 {
     return mt_comm_reduce_scatterv(group, in, out, counts, MT_F32, MT_SUM);
@@ -31,6 +37,7 @@ mt_gpt_tensor_parallel mt_tensor_parallel_over(mt_comm *group, int sequence_para
         .context = group,
         .all_reduce = tp_all_reduce,
         .all_gather = tp_all_gather,
+        .all_gather_bf16 = tp_all_gather_bf16,
         .reduce_scatter = tp_reduce_scatter,
     };
 }
@@ -68,6 +75,14 @@ static mt_status tree_all_gather(void *context, const float *in, float *out, con
     return mt_comm_allgatherv(tree->group, in, out, counts, MT_F32);
 }
 
+/* a gather sums nothing: the tree's group gathers bf16 values as the plain group does */
+static mt_status tree_all_gather_bf16(void *context, const float *in, float *out,
+                                      const size_t *counts)
+{
+    mt_tp_tree *tree = context;
+    return mt_comm_allgatherv_wire(tree->group, in, out, counts, MT_BF16);
+}
+
 static mt_status tree_reduce_scatter(void *context, const float *in, float *out,
                                      const size_t *counts)
 {
@@ -90,6 +105,7 @@ mt_status mt_tp_tree_create(mt_comm *group, int sequence_parallel, mt_tp_tree **
     out->context = *tree;
     out->all_reduce = tree_all_reduce;
     out->all_gather = tree_all_gather;
+    out->all_gather_bf16 = tree_all_gather_bf16;
     out->reduce_scatter = tree_reduce_scatter;
     return MT_OK;
 }

@@ -9,9 +9,12 @@
 # boundary rounds the other way: 2^-8 = 0.4% apart, about one element in 4e4. Averaged into
 # losses and gradient norms those flips stay near 1e-4 over 20 steps (measured: 2e-5 to 8e-5);
 # in the parameters AdamW turns them into steps of up to lr wherever a gradient is near zero,
-# which the small bias tensors feel most (measured: 1.5e-3 for h.2.attn.qkv.bias under tp 2
-# with sp, 2e-4 to 4e-4 elsewhere). A wrong operand, a missing rounding or a stale compute copy
-# of the weights moves the losses by 1e-2 or more.
+# which the small bias tensors feel most. The backward products round the activation gradients
+# to bf16 as well (as autocast does), more places for a flip (measured on the avx512bf16 path:
+# 1.3e-3 to 1.8e-3 for h.2.attn.qkv.bias under dp 2, tp 2 with sp and ZeRO-3, 3.2e-3 with bf16
+# gradient reduction, 4.7e-3 for h.3.attn.qkv.bias under pp 2, whose stage messages are bf16;
+# 3.3e-3 for pp 2 with 2 micro-batches before the gradients were rounded). A wrong operand,
+# a missing rounding or a stale compute copy of the weights moves the losses by 1e-2 or more.
 set -euo pipefail
 meshtrain=$1
 source "$(dirname "$0")/genesis_setup.sh"

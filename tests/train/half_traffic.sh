@@ -2,7 +2,8 @@
 # Half-size traffic over tcp (mt_comm_bytes_sent, metrics.jsonl's wire_bytes and comm_bytes):
 # bf16 training sends at most 55% of fp32's bytes on the pipeline group and, with --grad_reduce
 # bf16 too, ZeRO-3's data-parallel group; --grad_reduce bf16 halves DDP's bytes in fp32 training.
-# (Tensor-parallel traffic stays fp32: docs/architecture.md's precision section says why.)
+# Tensor parallelism sends its gathers of the norms' bf16 rows as bf16 and its sums as fp32
+# (docs/architecture.md's precision section says why).
 # usage: half_traffic.sh MESHTRAIN
 #
 # Every collective and transfer of these groups moves bf16 under bf16 except small fp32 ones
@@ -53,6 +54,10 @@ check pp2 wire_bytes pp $limit "--nproc 2 --pp 2 --microbatches 2" \
 check zero3 wire_bytes dp $limit "--nproc 2 --zero 3" \
   "--nproc 2 --zero 3 --precision bf16 --grad_reduce bf16"
 check ddp wire_bytes dp $limit "--nproc 2" "--nproc 2 --grad_reduce bf16"
+# tensor parallelism with sequence parallelism: the norms' rows are gathered as bf16 (they are
+# bf16 values), its sums stay fp32, so its bytes fall by the gathers' half (about 1/8 of them);
+# 0.95 fails if the gathers still travel as fp32
+check tp2_sp wire_bytes tp 0.95 "--nproc 2 --tp 2 --sp on" "--nproc 2 --tp 2 --sp on --precision bf16"
 # the gradient bytes handed to the group: exactly 2 per element instead of 4
 a=$(total "$scratch/ddp_base" comm_bytes dp) b=$(total "$scratch/ddp_half" comm_bytes dp)
 if python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(not (a > 0 and 2 * b == a))' "$a" "$b"; then

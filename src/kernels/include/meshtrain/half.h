@@ -60,6 +60,23 @@ int mt_half_linear_backward(mt_half_format format, mt_half *dx, float *dw, float
                             const mt_half *dy, const mt_half *x, const mt_half *w, int n, int in,
                             int out);
 
+/* ---- bf16 products of fp32 operands: each operand element is rounded to bf16 (as
+ * mt_half_bf16_from_f32) where the product reads it, so fp32 buffers that already hold bf16
+ * values are read exactly; the products accumulate and land in fp32. The shapes and in-place
+ * rules are mt_linear_forward's and mt_linear_backward's. On the avx512bf16 and amx paths
+ * vdpbf16ps multiplies (subnormal inputs as zero); elsewhere rounded fp32 panels go to sgemm.
+ * 0, or -1 when scratch memory could not be allocated. ---- */
+int mt_half_gemm_rounded_path(mt_kernels_path path, bool trans_a, bool trans_b, int m, int n,
+                              int k, const float *a, int lda, const float *b, int ldb, float beta,
+                              float *c, int ldc);
+/* y = x w^T + b (y's old values added first with `accumulate`); b (fp32) may be NULL. */
+int mt_half_linear_rounded_forward(float *y, const float *x, const float *w, const float *b,
+                                   int n, int in, int out, int accumulate);
+/* dx = dy w (when dx is not NULL); dw += dy^T x (when dw is not NULL); db += column sums of
+ * the fp32 dy (when db is not NULL: a sum, not a product, so dy is not rounded for it). */
+int mt_half_linear_rounded_backward(float *dx, float *dw, float *db, const float *dy,
+                                    const float *x, const float *w, int n, int in, int out);
+
 /* ---- elementwise kernels: half-precision activations in and out, fp32 arithmetic and
  * fp32 statistics; the same formulas as the fp32 kernels of meshtrain/kernels.h. ---- */
 

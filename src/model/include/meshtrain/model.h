@@ -141,6 +141,10 @@ typedef struct mt_gpt_tensor_parallel {
     mt_status (*all_reduce)(void *context, float *data, size_t count); /* sum, in place */
     /* rank r contributes counts[r] elements; out is their concatenation in rank order */
     mt_status (*all_gather)(void *context, const float *in, float *out, const size_t *counts);
+    /* all_gather of values that are bf16 already, sent as 2 bytes each (lossless for them);
+     * NULL: the model uses all_gather */
+    mt_status (*all_gather_bf16)(void *context, const float *in, float *out,
+                                 const size_t *counts);
     /* in is the concatenation of blocks of counts[r]; rank r gets the sum of block r */
     mt_status (*reduce_scatter)(void *context, const float *in, float *out,
                                 const size_t *counts);
