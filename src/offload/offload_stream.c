@@ -187,6 +187,19 @@ void mt_offload_close(mt_offload *o)
 }
 
 int mt_offload_direct(const mt_offload *o) { return o->file.direct; }
+const char *mt_offload_io_name(const mt_offload *o) { return o->file.ring ? "io_uring" : "pread/pwrite"; }
+const char *mt_offload_io_reason(const mt_offload *o) { return o->file.io_reason; }
+
+mt_status mt_offload_io_parse(const char *name, mt_offload_io *io)
+{
+    static const char *const names[] = {"auto", "io_uring", "pread"};
+    for (int k = 0; k < 3; k++)
+        if (strcmp(name, names[k]) == 0) {
+            *io = (mt_offload_io)k;
+            return MT_OK;
+        }
+    return mt_fail(MT_EINVAL, "'%s' is not an offload I/O engine: auto, io_uring or pread", name);
+}
 const char *mt_offload_path(const mt_offload *o) { return o->file.path; }
 
 mt_status mt_offload_begin(mt_offload *o, const int *order, int count, int read, int write)

@@ -31,7 +31,8 @@ mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options)
     mt_offload_options o = {.path = options->offload_path, .record_count = m->record_count,
                             .record_bytes = bytes, .buffers = options->offload_buffers,
                             .ledger = m->ledger, .written = options->offload_written,
-                            .written_context = options->offload_written_context};
+                            .written_context = options->offload_written_context,
+                            .io = options->offload_io};
     if (status == MT_OK)
         status = mt_offload_open(&o, &m->offload);
     free(bytes);

@@ -88,6 +88,7 @@ typedef struct mt_dp_options {
     mt_offload_kind offload;
     const char *offload_path;
     int offload_buffers;
+    mt_offload_io offload_io;
     void (*offload_written)(void *context, int record); /* mt_offload_options.written */
     void *offload_written_context;
     /* --offload_delay on: updates may be held back one step (mt_dp_model_set_delay); with
