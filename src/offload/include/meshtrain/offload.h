@@ -84,6 +84,9 @@ mt_status mt_offload_end(mt_offload *offload);
 /* Outside a pass: the first `bytes` of record `record` copied into dst (any alignment), read
  * synchronously through a buffer of its own (for a unit's parameters before its gather). */
 mt_status mt_offload_read_head(mt_offload *offload, int record, size_t bytes, void *dst);
+/* Outside a pass: record `record` written whole from src's `bytes` (at most its size; the rest
+ * of the record zeros), synchronously through the same buffer (a streamed checkpoint load). */
+mt_status mt_offload_write_record(mt_offload *offload, int record, size_t bytes, const void *src);
 
 /* Bytes moved and seconds the I/O thread spent reading and writing, since the file opened. */
 typedef struct mt_offload_stats {

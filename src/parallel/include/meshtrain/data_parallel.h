@@ -217,6 +217,11 @@ mt_status mt_dp_model_delay_flush(mt_dp_model *model);
 mt_status mt_dp_model_stage_unit(mt_dp_model *model, int unit, int read);
 const float *mt_dp_model_staged_data(const mt_dp_model *model);
 int mt_dp_model_staged_offset(const mt_dp_model *model, const float *data, size_t *offset);
+/* A checkpoint load streamed into the offload file a record at a time: after
+ * mt_dp_model_stage_unit(model, unit, 0) (a zeroed record) and the unit's tensors loaded
+ * through mt_dp_model_tensor_state, this writes the staged record to the file. No-op where
+ * nothing is staged. */
+mt_status mt_dp_model_stage_write(mt_dp_model *model);
 /* The offload engine (NULL without --offload), for its statistics and its file's name. */
 mt_offload *mt_dp_model_offload(const mt_dp_model *model);
 
