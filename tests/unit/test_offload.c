@@ -185,7 +185,7 @@ int main(void)
     snprintf(path, sizeof path, "%s/state.bin", dir);
     /* io_uring where the build and kernel have it (the engine in use is named either way) */
     int uring = mt_offload_io_uring_probe() == MT_OK;
-    printf("test_offload: io_uring %s\n", uring ? "available" : mt_last_error());
+    printf("test_offload: %s\n", uring ? "io_uring available" : mt_last_error());
     for (int buffers = 2; buffers <= 5; buffers += 3) {
         round_trip(path, buffers, MT_OFFLOAD_IO_PREAD);
         if (uring)
