@@ -4,7 +4,10 @@
 # bench the peer libraries that bench/comm_vs_peers times against).
 set -euo pipefail
 # libc6-dev: gcc without recommends lacks the C library's headers and start files.
-packages=(cmake make gcc libc6-dev libopenblas-openmp-dev libjansson-dev libxxhash-dev bible-kjv)
+# liburing-dev: the offload engine's io_uring (optional: without it, or where the kernel
+# refuses io_uring, the engine uses pread/pwrite).
+packages=(cmake make gcc libc6-dev libopenblas-openmp-dev libjansson-dev libxxhash-dev bible-kjv
+          liburing-dev)
 if [ "${1:-run}" = test ]; then
   # PyTorch and numpy for the parity test and benchmarks; clang and its sanitizer runtime
   # for the ASan/UBSan build of the suite; Open MPI (library and mpirun) for the mpi back end

@@ -13,12 +13,13 @@ static int usage(int code)
 {
     fprintf(code ? stderr : stdout,
             "usage: meshtrain bench offload --dir DIR [--mb 1024] [--record_mb 4] [--buffers 4] "
-            "[--passes 3]\n"
+            "[--passes 3] [--io auto|io_uring|pread]\n"
             "\n"
             "Streams a file of MB megabytes in DIR through the offload engine in records of\n"
             "RECORD_MB: a write pass (buffers handed out zeroed, written behind), then a read\n"
             "pass (read ahead, nothing written), PASSES times each, and prints the best\n"
-            "write_mb_s and read_mb_s, and whether the file system took O_DIRECT.\n");
+            "write_mb_s and read_mb_s, whether the file system took O_DIRECT, and the engine\n"
+            "that moved the records (io_uring or pread/pwrite).\n");
     return code;
 }
 
@@ -44,6 +45,7 @@ int cli_bench_offload(int argc, char **argv)
     const char *dir = NULL;
     double mb = 1024, record_mb = 4;
     int buffers = 4, passes = 3;
+    mt_offload_io io = MT_OFFLOAD_IO_AUTO;
     for (int i = 0; i < argc; i++) {
         if (cli_is_help(argv[i]))
             return usage(0);
@@ -60,6 +62,12 @@ int cli_bench_offload(int argc, char **argv)
             buffers = atoi(value);
         else if (strcmp(key, "--passes") == 0)
             passes = atoi(value);
+        else if (strcmp(key, "--io") == 0) {
+            if (mt_offload_io_parse(value, &io)) {
+                fprintf(stderr, "meshtrain bench offload: error: --io: %s\n", mt_last_error());
+                return 2;
+            }
+        }
         else
             return usage(2);
     }
@@ -83,7 +91,7 @@ int cli_bench_offload(int argc, char **argv)
     char path[1024];
     snprintf(path, sizeof path, "%s/bench_offload.bin", dir);
     mt_offload_options o = {.path = path, .record_count = count, .record_bytes = bytes,
-                            .buffers = buffers};
+                            .buffers = buffers, .io = io};
     mt_offload *off = NULL;
     mt_status status = mt_offload_open(&o, &off);
     double best_write = 1e30, best_read = 1e30;
@@ -96,6 +104,11 @@ int cli_bench_offload(int argc, char **argv)
         best_read = r < best_read ? r : best_read;
     }
     int direct = off ? mt_offload_direct(off) : 0;
+    char engine[300] = "";
+    if (off)
+        snprintf(engine, sizeof engine, "%s%s%s%s", mt_offload_io_name(off),
+                 mt_offload_io_reason(off)[0] ? " (" : "", mt_offload_io_reason(off),
+                 mt_offload_io_reason(off)[0] ? ")" : "");
     mt_offload_close(off);
     free(bytes);
     free(order);
@@ -104,8 +117,8 @@ int cli_bench_offload(int argc, char **argv)
         return 1;
     }
     double total = (double)count * (double)record / 1e6;
-    printf("file %s: %d records of %.1f MB, %d buffers, %s\n", path, count, record / 1e6, buffers,
-           direct ? "O_DIRECT" : "buffered (no O_DIRECT on this file system)");
+    printf("file %s: %d records of %.1f MB, %d buffers, %s, by %s\n", path, count, record / 1e6,
+           buffers, direct ? "O_DIRECT" : "buffered (no O_DIRECT on this file system)", engine);
     printf("write_mb_s %.0f\nread_mb_s %.0f\n", total / best_write, total / best_read);
     return 0;
 }

@@ -109,6 +109,9 @@ static const config_key KEYS[] = {
      "folder of the offload files, on fast local storage (empty: OUT/offload)"},
     {"offload_buffers", KEY_INT, FIELD(offload_buffers), "4", 2, 1024,
      "offload: unit-sized buffers per rank that state streams through (read ahead, written behind)"},
+    {"offload_io", KEY_TEXT, FIELD(offload_io), "auto", 0, 0,
+     "offload: how records move: io_uring (Debian's liburing) where the build and the kernel "
+     "allow it, else pread/pwrite (auto); io_uring; pread"},
     {"offload_delay", KEY_SWITCH, FIELD(offload_delay), "off", 0, 1,
      "delayed update: step t's optimizer runs while step t+1's forward and backward run, on "
      "parameters one step stale (ZeRO-Offload's; changes the maths; offload none applies the "

@@ -1,5 +1,5 @@
-/* The offload file: one record per unit slice at aligned offsets, moved whole by positional
- * reads and writes, with O_DIRECT so the state does not come back as page cache. */
+/* The offload file: one record per unit slice at aligned offsets, moved whole by io_uring or by
+ * positional reads and writes, with O_DIRECT so the state does not come back as page cache. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -46,11 +46,33 @@ mt_status offload_file_open(offload_file *file, const mt_offload_options *option
     if (ftruncate(file->fd, (off_t)at) != 0)
         return mt_fail(MT_EIO, "offload file '%s': cannot size it to %zu bytes: %s", file->path,
                        at, strerror(errno));
+    if (options->io == MT_OFFLOAD_IO_PREAD)
+        return MT_OK;
+    char reason[200];
+    if (offload_uring_open(file, reason, sizeof reason)) {
+        file->auto_io = options->io == MT_OFFLOAD_IO_AUTO;
+        return MT_OK;
+    }
+    if (options->io == MT_OFFLOAD_IO_URING)
+        return mt_fail(MT_EINVAL, "config key 'offload_io': io_uring for '%s' is unavailable "
+                                  "(%s); use auto or pread", file->path, reason);
+    snprintf(file->io_reason, sizeof file->io_reason, "%s", reason);
+    return MT_OK;
+}
+
+mt_status mt_offload_io_uring_probe(void)
+{
+    offload_file probe = {.fd = -1};
+    char reason[200];
+    if (!offload_uring_open(&probe, reason, sizeof reason))
+        return mt_fail(MT_EINVAL, "io_uring is unavailable: %s", reason);
+    offload_uring_close(&probe);
     return MT_OK;
 }
 
 void offload_file_close(offload_file *file)
 {
+    offload_uring_close(file);
     if (file->fd >= 0) {
         close(file->fd);
         unlink(file->path);
@@ -60,10 +82,30 @@ void offload_file_close(offload_file *file)
     *file = (offload_file){.fd = -1};
 }
 
+static int settle(offload_file *file, int record, size_t span, int writing, char *message,
+                  size_t capacity);
+
 /* Buffered I/O drops the pages each transfer left in the cache, so the state leaves memory. */
 static int transfer(offload_file *file, int record, size_t span, char *buffer, int writing,
                     char *message, size_t capacity)
 {
+    if (file->ring) {
+        int error;
+        if (offload_uring_transfer(file, record, span, buffer, writing, &error))
+            return settle(file, record, span, writing, message, capacity);
+        if (file->auto_io && (error == EINVAL || error == EOPNOTSUPP)) {
+            /* this file system's io_uring refuses the request: the rest by pread/pwrite */
+            snprintf(file->io_reason, sizeof file->io_reason, "io_uring refused a %s: %s",
+                     writing ? "write" : "read", strerror(error));
+            offload_uring_close(file);
+        } else {
+            snprintf(message, capacity, "offload file '%s': %s record %d (%zu bytes at offset "
+                     "%zu, io_uring): %s", file->path, writing ? "writing" : "reading", record,
+                     span, file->offset[record],
+                     error == ENODATA ? "the file ended early" : strerror(error));
+            return 0;
+        }
+    }
     size_t done = 0;
     while (done < span) {
         off_t at = (off_t)(file->offset[record] + done);
@@ -79,6 +121,13 @@ static int transfer(offload_file *file, int record, size_t span, char *buffer, i
         }
         done += (size_t)n;
     }
+    return settle(file, record, span, writing, message, capacity);
+}
+
+/* After a transfer: buffered I/O's pages written and dropped. */
+static int settle(offload_file *file, int record, size_t span, int writing, char *message,
+                  size_t capacity)
+{
     /* dirty pages are not dropped until written, and a full disk may only show here */
     if (writing && !file->direct && fdatasync(file->fd) != 0) {
         snprintf(message, capacity, "offload file '%s': writing record %d back: %s", file->path,

@@ -9,6 +9,11 @@
 
 typedef struct offload_file {
     int fd, direct;
+    /* io_uring's ring (offload_uring.c) or NULL: pread/pwrite. One thread at a time moves
+     * records (the I/O thread during a pass, the user outside one). */
+    void *ring;
+    int auto_io; /* io_uring chosen by auto: a transfer it refuses falls back to pread/pwrite */
+    char io_reason[256]; /* why pread/pwrite runs, where io_uring was possible */
     char path[1024];
     int count;
     size_t *offset, *span; /* [count]: each record's place and aligned length in the file */
@@ -28,5 +33,14 @@ int offload_file_read_part(offload_file *file, int record, size_t span, void *bu
                            char *message, size_t capacity);
 int offload_file_write(offload_file *file, int record, const void *buffer, char *message,
                        size_t capacity);
+
+/* io_uring (offload_uring.c): whether this build has liburing; a ring for the file (0 with the
+ * reason where the kernel refuses one); a record's first `span` bytes moved (0 with *error an
+ * errno on failure, ENODATA where the file ended). */
+int offload_uring_available(void);
+int offload_uring_open(offload_file *file, char *reason, size_t capacity);
+void offload_uring_close(offload_file *file);
+int offload_uring_transfer(offload_file *file, int record, size_t span, char *buffer,
+                           int writing, int *error);
 
 #endif

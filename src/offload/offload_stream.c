@@ -187,6 +187,19 @@ void mt_offload_close(mt_offload *o)
 }
 
 int mt_offload_direct(const mt_offload *o) { return o->file.direct; }
+const char *mt_offload_io_name(const mt_offload *o) { return o->file.ring ? "io_uring" : "pread/pwrite"; }
+const char *mt_offload_io_reason(const mt_offload *o) { return o->file.io_reason; }
+
+mt_status mt_offload_io_parse(const char *name, mt_offload_io *io)
+{
+    static const char *const names[] = {"auto", "io_uring", "pread"};
+    for (int k = 0; k < 3; k++)
+        if (strcmp(name, names[k]) == 0) {
+            *io = (mt_offload_io)k;
+            return MT_OK;
+        }
+    return mt_fail(MT_EINVAL, "'%s' is not an offload I/O engine: auto, io_uring or pread", name);
+}
 const char *mt_offload_path(const mt_offload *o) { return o->file.path; }
 
 mt_status mt_offload_begin(mt_offload *o, const int *order, int count, int read, int write)
@@ -289,12 +302,9 @@ mt_status mt_offload_end(mt_offload *o)
     return status;
 }
 
-mt_status mt_offload_read_head(mt_offload *o, int record, size_t bytes, void *dst)
+/* The synchronous transfers' buffer, at least span bytes. */
+static mt_status grow_head(mt_offload *o, size_t span)
 {
-    if (record < 0 || record >= o->file.count || bytes > o->file.span[record])
-        return mt_fail(MT_EINVAL, "offload file '%s': no %zu bytes at the head of record %d",
-                       o->file.path, bytes, record);
-    size_t span = offload_aligned(bytes);
     if (span > o->head_bytes) {
         free(o->head);
         mt_memory_count(o->ledger, MT_MEMORY_OFFLOAD, (long long)span - (long long)o->head_bytes);
@@ -306,6 +316,18 @@ mt_status mt_offload_read_head(mt_offload *o, int record, size_t bytes, void *ds
             return mt_fail(MT_ENOMEM, "offload: cannot allocate %zu bytes", span);
         }
     }
+    return MT_OK;
+}
+
+mt_status mt_offload_read_head(mt_offload *o, int record, size_t bytes, void *dst)
+{
+    if (record < 0 || record >= o->file.count || bytes > o->file.span[record])
+        return mt_fail(MT_EINVAL, "offload file '%s': no %zu bytes at the head of record %d",
+                       o->file.path, bytes, record);
+    size_t span = offload_aligned(bytes);
+    mt_status grown = grow_head(o, span);
+    if (grown)
+        return grown;
     double start = mt_clock_seconds();
     pthread_mutex_lock(&o->lock);
     int busy = o->active;
@@ -320,6 +342,33 @@ mt_status mt_offload_read_head(mt_offload *o, int record, size_t bytes, void *ds
     pthread_mutex_lock(&o->lock);
     o->stats.read_bytes += (double)span;
     o->stats.read_seconds += mt_clock_seconds() - start;
+    o->stats.wait_seconds += mt_clock_seconds() - start;
+    pthread_mutex_unlock(&o->lock);
+    return MT_OK;
+}
+
+mt_status mt_offload_write_record(mt_offload *o, int record, size_t bytes, const void *src)
+{
+    if (record < 0 || record >= o->file.count || bytes > o->file.span[record])
+        return mt_fail(MT_EINVAL, "offload file '%s': record %d holds fewer than %zu bytes",
+                       o->file.path, record, bytes);
+    size_t span = o->file.span[record];
+    mt_status grown = grow_head(o, span);
+    if (grown)
+        return grown;
+    pthread_mutex_lock(&o->lock);
+    int busy = o->active;
+    pthread_mutex_unlock(&o->lock);
+    if (busy)
+        return mt_fail(MT_EINVAL, "offload file '%s': a record written during a pass", o->file.path);
+    memcpy(o->head, src, bytes);
+    memset((char *)o->head + bytes, 0, span - bytes);
+    double start = mt_clock_seconds();
+    if (!offload_file_write(&o->file, record, o->head, o->message, sizeof o->message))
+        return failure(o);
+    pthread_mutex_lock(&o->lock);
+    o->stats.write_bytes += (double)span;
+    o->stats.write_seconds += mt_clock_seconds() - start;
     o->stats.wait_seconds += mt_clock_seconds() - start;
     pthread_mutex_unlock(&o->lock);
     return MT_OK;

@@ -31,7 +31,8 @@ mt_status dp_offload_open(mt_dp_model *m, const mt_dp_options *options)
     mt_offload_options o = {.path = options->offload_path, .record_count = m->record_count,
                             .record_bytes = bytes, .buffers = options->offload_buffers,
                             .ledger = m->ledger, .written = options->offload_written,
-                            .written_context = options->offload_written_context};
+                            .written_context = options->offload_written_context,
+                            .io = options->offload_io};
     if (status == MT_OK)
         status = mt_offload_open(&o, &m->offload);
     free(bytes);
@@ -211,10 +212,22 @@ mt_status mt_dp_model_stage_unit(mt_dp_model *m, int unit, int read)
     m->staged_unit = unit;
     m->stage_read = read;
     size_t bytes = (size_t)states(m) * m->slices[unit].count * sizeof(float);
+    if (!read) /* what a load leaves unwritten reads as a fresh file's zeros */
+        memset(m->unit_stage, 0, bytes);
     mt_status status = read ? mt_offload_read_head(m->offload, record, bytes, m->unit_stage)
                             : MT_OK;
     if (status)
         m->staged_unit = -1;
+    return status ? mt_fail_context(status, "the offloaded state of unit %d", unit) : MT_OK;
+}
+
+mt_status mt_dp_model_stage_write(mt_dp_model *m)
+{
+    if (!m->offload || !m->unit_stage || m->staged_unit < 0)
+        return MT_OK;
+    int unit = m->staged_unit, record = record_of(m, unit);
+    size_t bytes = (size_t)states(m) * m->slices[unit].count * sizeof(float);
+    mt_status status = mt_offload_write_record(m->offload, record, bytes, m->unit_stage);
     return status ? mt_fail_context(status, "the offloaded state of unit %d", unit) : MT_OK;
 }
 

@@ -187,6 +187,12 @@ static mt_status check_offload(const mt_config *c, const mt_mesh_shape *shape)
         return mt_fail(MT_EINVAL, "config keys 'offload_delay', 'local_steps' and "
                                   "'deterministic': the delayed update runs with neither local "
                                   "steps nor the deterministic mode");
+    mt_offload_io io;
+    if ((status = mt_offload_io_parse(c->offload_io, &io)))
+        return mt_fail_context(status, "config key 'offload_io'");
+    if (kind != MT_OFFLOAD_NONE && io == MT_OFFLOAD_IO_URING &&
+        (status = mt_offload_io_uring_probe()))
+        return mt_fail_context(status, "config key 'offload_io' (use auto or pread)");
     if (kind == MT_OFFLOAD_NONE)
         return MT_OK;
     if (kind == MT_OFFLOAD_PARAMS && c->zero != 3)

@@ -213,13 +213,15 @@ static void print_start(const trainer *tr, const char *resumed_from, int initial
                 cfg->outer_lr, cfg->outer_momentum);
     const mt_offload *offload = mt_dp_model_offload(st->model);
     if (offload)
-        fprintf(out, "offload: %s in '%s' (rank 0's; one per rank), %d buffers, %s\n",
+        fprintf(out, "offload: %s in '%s' (rank 0's; one per rank), %d buffers, %s, by %s%s%s%s\n",
                 strcmp(cfg->offload, "params") ? "the optimizer's state"
                                                : "the parameter shards and optimizer's state",
                 mt_offload_path(offload), cfg->offload_buffers,
                 mt_offload_direct(offload) ? "O_DIRECT"
                                            : "buffered I/O (the file system refuses O_DIRECT; "
-                                             "pages dropped after each transfer)");
+                                             "pages dropped after each transfer)",
+                mt_offload_io_name(offload), mt_offload_io_reason(offload)[0] ? " (" : "",
+                mt_offload_io_reason(offload), mt_offload_io_reason(offload)[0] ? ")" : "");
     if (cfg->offload_delay)
         fprintf(out, "delayed update: after %d normal updates, each update applied during the "
                      "next step's passes (%s), which see parameters one step stale\n",

@@ -209,25 +209,45 @@ static mt_status load_range(mt_ckpt_reader *reader, const mt_param_info *p, int 
     return status;
 }
 
+/* Tensor i's parameters and moments, where mt_dp_model_tensor_state places them. */
+static mt_status load_tensor(trainer *tr, mt_ckpt_reader *reader, int i)
+{
+    const mt_param_info *p = &tr->state.gpt.params[i];
+    int t = mt_ckpt_meta_find(reader->meta, p->name);
+    mt_dp_tensor_state s;
+    mt_dp_model_tensor_state(tr->state.model, i, &s);
+    mt_status status = load_range(reader, p, t, MT_CKPT_PARAM, s.param, s.param_first,
+                                  s.param_count);
+    if (status == MT_OK)
+        status = load_range(reader, p, t, MT_CKPT_EXP_AVG, s.exp_avg, s.moment_first,
+                            s.moment_count);
+    if (status == MT_OK)
+        status = load_range(reader, p, t, MT_CKPT_EXP_AVG_SQ, s.exp_avg_sq, s.moment_first,
+                            s.moment_count);
+    return status;
+}
+
+/* Unit by unit; under --offload the unit's record staged (zeroed), its tensors loaded into it
+ * and it written to the file, so one record of the shard at most is in memory at once. */
 static mt_status load_state(trainer *tr, mt_ckpt_reader *reader)
 {
     const mt_gpt *gpt = &tr->state.gpt;
+    mt_dp_model *model = tr->state.model;
+    int streamed = mt_dp_model_offload(model) != NULL;
     mt_status status = check_tensors(gpt, reader->meta);
-    for (int i = 0; status == MT_OK && i < gpt->param_count; i++) {
-        const mt_param_info *p = &gpt->params[i];
-        if (gpt->holding[p->unit] == MT_UNIT_ABSENT)
+    for (int u = 0; status == MT_OK && u < gpt->unit_count; u++) {
+        if (gpt->holding[u] == MT_UNIT_ABSENT)
             continue; /* a tied copy loads the embeddings as the first stage does */
-        int t = mt_ckpt_meta_find(reader->meta, p->name);
-        mt_dp_tensor_state s;
-        mt_dp_model_tensor_state(tr->state.model, i, &s);
-        status = load_range(reader, p, t, MT_CKPT_PARAM, s.param, s.param_first, s.param_count);
-        if (status == MT_OK)
-            status = load_range(reader, p, t, MT_CKPT_EXP_AVG, s.exp_avg, s.moment_first,
-                                s.moment_count);
-        if (status == MT_OK)
-            status = load_range(reader, p, t, MT_CKPT_EXP_AVG_SQ, s.exp_avg_sq, s.moment_first,
-                                s.moment_count);
+        if (streamed)
+            status = mt_dp_model_stage_unit(model, u, 0);
+        for (int i = 0; status == MT_OK && i < gpt->param_count; i++)
+            if (gpt->params[i].unit == u)
+                status = load_tensor(tr, reader, i);
+        if (status == MT_OK && streamed)
+            status = mt_dp_model_stage_write(model);
     }
+    if (streamed)
+        mt_dp_model_stage_unit(model, -1, 0);
     return status;
 }
 
@@ -236,12 +256,8 @@ mt_status trainer_load_checkpoint(trainer *tr, const mt_ckpt_meta *meta)
     mt_ckpt_reader reader;
     mt_status status = mt_ckpt_reader_open(&reader, meta);
     if (status == MT_OK) {
-        /* --offload: the moments loaded in memory, then written to the file */
-        status = mt_dp_model_state_in(tr->state.model, 0);
-        if (status == MT_OK)
-            status = load_state(tr, &reader);
-        mt_status out = mt_dp_model_state_out(tr->state.model, status == MT_OK);
-        status = status ? status : out;
+        /* --offload: streamed into the file a record at a time (load_state) */
+        status = load_state(tr, &reader);
         mt_ckpt_reader_close(&reader);
     }
     if (status == MT_OK && mt_dp_model_has_comm_state(tr->state.model)) {

@@ -185,6 +185,8 @@ static mt_status offload_file(trainer *tr, int parameters_only, mt_dp_options *o
     snprintf(path, capacity, "%s/state.rank%d.bin", dir, tr->state.rank);
     options->offload_path = path;
     options->offload_buffers = cfg->offload_buffers;
+    if ((status = mt_offload_io_parse(cfg->offload_io, &options->offload_io)))
+        return mt_fail_context(status, "config key 'offload_io'");
     options->offload_written = trainer_fault_writeback_hook(&tr->state.fault);
     options->offload_written_context = &tr->state.fault;
     return MT_OK;

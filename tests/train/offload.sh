@@ -6,7 +6,8 @@
 # offloaded update on its thread equals the in-memory reference of the same one-step delay
 # (bitwise, and resumed), whose losses follow the normal run's up to the first step that sees
 # a held-back update and no further. A SIGKILL amid a write-back, then --resume auto, ends
-# bitwise the uninterrupted run. A full disk (a 256 KiB tmpfs) fails the step on every rank
+# bitwise the uninterrupted run. Records move by io_uring (auto) or pread/pwrite, to the same
+# bits. A full disk (a 256 KiB tmpfs) fails the step on every rank
 # naming the file; a read-only offload folder is refused before workers start.
 # usage: offload.sh MESHTRAIN [SCRATCH]
 set -euo pipefail
@@ -55,6 +56,18 @@ for layout in "1 optimizer" "3 params" "1 optimizer --pp 2 --microbatches 2"; do
       same_checkpoints "$mem" "${off}_resumed" 50
   fi
 done
+
+# the engine named in the log; pread/pwrite asked for by name trains the same bits as auto's
+# (io_uring where the build and kernel have it)
+grep -Eq "offload: .* by (io_uring|pread/pwrite)" "$scratch/off_optimizer1.log" ||
+  fail "off_optimizer1: the log does not name the offload I/O engine"
+if train_into "$scratch/off_pread" --nproc 2 --zero 1 --offload optimizer --offload_io pread; then
+  grep -q "offload: .* by pread/pwrite" "$scratch/off_pread.log" ||
+    fail "--offload_io pread: the log does not name pread/pwrite"
+  (cd "$scratch" && python3 "$here/compare_runs.py" mem11 off_pread 0) ||
+    fail "--offload_io pread changed the training"
+  same_checkpoints off_optimizer1 off_pread
+fi
 
 # --offload_delay on after 3 normal updates: the threaded, offloaded update against the
 # in-memory reference of the same delay (bitwise, and resumed from its step-25 checkpoint)

@@ -50,6 +50,7 @@ typedef struct mt_config {
     char offload[MT_TEXT_MAX];
     char offload_dir[MT_PATH_MAX];
     int offload_buffers;
+    char offload_io[MT_TEXT_MAX]; /* how records move: auto, io_uring or pread */
     int offload_delay, offload_delay_warmup; /* delayed update after that many normal ones */
     double bucket_mb;  /* DDP all-reduce bucket size */
     int overlap;       /* DDP, ZeRO 1: reductions start as backward finishes units (else after) */

@@ -25,6 +25,20 @@ const char *mt_offload_name(mt_offload_kind kind);
  * zeros): space is taken as records are first written, so a full disk shows at that write. */
 enum { MT_OFFLOAD_ALIGN = 4096 };
 
+/* How records move: io_uring where this build has liburing and the kernel allows it, else
+ * pread/pwrite (auto); or one of them by name (io_uring unavailable is then an error). */
+typedef enum mt_offload_io {
+    MT_OFFLOAD_IO_AUTO,
+    MT_OFFLOAD_IO_URING,
+    MT_OFFLOAD_IO_PREAD,
+} mt_offload_io;
+
+/* "auto", "io_uring" or "pread"; anything else is MT_EINVAL naming the choices. */
+mt_status mt_offload_io_parse(const char *name, mt_offload_io *io);
+/* Whether io_uring can run here (this build has liburing, the kernel gives a ring): MT_OK, or
+ * MT_EINVAL with the reason. */
+mt_status mt_offload_io_uring_probe(void);
+
 typedef struct mt_offload_options {
     const char *path;           /* created (or truncated); removed by mt_offload_close */
     int record_count;
@@ -35,6 +49,7 @@ typedef struct mt_offload_options {
      * point; may be NULL) */
     void (*written)(void *context, int record);
     void *written_context;
+    mt_offload_io io;
 } mt_offload_options;
 
 typedef struct mt_offload mt_offload;
@@ -46,6 +61,10 @@ mt_status mt_offload_open(const mt_offload_options *options, mt_offload **out);
 /* Waits for I/O in flight, stops the thread, removes the file. */
 void mt_offload_close(mt_offload *offload);
 int mt_offload_direct(const mt_offload *offload);
+/* The engine that moves the records: "io_uring" or "pread/pwrite". */
+const char *mt_offload_io_name(const mt_offload *offload);
+/* Why pread/pwrite runs under auto ("" with io_uring, or when asked for by name). */
+const char *mt_offload_io_reason(const mt_offload *offload);
 const char *mt_offload_path(const mt_offload *offload);
 
 /* A pass over records order[0..count) (the array stays the caller's until the pass ends): each
@@ -65,6 +84,9 @@ mt_status mt_offload_end(mt_offload *offload);
 /* Outside a pass: the first `bytes` of record `record` copied into dst (any alignment), read
  * synchronously through a buffer of its own (for a unit's parameters before its gather). */
 mt_status mt_offload_read_head(mt_offload *offload, int record, size_t bytes, void *dst);
+/* Outside a pass: record `record` written whole from src's `bytes` (at most its size; the rest
+ * of the record zeros), synchronously through the same buffer (a streamed checkpoint load). */
+mt_status mt_offload_write_record(mt_offload *offload, int record, size_t bytes, const void *src);
 
 /* Bytes moved and seconds the I/O thread spent reading and writing, since the file opened. */
 typedef struct mt_offload_stats {

@@ -88,6 +88,7 @@ typedef struct mt_dp_options {
     mt_offload_kind offload;
     const char *offload_path;
     int offload_buffers;
+    mt_offload_io offload_io;
     void (*offload_written)(void *context, int record); /* mt_offload_options.written */
     void *offload_written_context;
     /* --offload_delay on: updates may be held back one step (mt_dp_model_set_delay); with
@@ -216,6 +217,11 @@ mt_status mt_dp_model_delay_flush(mt_dp_model *model);
 mt_status mt_dp_model_stage_unit(mt_dp_model *model, int unit, int read);
 const float *mt_dp_model_staged_data(const mt_dp_model *model);
 int mt_dp_model_staged_offset(const mt_dp_model *model, const float *data, size_t *offset);
+/* A checkpoint load streamed into the offload file a record at a time: after
+ * mt_dp_model_stage_unit(model, unit, 0) (a zeroed record) and the unit's tensors loaded
+ * through mt_dp_model_tensor_state, this writes the staged record to the file. No-op where
+ * nothing is staged. */
+mt_status mt_dp_model_stage_write(mt_dp_model *model);
 /* The offload engine (NULL without --offload), for its statistics and its file's name. */
 mt_offload *mt_dp_model_offload(const mt_dp_model *model);
 
