@@ -137,8 +137,8 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     return MT_OK;
 }
 
-/* Context parallelism: 2 cp chunks per sequence, ring attention on the fused kernel in fp32,
- * composed with dp and ZeRO, tp (with or without sp) and pp (schedules without split
+/* Context parallelism: 2 cp chunks per sequence, ring attention on the fused kernel (fp32 or
+ * bf16), composed with dp and ZeRO, tp (with or without sp) and pp (schedules without split
  * backwards). */
 static mt_status check_context_parallel(const mt_config *c, const mt_mesh_shape *shape)
 {
@@ -157,9 +157,9 @@ static mt_status check_context_parallel(const mt_config *c, const mt_mesh_shape 
     if (strcmp(c->attention, "fused") != 0)
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'attention': ring attention runs on the "
                                   "fused kernel's blocks; use --attention fused with cp %d", cp);
-    if (strcmp(c->precision, "fp32") != 0)
+    if (strcmp(c->precision, "fp16") == 0)
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'precision': context parallelism runs "
-                                  "in fp32, not %s", c->precision);
+                                  "in fp32 or bf16, not %s", c->precision);
     if (strcmp(c->recompute, "full") == 0)
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'recompute': context parallelism does "
                                   "not run with full recomputation (use none or selective)");

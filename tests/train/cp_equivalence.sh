@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Context parallelism trains the same model as one process: cp 2 and cp 4 (zig-zag chunks, ring
-# attention) at context 256 and 1,024, dp 2 x cp 2 with ZeRO 1, cp 2 x pp 2 (1F1B) and cp 2 x tp 2 with sp, each within 1e-5 relative of the
-# single-process run (per-step losses, gradient norms, validation, every tensor); a cp 2
+# attention) at context 256 and 1,024, dp 2 x cp 2 with ZeRO 1, cp 2 x pp 2 (1F1B) and cp 2 x
+# tp 2 with sp, each within 1e-5 relative of the single-process run (per-step losses, gradient
+# norms, validation, every tensor), and cp 2 in bf16 within bf16's 5e-3; a cp 2
 # checkpoint loads on one process bitwise, and back; bad layouts are refused before any worker.
 # usage: cp_equivalence.sh MESHTRAIN
 set -euo pipefail
@@ -45,6 +46,17 @@ if train_into "$scratch/ref_1024" "${long[@]}"; then
           fail "cp${cp}_1024"; }
   done
 fi
+
+# bf16: cp 2 against one bf16 process, at half_equivalence.sh's 5e-3 (its header says why: a
+# different summation order flips an element's bf16 rounding now and then, which AdamW carries
+# into the small bias tensors).
+if train_into "$scratch/ref_bf16" --precision bf16; then
+  train_into "$scratch/cp2_bf16" --precision bf16 --nproc 2 --cp 2 &&
+    { (cd "$scratch" && /usr/bin/python3 "$here/compare_runs.py" ref_bf16 cp2_bf16 5e-3) ||
+        fail "cp2_bf16"; }
+fi
+must_fail "keys 'cp' and 'precision'.*fp32 or bf16, not fp16" \
+  "$meshtrain" train "${job[@]}" --precision fp16 --nproc 2 --cp 2 --out "$scratch/bad"
 
 # The cp 2 checkpoint on one process and back: parameters and moments bitwise the saved ones.
 saved="$scratch/cp2/ckpt/step_4"
