@@ -18,12 +18,13 @@ static const char USAGE[] =
     "its send, no deadlock), and replays it with every stage's chunk forward taking --forward\n"
     "seconds (default 1), backward --backward (default 2) and each message --transfer (default\n"
     "0); --weight (default 0) is the weight-gradient pass, which zb1 and zb2 run apart\n"
-    "from the backward (then the input gradients alone) and the other schedules inside it. --forward,\n"
-    "--backward and --weight may list one time per stage (0.03,0.032). It prints each\n"
-    "stage's idle share (the bubble) within one step, and with steps back to back (the step's\n"
-    "time when nothing waits between steps: the makespan of 3 steps less that of 2), the\n"
-    "activations it holds at once, and the textbook bubble. --show prints every stage's passes in order (F3.1: forward of micro-batch 3 on\n"
-    "chunk 1; W3: weight gradients of micro-batch 3).\n";
+    "from the backward (then the input gradients alone) and the other schedules inside it.\n"
+    "--forward, --backward and --weight may list one time per stage (0.03,0.032). It prints\n"
+    "each stage's idle share (the bubble) within one step, and with steps back to back (the\n"
+    "step's time when nothing waits between steps: the makespan of 3 steps less that of 2),\n"
+    "the activations it holds at once, and the textbook bubble. --show prints every stage's\n"
+    "passes in order (F3.1: forward of micro-batch 3 on chunk 1; W3: weight gradients of\n"
+    "micro-batch 3).\n";
 
 enum { MAX_LISTED = 64 };
 

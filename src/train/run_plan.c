@@ -128,7 +128,8 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
         (strcmp(c->recompute, "full") == 0 || (c->sp && shape->tp > 1)))
         return mt_fail(MT_EINVAL, "config keys 'schedule', 'recompute' and 'sp': the %s "
                                   "schedule's weight-gradient pass reads activations that %s",
-                       c->schedule, c->sp && shape->tp > 1 ? "sequence parallelism would gather again"
+                       c->schedule,
+                       c->sp && shape->tp > 1 ? "sequence parallelism would gather again"
                                               : "full recomputation does not keep");
     if (c->sp && shape->tp > 1 && c->context % shape->tp)
         return mt_fail(MT_EINVAL, "config keys 'sp', 'context' and 'tp': sequence parallelism "

@@ -119,7 +119,7 @@ run_case "zb1 with fewer micro-batches than stages" error \
     "1 micro-batches cannot fill 2 pipeline stages: the zb1 schedule needs at least pp" -- \
     "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --microbatches 1
 run_case "zb2 with fewer micro-batches than 2 pp - 1" error \
-    "config keys 'microbatches' and 'pp': 2 micro-batches cannot fill 2 pipeline stages: the zb2 schedule needs at least 2 pp - 1 = 3" -- \
+    "'microbatches' and 'pp': 2 micro-batches cannot fill 2 pipeline stages: the zb2 schedule" -- \
     "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb2 --microbatches 2
 run_case "zb1 under full recomputation" error \
     "the zb1 schedule's weight-gradient pass reads activations that full recomputation" -- \

@@ -61,8 +61,9 @@ const char *mt_pp_op_name(mt_pp_op op);
 mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind);
 
 /* The constraints a schedule's sizes must meet: stages >= 1, micro-batches >= stages (a
- * multiple of stages for interleaved, >= 2 stages - 1 for zb2), chunks 1 unless interleaved and then >= 1, micro-batches
- * x chunks within an int's passes, and layers >= stages x chunks (layers 0 skips that check).
+ * multiple of stages for interleaved, >= 2 stages - 1 for zb2), chunks 1 unless interleaved
+ * and then >= 1, micro-batches x chunks within an int's passes, and layers >= stages x chunks
+ * (layers 0 skips that check).
  * The fault says which broke, so that a caller can name its own settings. */
 typedef enum mt_pp_size_fault {
     MT_PP_SIZES_OK,
