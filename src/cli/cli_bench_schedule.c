@@ -9,19 +9,22 @@
 
 static const char USAGE[] =
     "usage: meshtrain bench schedule --pp P --microbatches M\n"
-    "                                [--schedule gpipe|1f1b|interleaved|zb1] [--chunks V]\n"
+    "                                [--schedule gpipe|1f1b|interleaved|zb1|zb2]\n"
+    "                                [--chunks V]\n"
     "                                [--forward SEC] [--backward SEC] [--weight SEC]\n"
     "                                [--transfer SEC] [--show]\n"
     "\n"
     "Generates the schedule, checks it (each pass once, dependencies, every receive matching\n"
     "its send, no deadlock), and replays it with every stage's chunk forward taking --forward\n"
     "seconds (default 1), backward --backward (default 2) and each message --transfer (default\n"
-    "0); --weight (default 0) is the weight-gradient pass, which zb1 runs apart from the\n"
-    "backward (then the input gradients alone) and the other schedules inside it. --forward,\n"
-    "--backward and --weight may list one time per stage (0.03,0.032). It prints each\n"
-    "stage's idle share (the bubble), the activations it holds at once, and the textbook\n"
-    "bubble. --show prints every stage's passes in order (F3.1: forward of micro-batch 3 on\n"
-    "chunk 1; W3: weight gradients of micro-batch 3).\n";
+    "0); --weight (default 0) is the weight-gradient pass, which zb1 and zb2 run apart\n"
+    "from the backward (then the input gradients alone) and the other schedules inside it.\n"
+    "--forward, --backward and --weight may list one time per stage (0.03,0.032). It prints\n"
+    "each stage's idle share (the bubble) within one step, and with steps back to back (the\n"
+    "step's time when nothing waits between steps: the makespan of 3 steps less that of 2),\n"
+    "the activations it holds at once, and the textbook bubble. --show prints every stage's\n"
+    "passes in order (F3.1: forward of micro-batch 3 on chunk 1; W3: weight gradients of\n"
+    "micro-batch 3).\n";
 
 enum { MAX_LISTED = 64 };
 
@@ -130,6 +133,26 @@ static void show(const mt_pp_schedule *s)
     }
 }
 
+/* The step's time with steps back to back: the makespan of 3 steps less that of 2 (the first
+ * step's fill is in both). */
+static mt_status back_to_back(const mt_pp_schedule *s, const double *forward,
+                              const double *backward, const double *weight, double transfer,
+                              double *busy, double *period)
+{
+    double makespan[2] = {0, 0};
+    mt_status status = MT_OK;
+    for (int k = 0; k < 2 && status == MT_OK; k++) {
+        mt_pp_schedule steps;
+        status = mt_pp_schedule_repeat(s, k + 2, &steps);
+        if (status == MT_OK)
+            status = mt_pp_schedule_replay_split(&steps, forward, backward, weight, transfer,
+                                                 busy, &makespan[k]);
+        mt_pp_schedule_destroy(&steps);
+    }
+    *period = makespan[1] - makespan[0];
+    return status;
+}
+
 static int report(const mt_pp_schedule *s, const options *o)
 {
     int p = s->stages;
@@ -146,21 +169,29 @@ static int report(const mt_pp_schedule *s, const options *o)
         backward[st] = o->backward.listed[st % o->backward.count];
         weight[st] = o->weight.listed[st % o->weight.count];
     }
+    double *steps_busy = malloc((size_t)p * sizeof *steps_busy), period = 0;
     int code = 0;
-    if (mt_pp_schedule_replay_split(s, forward, backward, weight, o->transfer, busy, &makespan)) {
+    if (!steps_busy) {
+        fprintf(stderr, "meshtrain bench schedule: error: out of memory\n");
+        code = 1;
+    } else if (mt_pp_schedule_replay_split(s, forward, backward, weight, o->transfer, busy,
+                                           &makespan) ||
+               back_to_back(s, forward, backward, weight, o->transfer, steps_busy, &period)) {
         code = cli_report_error("bench schedule");
     } else {
-        printf("%s, pp %d, %d micro-batches, %d chunk%s: makespan %.6g s\n",
-               mt_pp_schedule_name(s->kind), p, s->micros, s->chunks, s->chunks > 1 ? "s" : "",
-               makespan);
-        printf("stage  idle    activations held (micro-batch chunks)\n");
+        printf("%s, pp %d, %d micro-batches, %d chunk%s: makespan %.6g s, back to back %.6g s "
+               "a step\n", mt_pp_schedule_name(s->kind), p, s->micros, s->chunks,
+               s->chunks > 1 ? "s" : "", makespan, period);
+        printf("stage  idle    back to back  activations held (micro-batch chunks)\n");
         for (int st = 0; st < p; st++)
-            printf("%5d  %5.1f%%  %d\n", st, makespan > 0 ? 100 * (1 - busy[st] / makespan) : 0,
+            printf("%5d  %5.1f%%  %11.1f%%  %d\n", st,
+                   makespan > 0 ? 100 * (1 - busy[st] / makespan) : 0,
+                   period > 0 ? 100 * (1 - busy[st] / period) : 0,
                    mt_pp_schedule_peak_in_flight(s, st, NULL));
         printf("textbook bubble: %.1f%%\n",
                100 * mt_pp_bubble_expected(s->kind, p, s->micros, s->chunks));
     }
-    free(forward), free(backward), free(busy), free(weight);
+    free(forward), free(backward), free(busy), free(weight), free(steps_busy);
     return code;
 }
 

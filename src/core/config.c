@@ -77,7 +77,8 @@ static const config_key KEYS[] = {
     {"pp", KEY_INT, FIELD(pp), "1", 1, 4096, "pipeline stages (the layers cut into pp runs; see balance, schedule)"},
     {"schedule", KEY_TEXT, FIELD(schedule), "1f1b", 0, 0,
      "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b, interleaved, zb1 (zero "
-     "bubble: backwards split into input and weight gradients)"},
+     "bubble: backwards split into input and weight gradients; 1f1b's activation memory), zb2 "
+     "(split, up to 2 pp - 1 micro-batches held, no stage idle between its first and last pass)"},
     {"chunks", KEY_INT, FIELD(chunks), "1", 1, 8,
      "model chunks per pipeline stage (interleaved schedule; layers >= pp x chunks)"},
     {"balance", KEY_TEXT, FIELD(balance), "even", 0, 0,
@@ -121,7 +122,7 @@ static const config_key KEYS[] = {
     {"deterministic", KEY_SWITCH, FIELD(deterministic), "off", 0, 1,
      "the same bits on any dp and micro-batch count: every sum over the batch in one fixed tree "
      "over groups of its sequences, with the same tp, pp and zero (power-of-2 dp and "
-     "microbatches; no zb1 schedule, local steps, grad_comm hooks, bf16 grad_reduce, hybrid "
+     "microbatches; no zb1 or zb2 schedule, local steps, grad_comm hooks, bf16 grad_reduce, hybrid "
      "sharding or offload) (on|off)"},
     {"bucket_mb", KEY_REAL, FIELD(bucket_mb), "4", 0, 1 << 20,
      "DDP: MiB of gradients per all-reduce bucket (started as backward fills it)"},

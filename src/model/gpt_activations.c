@@ -14,7 +14,8 @@ typedef struct planner {
     int out_of_memory; /* the lists could not grow: the plan is incomplete */
 } planner;
 
-static void plan(planner *p, float **target, size_t floats)
+/* Appends `target` at `offset`; on failure to grow the lists marks the plan incomplete. */
+static void plan_at(planner *p, float **target, size_t offset)
 {
     if (p->count == p->capacity) {
         int capacity = p->capacity ? 2 * p->capacity : 64;
@@ -28,9 +29,27 @@ static void plan(planner *p, float **target, size_t floats)
         }
         p->capacity = capacity;
     }
-    p->offsets[p->count] = mt_arena_plan(p->arena, floats * sizeof(float));
+    p->offsets[p->count] = offset;
     p->targets[p->count] = target;
     p->count++;
+}
+
+static void plan(planner *p, float **target, size_t floats)
+{
+    plan_at(p, target, mt_arena_plan(p->arena, floats * sizeof(float)));
+}
+
+/* `target` bound to the buffer planned for `as` (a buffer whose last reader has run before
+ * anything writes `target`); nothing is added to the arena. */
+static void plan_same(planner *p, float **target, float **as)
+{
+    int i = p->count - 1;
+    while (i >= 0 && p->targets[i] != as)
+        i--;
+    if (i >= 0)
+        plan_at(p, target, p->offsets[i]);
+    else /* `as` is not planned: the plan is incomplete rather than wrong */
+        p->out_of_memory = 1;
 }
 
 /* A buffer of `count` half-precision values (its pointer bound as the float ones are). */
@@ -66,6 +85,29 @@ static geometry geometry_of(const mt_gpt *gpt)
     return g;
 }
 
+/* What a split backward's input pass keeps for its weight pass: each linear layer's output
+ * gradient, each in the place of an fp32 activation that the input pass has read for the last
+ * time before it writes the gradient (mt_gpt_block_backward's order), so a split slot is no
+ * larger than a whole one: the MLP's output gradient (the first written) in the block's output
+ * (read only by the next block's and the final norm's backwards, which run first; the executor
+ * waits for its send before the input pass), the MLP's up-projection gradient in its
+ * pre-activation (read by the GELU's backward just before), the projection's in the
+ * attention's residual (read by the second norm's backward just before), the QKV gradient in
+ * qkv (read by the attention's backward just before). Without sequence parallelism (which the
+ * split refuses) the residuals hold all n rows. In half precision qkv and the pre-activation
+ * are half-width: those two gradients take buffers of their own. */
+static void plan_kept_gradients(planner *p, gpt_block_acts *b, size_t n, size_t c_tp, int fp32)
+{
+    plan_same(p, &b->w_dy_mlp, &b->res3);
+    plan_same(p, &b->w_dy_attn, &b->res2);
+    if (fp32) {
+        plan_same(p, &b->w_dfch, &b->fch);
+        plan_same(p, &b->w_dqkv, &b->qkv);
+    } else {
+        plan(p, &b->w_dfch, 4 * n * c_tp), plan(p, &b->w_dqkv, 3 * n * c_tp);
+    }
+}
+
 /* A block's buffers: all of them, or (under recomputation) what a slot keeps of them; the
  * output only `with_output` (full recomputation's working set writes its output to the slot). */
 static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_recompute keep,
@@ -87,9 +129,8 @@ static void plan_block(planner *p, gpt_block_acts *b, const geometry *g, mt_gpt_
     plan(p, &b->fch, 4 * n * c_tp), plan(p, &b->fch_gelu, 4 * n * c_tp);
     if (with_output)
         plan(p, &b->res3, local * c);
-    if (g->split) /* what a split backward's weight pass reads besides the activations */
-        plan(p, &b->w_dy_mlp, n * c), plan(p, &b->w_dfch, 4 * n * c_tp),
-            plan(p, &b->w_dy_attn, n * c), plan(p, &b->w_dqkv, 3 * n * c_tp);
+    if (g->split && with_output) /* what a split backward's weight pass reads */
+        plan_kept_gradients(p, b, n, c_tp, 1);
 }
 
 /* A block's buffers in half precision: what it keeps in half precision, and the residual
@@ -113,13 +154,25 @@ static void plan_block_half(planner *p, gpt_block_acts *b, gpt_block_half *h, co
     plan_half(p, &h->fch, 4 * n * c_tp), plan_half(p, &h->fch_gelu, 4 * n * c_tp);
     plan(p, &b->res3, local * c);
     if (g->split) /* the weight pass's output gradients, fp32 (it widens the activations) */
-        plan(p, &b->w_dy_mlp, n * c), plan(p, &b->w_dfch, 4 * n * c_tp),
-            plan(p, &b->w_dy_attn, n * c), plan(p, &b->w_dqkv, 3 * n * c_tp);
+        plan_kept_gradients(p, b, n, c_tp, 0);
+}
+
+/* The head's buffers of `slot` bound to those of `head`, the chunk's first slot
+ * (mt_gpt_stage.shared_head). */
+static void plan_head_same(planner *p, gpt_slot *slot, gpt_slot *head, int sp)
+{
+    plan_same(p, (float **)&slot->targets, (float **)&head->targets);
+    plan_same(p, &slot->lnf, &head->lnf), plan_same(p, &slot->lnf_mean, &head->lnf_mean);
+    plan_same(p, &slot->lnf_rstd, &head->lnf_rstd);
+    if (sp)
+        plan_same(p, &slot->lnf_full, &head->lnf_full);
+    plan_same(p, &slot->logits, &head->logits), plan_same(p, &slot->losses, &head->losses);
 }
 
 /* One slot of a chunk: its input, its blocks, the embeddings' tokens in the first chunk and the
- * head's buffers in the last. */
-static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, const geometry *g)
+ * head's buffers in the last (those of `head` when it is not NULL). */
+static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, const geometry *g,
+                      gpt_slot *head)
 {
     const mt_gpt_stage *st = &gpt->stage;
     int first = st->first_layer[chunk] == 0;
@@ -133,7 +186,9 @@ static void plan_slot(planner *p, const mt_gpt *gpt, gpt_slot *slot, int chunk, 
             plan_block_half(p, &slot->blocks[l], &slot->half_blocks[l], g, gpt->recompute);
         else
             plan_block(p, &slot->blocks[l], g, gpt->recompute, 1);
-    if (last) {
+    if (last && head)
+        plan_head_same(p, slot, head, g->sp);
+    else if (last) {
         plan(p, (float **)&slot->targets, n);
         plan(p, &slot->lnf, local * c), plan(p, &slot->lnf_mean, local);
         plan(p, &slot->lnf_rstd, local);
@@ -219,7 +274,7 @@ static mt_status slot_bytes(const mt_gpt *gpt, int chunk, const geometry *g, siz
                      .half_blocks = calloc((size_t)gpt->stage.layer_count[chunk] + 1,
                                            sizeof(gpt_block_half))};
     if (slot.blocks && slot.half_blocks)
-        plan_slot(&p, gpt, &slot, chunk, g);
+        plan_slot(&p, gpt, &slot, chunk, g, NULL);
     mt_status status = slot.blocks && slot.half_blocks && !p.out_of_memory
                            ? MT_OK
                            : mt_fail(MT_ENOMEM, "cannot size the activation slots");
@@ -274,14 +329,16 @@ mt_status gpt_activations_create(mt_gpt *gpt, mt_memory_ledger *ledger)
         size_t start = arena->used, end = start;
         for (int c = 0; c < st->chunks; c++) {
             arena->used = start;
-            plan_slot(&p, gpt, &gpt->acts->slots[gpt->acts->first_slot[c] + k], c, &g);
+            plan_slot(&p, gpt, &gpt->acts->slots[gpt->acts->first_slot[c] + k], c, &g, NULL);
             end = arena->used > end ? arena->used : end;
         }
         arena->used = end;
     }
-    for (int c = 0; !st->shared_slots && c < st->chunks; c++)
+    for (int c = 0; !st->shared_slots && c < st->chunks; c++) {
+        gpt_slot *first = &gpt->acts->slots[gpt->acts->first_slot[c]];
         for (int k = 0; k < st->slots[c]; k++)
-            plan_slot(&p, gpt, &gpt->acts->slots[gpt->acts->first_slot[c] + k], c, &g);
+            plan_slot(&p, gpt, first + k, c, &g, st->shared_head && k > 0 ? first : NULL);
+    }
     plan_scratch(&p, gpt, &g);
 
     status = p.out_of_memory ? mt_fail(MT_ENOMEM, "cannot allocate the activation plan")

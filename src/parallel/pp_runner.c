@@ -260,6 +260,10 @@ static mt_status run_pass(mt_pp_runner *r, const step_state *st, const mt_pp_act
                            : find_slot(r, a->micro, a->chunk, &slot);
     if (status == MT_OK) /* the message this pass reads; waiting for it is the bubble */
         status = wait_received(r, slot, MT_TRACE_IDLE, a->micro, chunk);
+    /* a split B keeps an output gradient where the chunk's output was: that output's send must
+     * be done (its receiver has long used it, so this waits for nothing in practice) */
+    if (status == MT_OK && r->split && a->op == MT_PP_BACKWARD)
+        status = wait_work(r, &slot->send, MT_TRACE_SEND, a->micro, chunk);
     if (status)
         return status;
     double start = mt_clock_seconds();

@@ -10,14 +10,14 @@
 
 /* ---- names ---------------------------------------------------------------------------------- */
 
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb1"};
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb1", "zb2"};
 static const char *const OP_NAMES[] = {"recv-activation", "forward",       "send-activation",
                                        "recv-gradient",   "backward",      "send-gradient",
                                        "weight"};
 
 const char *mt_pp_schedule_name(mt_pp_schedule_kind kind)
 {
-    if ((int)kind < 0 || (int)kind > MT_PP_ZB1)
+    if ((int)kind < 0 || (int)kind > MT_PP_ZB2)
         return "unknown";
     return SCHEDULE_NAMES[kind];
 }
@@ -31,13 +31,13 @@ const char *mt_pp_op_name(mt_pp_op op)
 
 mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind)
 {
-    for (int k = 0; name && k <= MT_PP_ZB1; k++)
+    for (int k = 0; name && k <= MT_PP_ZB2; k++)
         if (strcmp(name, SCHEDULE_NAMES[k]) == 0) {
             *kind = (mt_pp_schedule_kind)k;
             return MT_OK;
         }
     return mt_fail(MT_EINVAL, "pipeline schedule '%s' is not one of gpipe, 1f1b, interleaved, "
-                              "zb1", name ? name : "(none)");
+                              "zb1, zb2", name ? name : "(none)");
 }
 
 /* ---- sizes ---------------------------------------------------------------------------------- */
@@ -45,13 +45,16 @@ mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind)
 mt_pp_size_fault mt_pp_schedule_size_fault(mt_pp_schedule_kind kind, int stages, int micros,
                                            int chunks, int layers)
 {
-    if ((int)kind < 0 || (int)kind > MT_PP_ZB1)
+    if ((int)kind < 0 || (int)kind > MT_PP_ZB2)
         return MT_PP_FAULT_KIND;
     if (stages < 1)
         return MT_PP_FAULT_STAGES;
     /* Fewer micro-batches than stages leaves a stage with nothing to do at any moment: every
      * schedule here assumes the pipeline can be filled. */
     if (micros < stages)
+        return MT_PP_FAULT_FILL;
+    /* ZB-H2's first stage fills the wait for its first input gradient with 2 p - 1 forwards */
+    if (kind == MT_PP_ZB2 && micros < 2 * stages - 1)
         return MT_PP_FAULT_FILL;
     if (kind == MT_PP_INTERLEAVED) {
         /* Megatron's interleaving runs micro-batches in groups of pp through each chunk. */
@@ -79,11 +82,17 @@ mt_status mt_pp_schedule_check_sizes(mt_pp_schedule_kind kind, int stages, int m
     case MT_PP_FAULT_KIND:
         return mt_fail(MT_EINVAL,
                        "pipeline schedule kind %d is not one of gpipe, 1f1b, "
-                       "interleaved, zb1",
+                       "interleaved, zb1, zb2",
                        (int)kind);
     case MT_PP_FAULT_STAGES:
         return mt_fail(MT_EINVAL, "%d pipeline stages; there must be at least 1", stages);
     case MT_PP_FAULT_FILL:
+        if (kind == MT_PP_ZB2)
+            return mt_fail(MT_EINVAL,
+                           "%d micro-batches cannot fill %d pipeline stages: the zb2 schedule "
+                           "needs at least 2 pp - 1 = %d micro-batches (its first stage runs "
+                           "that many forwards while the first input gradient comes back)",
+                           micros, stages, 2 * stages - 1);
         if (kind == MT_PP_ZB1)
             return mt_fail(MT_EINVAL,
                            "%d micro-batches cannot fill %d pipeline stages: the %s schedule "
@@ -247,7 +256,7 @@ mt_status mt_pp_schedule_create(mt_pp_schedule_kind kind, int stages, int micros
                            s, capacity);
         }
         out->actions[s] = list.actions;
-        if (kind == MT_PP_ZB1)
+        if (kind == MT_PP_ZB1 || kind == MT_PP_ZB2)
             status = build_zero_bubble(kind, stages, micros, &list);
         else
             build_stage(kind, stages, micros, chunks, &list);
@@ -323,7 +332,68 @@ double mt_pp_bubble_expected(mt_pp_schedule_kind kind, int stages, int micros, i
     double p = stages, work = micros;
     if (kind == MT_PP_INTERLEAVED)
         work *= chunks;
-    if (kind == MT_PP_ZB1) /* idle (p - 1) B-long passes against m F + B + W triples */
+    if (kind == MT_PP_ZB1 || kind == MT_PP_ZB2) /* idle p - 1 passes against m F, B, W */
         work *= 3;
     return (p - 1) / (work + p - 1);
+}
+
+int mt_pp_schedule_memory_bound(mt_pp_schedule_kind kind, int stages, int micros, int chunks)
+{
+    long long p = stages, m = micros, v = chunks, bound = m * v;
+    if (kind == MT_PP_1F1B || kind == MT_PP_ZB1)
+        bound = p;
+    else if (kind == MT_PP_INTERLEAVED)
+        bound = 2 * (p - 1) + (v - 1) * p + 1;
+    else if (kind == MT_PP_ZB2)
+        bound = 2 * p - 1;
+    return (int)(bound < m * v ? bound : m * v);
+}
+
+mt_status mt_pp_schedule_check_memory(const mt_pp_schedule *schedule, int most)
+{
+    int split = mt_pp_schedule_splits(schedule);
+    for (int s = 0; s < schedule->stages; s++) {
+        int now = 0;
+        for (int i = 0; i < schedule->counts[s]; i++) {
+            mt_pp_action a = schedule->actions[s][i];
+            if ((now += held_delta(a, s, split)) > most)
+                return mt_fail(MT_EINVAL, "pipeline schedule: stage %d, action %d (%s of "
+                               "micro-batch %d, chunk %d) holds %d micro-batch chunks' "
+                               "activations at once, more than the %d the schedule may hold",
+                               s, i, mt_pp_op_name(a.op), a.micro, a.chunk, now, most);
+        }
+    }
+    return MT_OK;
+}
+
+/* ---- steps back to back --------------------------------------------------------------------- */
+
+mt_status mt_pp_schedule_repeat(const mt_pp_schedule *one, int steps, mt_pp_schedule *out)
+{
+    memset(out, 0, sizeof *out);
+    if (steps < 1 || (long long)one->micros * steps * one->chunks > INT_MAX / 7)
+        return mt_fail(MT_EINVAL, "pipeline schedule: %d steps of %d micro-batches cannot be "
+                                  "repeated", steps, one->micros);
+    *out = (mt_pp_schedule){.kind = one->kind, .stages = one->stages,
+                            .micros = one->micros * steps, .chunks = one->chunks};
+    out->counts = calloc((size_t)one->stages, sizeof *out->counts);
+    out->actions = calloc((size_t)one->stages, sizeof *out->actions);
+    for (int s = 0; out->counts && out->actions && s < one->stages; s++) {
+        size_t n = (size_t)one->counts[s] * (size_t)steps;
+        if (!(out->actions[s] = malloc((n ? n : 1) * sizeof(mt_pp_action))))
+            break;
+        out->counts[s] = (int)n;
+        for (int k = 0; k < steps; k++)
+            for (int i = 0; i < one->counts[s]; i++) {
+                mt_pp_action a = one->actions[s][i];
+                a.micro += k * one->micros;
+                out->actions[s][(size_t)k * (size_t)one->counts[s] + (size_t)i] = a;
+            }
+    }
+    for (int s = 0; s < one->stages; s++)
+        if (!out->counts || !out->actions || !out->actions[s]) {
+            mt_pp_schedule_destroy(out);
+            return mt_fail(MT_ENOMEM, "pipeline schedule: no memory to repeat %d steps", steps);
+        }
+    return MT_OK;
 }

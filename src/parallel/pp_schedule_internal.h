@@ -5,7 +5,7 @@
 
 #include "meshtrain/pipeline.h"
 
-/* The 3 m passes of stage `stage` of zero-bubble schedule `kind` (zb1) in the order it
+/* The 3 m passes of stage `stage` of zero-bubble schedule `kind` (zb1 or zb2) in the order it
  * runs them: a forward (MT_PP_FORWARD), an input-gradient pass (MT_PP_BACKWARD) and a
  * weight-gradient pass (MT_PP_WEIGHT) of each micro-batch, chunk 0. */
 mt_status parallel_zb_passes(mt_pp_schedule_kind kind, int stages, int micros, int stage,

@@ -1,17 +1,41 @@
 /* Zero-bubble pipeline schedules (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): each
  * backward split into B (input gradient, on the critical path) and W (weight gradients, free to
- * move), ordered by playing every stage together with equal F, B and W times. */
+ * move). ZB-H1 is 1F1B's order with each stage's W passes held back; ZB-H2 is found by playing
+ * every stage together with equal F, B and W times. */
 #include <stdlib.h>
 
 #include "pp_schedule_internal.h"
 
-/* The micro-batches stage s may hold from its forward to its weight-gradient pass. A slot here
- * keeps all of a micro-batch's activations until W (the paper counts a W-pending micro-batch as
- * lighter), and with 1F1B's p - s the greedy order below leaves half to two thirds of 1F1B's
- * idle time; 2 p - 1 - s brings it to the third that ZB-H1 promises on every p <= 8, m <= 32. */
-static int limit_of(int p, int s)
+/* ZB-H1 on stage s: 1F1B's order (p - s - 1 warm-up forwards, then forward and input-gradient
+ * pairs, then the remaining input-gradient passes), each B followed by a W, except that the
+ * first s W passes are held back to the end. A stage then holds at most p micro-batches from
+ * forward to W (stage 0 as many as under 1F1B, and no stage more), and the held-back W passes
+ * fill the wait of the cool-down: with equal F, B and W times every stage idles p - 1 passes,
+ * a third of 1F1B's 3 (p - 1). */
+static void zb1_passes(int p, int m, int s, mt_pp_action *passes)
 {
-    return 2 * p - 1 - s;
+    int warmup = p - s - 1 < m ? p - s - 1 : m, n = 0, weights = 0;
+    for (int k = 0; k < warmup; k++)
+        passes[n++] = (mt_pp_action){MT_PP_FORWARD, k, 0};
+    for (int k = 0; k < m; k++) {
+        if (k + warmup < m)
+            passes[n++] = (mt_pp_action){MT_PP_FORWARD, k + warmup, 0};
+        passes[n++] = (mt_pp_action){MT_PP_BACKWARD, k, 0};
+        if (k >= s)
+            passes[n++] = (mt_pp_action){MT_PP_WEIGHT, weights++, 0};
+    }
+    while (weights < m)
+        passes[n++] = (mt_pp_action){MT_PP_WEIGHT, weights++, 0};
+}
+
+/* The micro-batches a ZB-H2 stage may hold from its forward to its weight-gradient pass: the
+ * paper's 2 p - 1 on every stage. Stage 0 fills the 2 p - 1 passes before its first B returns
+ * with forwards, and with it the greedy order below leaves no stage idle from its first pass to
+ * its last once m >= 2 p - 1 (on every p <= 8, m <= 32), so consecutive steps would interlock
+ * as a parallelogram. */
+static int zb2_limit(int p)
+{
+    return 2 * p - 1;
 }
 
 /* Per stage: the passes done of each kind (each runs in micro-batch order) and when each
@@ -34,7 +58,7 @@ static mt_pp_op choose(const zb_play *z, int s, int t, int *micro)
             return MT_PP_BACKWARD;
         }
     }
-    if (f < m && f - z->done_w[s] < limit_of(p, s)) {
+    if (f < m && f - z->done_w[s] < zb2_limit(p)) {
         int ready = s == 0 ? 0 : z->end_f[(s - 1) * m + f];
         if (ready >= 0 && ready <= t) {
             *micro = f;
@@ -79,6 +103,10 @@ static mt_status play(zb_play *z, mt_pp_schedule_kind kind, int stage, mt_pp_act
 mt_status parallel_zb_passes(mt_pp_schedule_kind kind, int stages, int micros, int stage,
                              mt_pp_action *passes)
 {
+    if (kind == MT_PP_ZB1) {
+        zb1_passes(stages, micros, stage, passes);
+        return MT_OK;
+    }
     zb_play z = {.p = stages, .m = micros};
     size_t per_stage = (size_t)stages, all = (size_t)stages * (size_t)micros;
     z.done_f = calloc(per_stage, sizeof *z.done_f);

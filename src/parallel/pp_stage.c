@@ -59,6 +59,25 @@ void mt_pp_split_layers(int layers, int parts, const double *layer_cost, int *co
         split_evenly(layers, parts, counts); /* also when out of memory: still a valid split */
 }
 
+/* The micro-batches chunk `chunk` of the stage holds from their receive (or forward, when
+ * the chunk starts the model) to the end of their backward: what the head's buffers must hold
+ * where the chunk ends the model (its weight-gradient passes do not read them). */
+static int head_in_flight(const mt_pp_schedule *schedule, int stage, int chunk)
+{
+    int now = 0, peak = 0, first = stage == 0 && chunk == 0;
+    for (int i = 0; i < schedule->counts[stage]; i++) {
+        mt_pp_action a = schedule->actions[stage][i];
+        if (a.chunk != chunk)
+            continue;
+        if (a.op == MT_PP_RECV_ACTIVATION || (first && a.op == MT_PP_FORWARD))
+            now++;
+        else if (a.op == MT_PP_BACKWARD)
+            now--;
+        peak = now > peak ? now : peak;
+    }
+    return peak;
+}
+
 mt_status mt_pp_stage_of(const mt_pp_schedule *schedule, int stage, const int *virtual_layers,
                          mt_gpt_stage *out)
 {
@@ -70,7 +89,9 @@ mt_status mt_pp_stage_of(const mt_pp_schedule *schedule, int stage, const int *v
     int peak = mt_pp_schedule_peak_in_flight(schedule, stage, per_chunk);
     /* Several chunks' peaks do not coincide: the stage's own peak bounds one shared pool. */
     *out = (mt_gpt_stage){.chunks = v, .pool = v > 1 ? peak : 0,
-                          .split_backward = mt_pp_schedule_splits(schedule)};
+                          .split_backward = mt_pp_schedule_splits(schedule),
+                          .shared_head = stage == p - 1 &&
+                                         head_in_flight(schedule, stage, v - 1) <= 1};
     int first = 0;
     for (int k = 0; k < p * v; k++) {
         if (k % p == stage) {

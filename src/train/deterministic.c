@@ -32,11 +32,12 @@ mt_status trainer_deterministic_plan(const mt_config *c, mt_run_plan *p)
                                   "a power-of-2 count of micro-batches cuts into whole subtrees",
                        c->microbatches);
     /* a unit's tree counts its backwards, which these schedules run in micro-batch order */
-    if (p->shape.pp > 1 && p->schedule_kind == MT_PP_ZB1)
-        return refuse("'pp', 'schedule'", "the zb1 schedule splits each backward into input "
-                                          "and weight passes, which the deterministic tree "
-                                          "does not cover (use schedule gpipe, 1f1b or "
-                                          "interleaved, or deterministic off)");
+    if (p->shape.pp > 1 && (p->schedule_kind == MT_PP_ZB1 || p->schedule_kind == MT_PP_ZB2))
+        return mt_fail(MT_EINVAL, "config keys 'deterministic' and 'pp', 'schedule': the %s "
+                                  "schedule splits each backward into input and weight passes, "
+                                  "which the deterministic tree does not cover (use schedule "
+                                  "gpipe, 1f1b or interleaved, or deterministic off)",
+                       mt_pp_schedule_name(p->schedule_kind));
     if (strcmp(c->grad_comm, "allreduce") != 0)
         return refuse("'grad_comm'", "a gradient-communication hook sums in its own order (use "
                                      "grad_comm allreduce, or deterministic off)");

@@ -40,6 +40,12 @@ mt_status mt_run_plan_shape(const mt_config *c, int world_size, mt_mesh_shape *s
                   : MT_OK;
 }
 
+/* The zero-bubble schedules split each backward into input and weight passes. */
+static int splits_backward(const mt_config *c)
+{
+    return strcmp(c->schedule, "zb1") == 0 || strcmp(c->schedule, "zb2") == 0;
+}
+
 /* The global batch splits into data-parallel ranks x micro-batches, and a pipeline's schedule
  * can be filled by the micro-batches, chunks and layers it is given. */
 static mt_status check_batch_and_schedule(const mt_config *c, mt_run_plan *p)
@@ -109,17 +115,20 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
                                   "sharding reduces gradients with plain collectives, and "
                                   "grad_comm is %s", c->grad_comm);
     /* ZeRO 2 and 3 bind one gradient buffer to a unit from its backward's start to its end;
-     * zb1 starts further input passes of a unit before its earlier weight passes end it */
-    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0 && c->zero >= 2)
+     * zero-bubble schedules start further input passes of a unit before its earlier weight
+     * passes end it */
+    if (shape->pp > 1 && splits_backward(c) && c->zero >= 2)
         return mt_fail(MT_EINVAL, "config keys 'zero' and 'schedule': ZeRO %d does not run with "
-                                  "the zb1 schedule, whose split backward keeps several "
+                                  "the %s schedule, whose split backward keeps several "
                                   "micro-batches' weight gradients of a unit pending (use zero 0 "
-                                  "or 1, or schedule gpipe, 1f1b or interleaved)", c->zero);
+                                  "or 1, or schedule gpipe, 1f1b or interleaved)", c->zero,
+                       c->schedule);
     /* the zero-bubble schedule's weight pass reads the activations a slot keeps */
-    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0 &&
+    if (shape->pp > 1 && splits_backward(c) &&
         (strcmp(c->recompute, "full") == 0 || (c->sp && shape->tp > 1)))
-        return mt_fail(MT_EINVAL, "config keys 'schedule', 'recompute' and 'sp': the zb1 "
+        return mt_fail(MT_EINVAL, "config keys 'schedule', 'recompute' and 'sp': the %s "
                                   "schedule's weight-gradient pass reads activations that %s",
+                       c->schedule,
                        c->sp && shape->tp > 1 ? "sequence parallelism would gather again"
                                               : "full recomputation does not keep");
     if (c->sp && shape->tp > 1 && c->context % shape->tp)
@@ -129,8 +138,8 @@ static mt_status check_state_layout(const mt_config *c, const mt_mesh_shape *sha
     return MT_OK;
 }
 
-/* Context parallelism: 2 cp chunks per sequence, ring attention on the fused kernel in fp32,
- * composed with dp and ZeRO, tp (with or without sp) and pp (schedules without split
+/* Context parallelism: 2 cp chunks per sequence, ring attention on the fused kernel (fp32 or
+ * bf16), composed with dp and ZeRO, tp (with or without sp) and pp (schedules without split
  * backwards). */
 static mt_status check_context_parallel(const mt_config *c, const mt_mesh_shape *shape)
 {
@@ -142,16 +151,16 @@ static mt_status check_context_parallel(const mt_config *c, const mt_mesh_shape 
                                   "into 2 x %d = %d chunks (rank r holding chunks r and %d - r), "
                                   "which context %d does not divide", cp, cp, 2 * cp,
                        2 * cp - 1, c->context);
-    if (shape->pp > 1 && strcmp(c->schedule, "zb1") == 0)
+    if (shape->pp > 1 && splits_backward(c))
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'schedule': context parallelism runs "
-                                  "with the gpipe, 1f1b and interleaved schedules, not zb1's "
-                                  "split backwards");
+                                  "with the gpipe, 1f1b and interleaved schedules, not %s's "
+                                  "split backwards", c->schedule);
     if (strcmp(c->attention, "fused") != 0)
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'attention': ring attention runs on the "
                                   "fused kernel's blocks; use --attention fused with cp %d", cp);
-    if (strcmp(c->precision, "fp32") != 0)
+    if (strcmp(c->precision, "fp16") == 0)
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'precision': context parallelism runs "
-                                  "in fp32, not %s", c->precision);
+                                  "in fp32 or bf16, not %s", c->precision);
     if (strcmp(c->recompute, "full") == 0)
         return mt_fail(MT_EINVAL, "config keys 'cp' and 'recompute': context parallelism does "
                                   "not run with full recomputation (use none or selective)");
@@ -278,6 +287,11 @@ mt_status mt_run_plan_resolve(const mt_config *cfg, int world_size, mt_run_plan 
                                        out->chunks, &out->schedule);
     if (status == MT_OK && out->shape.pp > 1)
         status = mt_pp_schedule_check(&out->schedule);
+    /* the stage's activation slots are sized by the schedule: it must keep its kind's promise */
+    if (status == MT_OK && out->shape.pp > 1)
+        status = mt_pp_schedule_check_memory(
+            &out->schedule, mt_pp_schedule_memory_bound(out->schedule_kind, out->shape.pp,
+                                                        out->passes, out->chunks));
     if (status) {
         mt_run_plan_free(out);
         return status;

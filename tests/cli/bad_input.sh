@@ -118,6 +118,9 @@ run_case "fused attention with head size 6, before workers start" error \
 run_case "zb1 with fewer micro-batches than stages" error \
     "1 micro-batches cannot fill 2 pipeline stages: the zb1 schedule needs at least pp" -- \
     "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --microbatches 1
+run_case "zb2 with fewer micro-batches than 2 pp - 1" error \
+    "'microbatches' and 'pp': 2 micro-batches cannot fill 2 pipeline stages: the zb2 schedule" -- \
+    "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb2 --microbatches 2
 run_case "zb1 under full recomputation" error \
     "the zb1 schedule's weight-gradient pass reads activations that full recomputation" -- \
     "$MT" train "${TINY[@]}" --layers 2 --pp 2 --nproc 2 --schedule zb1 --recompute full --microbatches 2

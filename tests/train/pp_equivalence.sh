@@ -4,8 +4,9 @@
 # cost-balanced split, a 20-step run's per-step losses and final parameters (per tensor, by
 # norm) equal the single-process run of the same job within 1e-5 relative.
 # usage: pp_equivalence.sh MESHTRAIN [quick|zb]   (quick: one layout of each kind, for the
-# sanitizer build, where every rank runs several times slower; zb: the zero-bubble schedule zb1
-# on pp 2 and pp 4, with two replicas (DDP and ZeRO 1) and with tensor parallelism inside)
+# sanitizer build, where every rank runs several times slower; zb: the zero-bubble schedules zb1
+# and zb2 on pp 2 and pp 4, zb1 with two replicas (DDP and ZeRO 1) and with tensor parallelism
+# inside)
 set -euo pipefail
 meshtrain=$1
 which=${2:-}
@@ -37,6 +38,8 @@ layout() {
 if [ "$which" = zb ]; then
   layout pp2_zb1 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule zb1
   layout pp4_zb1 8 8 -- --nproc 4 --pp 4 --microbatches 8 --schedule zb1
+  layout pp2_zb2 8 4 -- --nproc 2 --pp 2 --microbatches 4 --schedule zb2
+  layout pp4_zb2 8 8 -- --nproc 4 --pp 4 --microbatches 8 --schedule zb2
   # DDP's one bucket per stage starts with the embeddings' unit: it must wait for the blocks' W
   layout dp2_pp2_zb1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule zb1
   layout dp2_pp2_zb1_zero1 4 8 -- --nproc 4 --pp 2 --microbatches 4 --schedule zb1 --zero 1

@@ -428,7 +428,7 @@ static void test_sizes(void)
     sizes_refused(MT_PP_INTERLEAVED, 1, 1 << 28, 4, 0,
                   "268435456 micro-batches x 4 chunks is too many passes for one step");
     sizes_refused((mt_pp_schedule_kind)7, 2, 2, 1, 0,
-                  "pipeline schedule kind 7 is not one of gpipe, 1f1b, interleaved, zb1");
+                  "pipeline schedule kind 7 is not one of gpipe, 1f1b, interleaved, zb1, zb2");
     /* The fault tells a caller which of its settings to name. */
     CHECK(mt_pp_schedule_size_fault(MT_PP_1F1B, 4, 4, 1, 4) == MT_PP_SIZES_OK);
     CHECK(mt_pp_schedule_size_fault(MT_PP_1F1B, 4, 3, 1, 0) == MT_PP_FAULT_FILL);
@@ -455,7 +455,8 @@ static void test_names(void)
     mt_pp_schedule_kind kind;
     CHECK(mt_pp_schedule_parse("pipedream", &kind) == MT_EINVAL);
     CHECK(strcmp(mt_last_error(),
-                 "pipeline schedule 'pipedream' is not one of gpipe, 1f1b, interleaved, zb1") == 0);
+                 "pipeline schedule 'pipedream' is not one of gpipe, 1f1b, interleaved, "
+                 "zb1, zb2") == 0);
 }
 
 /* Two stages, two micro-batches, uneven stages and a transfer time of 0.25 s: every start and

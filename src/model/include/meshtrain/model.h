@@ -70,6 +70,11 @@ typedef struct mt_gpt_stage {
     int shared_slots;
     int split_backward; /* backwards run as an input-gradient pass, then a weight-gradient pass
                          * (zero-bubble schedules): each slot also keeps what the second reads */
+    int shared_head;    /* the chunk that ends the model keeps one set of the head's buffers
+                         * (targets, final norm, logits, losses) for all its slots: its schedule
+                         * ends each micro-batch's backward before the next one begins, and a
+                         * slot held on to its weight-gradient pass no longer needs them (not
+                         * with shared_slots) */
 } mt_gpt_stage;
 
 /* Activation recomputation: what a block's forward keeps for its backward. Selective drops

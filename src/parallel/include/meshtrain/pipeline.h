@@ -13,7 +13,9 @@ typedef enum mt_pp_schedule_kind {
     MT_PP_1F1B,        /* warm-up forwards, then one forward one backward, then cool-down */
     MT_PP_INTERLEAVED, /* 1F1B over v model chunks per stage (Megatron-LM's interleaving) */
     MT_PP_ZB1,         /* zero bubble (Qi et al. 2023): backwards split into input and weight
-                        * gradients, ZB-H1's bubble (pp_schedule_zb.c) */
+                        * gradients, ZB-H1 (1F1B's activation memory; pp_schedule_zb.c) */
+    MT_PP_ZB2,         /* ZB-H2: the split backward with up to 2 p - 1 micro-batches held,
+                        * no stage idle from its first pass to its last */
 } mt_pp_schedule_kind;
 
 /* A stage holds `chunks` model chunks: chunk c of stage s is virtual stage c * stages + s, and
@@ -50,7 +52,7 @@ typedef struct mt_pp_schedule {
     mt_pp_action **actions;     /* [stages][counts[s]] */
 } mt_pp_schedule;
 
-/* Names for messages and the CLI: "gpipe", "1f1b", "interleaved", "zb1";
+/* Names for messages and the CLI: "gpipe", "1f1b", "interleaved", "zb1", "zb2";
  * "recv-activation", "forward", "send-activation", "recv-gradient", "backward", "send-gradient",
  * "weight" ("unknown" out of range). */
 const char *mt_pp_schedule_name(mt_pp_schedule_kind kind);
@@ -59,14 +61,15 @@ const char *mt_pp_op_name(mt_pp_op op);
 mt_status mt_pp_schedule_parse(const char *name, mt_pp_schedule_kind *kind);
 
 /* The constraints a schedule's sizes must meet: stages >= 1, micro-batches >= stages (a
- * multiple of stages for interleaved), chunks 1 unless interleaved and then >= 1, micro-batches
- * x chunks within an int's passes, and layers >= stages x chunks (layers 0 skips that check).
+ * multiple of stages for interleaved, >= 2 stages - 1 for zb2), chunks 1 unless interleaved
+ * and then >= 1, micro-batches x chunks within an int's passes, and layers >= stages x chunks
+ * (layers 0 skips that check).
  * The fault says which broke, so that a caller can name its own settings. */
 typedef enum mt_pp_size_fault {
     MT_PP_SIZES_OK,
     MT_PP_FAULT_KIND,   /* no such schedule */
     MT_PP_FAULT_STAGES, /* fewer than 1 stage */
-    MT_PP_FAULT_FILL,   /* fewer micro-batches than stages */
+    MT_PP_FAULT_FILL,   /* fewer micro-batches than stages (than 2 stages - 1: zb2) */
     MT_PP_FAULT_GROUPS, /* interleaved: micro-batches not a multiple of the stages */
     MT_PP_FAULT_CHUNKS, /* chunks other than 1, or interleaved with fewer than 1 */
     MT_PP_FAULT_PASSES, /* micro-batches x chunks too many to count */
@@ -110,9 +113,25 @@ mt_status mt_pp_schedule_check(const mt_pp_schedule *schedule);
  * weight-gradient pass, in a schedule that splits: it reads the kept activations), per chunk
  * (per_chunk[chunks], may be NULL) and in total. For a checked schedule; -1 for a stage out of
  * range. Generated: m (GPipe), min(p - s, m) (1F1B), min(w + 1, m v) interleaved with w its
- * warm-up above, so v p + p - 1 chunk slots on stage 0 once m >= 2p; min(2 p - 1 - s, m) (zb1:
- * the paper's ZB-H2 bound, not 1F1B's: a slot is held whole until W). */
+ * warm-up above, so v p + p - 1 chunk slots on stage 0 once m >= 2p; min(p, m) on every stage
+ * (zb1: 1F1B's stage 0, the most 1F1B holds anywhere); at most 2 p - 1 (zb2). */
 int mt_pp_schedule_peak_in_flight(const mt_pp_schedule *schedule, int stage, int *per_chunk);
+
+/* The most (micro, chunk) pairs any stage of a generated schedule of this kind may hold, as
+ * above: m v (GPipe), min(p, m) (1F1B and zb1), stage 0's interleaved count, min(2 p - 1, m)
+ * (zb2). After mt_pp_schedule_check_sizes. */
+int mt_pp_schedule_memory_bound(mt_pp_schedule_kind kind, int stages, int micros, int chunks);
+/* Proves that no stage of the schedule ever holds more than `most` (micro, chunk) pairs' kept
+ * activations (counted as mt_pp_schedule_peak_in_flight counts them); MT_EINVAL names the
+ * first stage and action past it. */
+mt_status mt_pp_schedule_check_memory(const mt_pp_schedule *schedule, int most);
+
+/* The schedule run `steps` times back to back with nothing between the steps (no barrier, as
+ * if the optimizer step took no time and waited for no other stage): step k's micro-batch u
+ * is micro-batch k m + u. Checked and replayed like any schedule, it shows the idle time that
+ * remains when consecutive steps overlap: a schedule whose stages idle only before their first
+ * and after their last pass (zb2) loses none of it. On failure *out is left empty. */
+mt_status mt_pp_schedule_repeat(const mt_pp_schedule *one, int steps, mt_pp_schedule *out);
 
 /* Replays a schedule with durations: forward[s] and backward[s] seconds of one chunk's pass on
  * stage s, and `transfer` seconds from a send to the arrival of its message. Each stage runs
@@ -134,9 +153,12 @@ mt_status mt_pp_schedule_replay_split(const mt_pp_schedule *schedule, const doub
 
 /* The textbook bubble: (p - 1) / (m + p - 1), and (p - 1) / (v m + p - 1) interleaved. With
  * equal forward and backward times on every stage and no transfer time the replay gives exactly
- * this idle share on every stage, for all three kinds. For zb1, the bubble with equal forward,
- * input-gradient and weight-gradient times: (p - 1) / (3 m + p - 1), a third of 1F1B's idle
- * time (the replay gives it on every stage). */
+ * this idle share on every stage, for all three kinds. For zb1 and zb2, the bubble with equal
+ * forward, input-gradient and weight-gradient times: (p - 1) / (3 m + p - 1), a third of
+ * 1F1B's idle time (the replay gives it on every stage). Within one step no schedule idles less
+ * (the last stage waits p - 1 passes for its first input, the first as long for its last
+ * gradient); zb2 differs from zb1 in where the idle time falls (before a stage's first pass and
+ * after its last only), which steps back to back fill (mt_pp_schedule_repeat). */
 double mt_pp_bubble_expected(mt_pp_schedule_kind kind, int stages, int micros, int chunks);
 
 #endif
