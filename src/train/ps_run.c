@@ -1,7 +1,8 @@
 /* A job with parameter servers: the world's last ps_servers ranks serve (ps_server.c), the
  * others are the workers, which run the trainer on a world of their own and talk to the
- * servers through the transport over the whole job. */
+ * servers over channels (or, without the launcher's store, the job's communicator). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "trainer_internal.h"
 
@@ -19,8 +20,12 @@ mt_status trainer_ps_run(const mt_config *cfg, mt_comm *world, FILE *progress_ou
     mt_status status = mt_comm_split(world, serving, rank, &group);
     if (status)
         return mt_fail_context(status, "parameter servers: splitting workers from servers");
+    /* channels when the job has a store (the launcher's), else the job's communicator */
     mt_ps_transport transport = {0};
-    status = mt_ps_transport_over(world, &transport);
+    const char *port = getenv("MASTER_PORT");
+    mt_channel_config channel = {.rank = rank, .workers = workers, .servers = cfg->ps_servers};
+    status = port && *port ? mt_ps_transport_channel(&channel, &transport)
+                           : mt_ps_transport_over(world, &transport);
     if (status == MT_OK && !serving) {
         mt_ps_worker ps = {.transport = &transport, .first_server = workers,
                            .servers = cfg->ps_servers};

@@ -288,6 +288,22 @@ static mt_status serve_step(server *sv, int step)
     return send_parameters(sv, trainer_saves_at(sv->cfg, step));
 }
 
+/* Over channels a server leaving fails its peers' channels, so a server stays until every
+ * worker has closed its own (the workers still take the last parameters from the others);
+ * another server leaving first means the same: the job is done. */
+void trainer_ps_drain(mt_ps_transport *t, int workers)
+{
+    if (!t->wait)
+        return;
+    int gone = 0;
+    while (gone < workers) {
+        mt_ps_note note;
+        if (t->wait(t->context, 1.0, &note))
+            return;
+        gone += note.kind == MT_PS_NOTE_LOST && note.peer < workers;
+    }
+}
+
 mt_status trainer_ps_serve(const mt_run_plan *plan, mt_comm *job, mt_comm *servers,
                            mt_ps_transport *transport)
 {
@@ -300,6 +316,8 @@ mt_status trainer_ps_serve(const mt_run_plan *plan, mt_comm *job, mt_comm *serve
         status = receive_start(&sv);
     for (int step = sv.start_step + 1; status == MT_OK && step <= sv.cfg->steps; step++)
         status = serve_step(&sv, step);
+    if (status == MT_OK)
+        trainer_ps_drain(transport, sv.workers);
     server_close(&sv);
     return status;
 }

@@ -199,6 +199,8 @@ mt_status trainer_ps_run(const mt_config *cfg, mt_comm *world, FILE *progress_ou
 /* ps_server.c: a server's run: `job` the whole job, `servers` the servers' group */
 mt_status trainer_ps_serve(const mt_run_plan *plan, mt_comm *job, mt_comm *servers,
                            mt_ps_transport *transport);
+/* ps_server.c: waits (over channels) until every worker has closed its link */
+void trainer_ps_drain(mt_ps_transport *t, int workers);
 
 /* trainer_state.c */
 /* This rank's threads; the plan's stage layers, balanced by measured cost when it asks (the
