@@ -50,16 +50,20 @@ mt_status mt_ps_transport_over(mt_comm *job, mt_ps_transport *out);
 mt_status mt_ps_transport_channel(const mt_channel_config *config, mt_ps_transport *out);
 
 /* Messages, each from one rank to one peer, in this order:
- *   start  worker -> server, once: a header {threads, applied updates, start step, 0}; from the first
+ *   start  worker -> server, once: a header {threads, applied updates, start step, rejoins};
+ *          a rejoining worker (ssp, async) gets back a header {clock, 0, 0, 0} and the
+ *          range's parameters from each server; otherwise, from the first
  *          data-parallel worker of each tensor-parallel rank, then its parameters, first and
  *          second moments of the server's range (each one message, when the range is not empty)
  *   push   worker -> server, each step: for each bucket backward finishes, a header {offset,
- *          count, 0, 0} and `count` gradient floats of the range, until the range is covered
+ *          count, clock (the step), 0} and `count` gradient floats of the range, until the range is covered
  *   pull   server -> worker, each step: the gradient norm (a double), then the range's
  *          updated parameters (when not empty), and at a step that saves a checkpoint its
  *          first and second moments, so that the workers write the checkpoint */
 enum { MT_PS_TAG_START = 0x5053, MT_PS_TAG_STATE, MT_PS_TAG_HEADER, MT_PS_TAG_GRAD,
-       MT_PS_TAG_NORM, MT_PS_TAG_PARAMS };
+       MT_PS_TAG_NORM, MT_PS_TAG_PARAMS,
+       /* server -> server in ssp: {clock, then each tensor's square sum} of a clock's sum */
+       MT_PS_TAG_PARTIAL };
 
 /* Elements [lo, hi) of one tensor-parallel rank's parameter table (hi == lo: none). */
 typedef struct mt_ps_range {
@@ -93,6 +97,10 @@ typedef struct mt_ps_worker {
     int replica, replicas; /* this worker's data-parallel index and count: the workers share
                             * a checkpoint's writing as DDP's replicas do */
     int threads; /* the worker's kernel threads, which the servers take for the same sums */
+    /* ssp and async: the worker trains alone (no data-parallel group; its batch is its share
+     * of the global batch, replica placing its sequences there) and `rejoins` when it is a
+     * later life of a restarted rank, taking the servers' parameters and clock */
+    int alone, rejoins;
 } mt_ps_worker;
 
 /* The header of a start or push message (4 u64, see above). */
