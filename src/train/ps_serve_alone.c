@@ -9,8 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "meshtrain/clock.h"
 #include "meshtrain/kernels.h"
 #include "trainer_internal.h"
+
+/* How long servers whose workers are all gone wait for a dropped one's restarted life. */
+static const double REJOIN_GRACE_SECONDS = 5.0;
 
 typedef struct worker {
     int live, started, finished;
@@ -42,6 +46,7 @@ typedef struct alone_server {
     double *partials;     /* [2 x (param_count + 1)]: a clock's square sums (ssp) */
     int partial_sent;     /* ssp: the clock whose sums went to the other servers */
     long long *histogram; /* [ring + 64]: applied gradients by staleness */
+    double idle_since;    /* when the last worker went, one of them dropped: 0 otherwise */
     int histogram_size, worst;
 } alone_server;
 
@@ -304,7 +309,9 @@ static mt_status on_start(alone_server *sv, int i)
     if (!sv->has_state)
         return mt_fail(MT_EPEER, "parameter server %d: worker %d rejoined before the servers "
                                  "had their state", sv->index, i);
-    int clock = sv->ssp ? sv->applied : sv->top;
+    /* ssp: the clock the others are at (the bound counts it again); async: where its earlier
+     * life stopped, so that its share of the data goes on */
+    int clock = sv->ssp ? sv->applied : w->pushed;
     for (int k = 0; k < sv->ring; k++)
         w->slot_clock[k] = 0;
     w->pushed = clock;
@@ -401,13 +408,24 @@ static void on_lost(alone_server *sv, const mt_ps_note *note)
 }
 
 /* Whether the server's work is over: no worker live, every one started once, and (ssp) no
- * clock left that could be applied. */
-static int over(const alone_server *sv)
+ * clock left that could be applied; a worker dropped before its end gets a grace to rejoin
+ * (its restarted life, under the launcher's --max-restarts). */
+static int over(alone_server *sv)
 {
-    for (int i = 0; i < sv->workers; i++)
-        if (sv->w[i].live || !sv->w[i].started)
+    int dropped = 0;
+    for (int i = 0; i < sv->workers; i++) {
+        if (sv->w[i].live || !sv->w[i].started) {
+            sv->idle_since = 0;
             return 0;
-    return !sv->ssp || !clock_ready(sv, sv->applied + 1);
+        }
+        dropped |= !sv->w[i].finished;
+    }
+    if (sv->ssp && clock_ready(sv, sv->applied + 1))
+        return 0;
+    double now = mt_clock_seconds();
+    if (dropped && sv->idle_since == 0)
+        sv->idle_since = now;
+    return !dropped || now - sv->idle_since > REJOIN_GRACE_SECONDS;
 }
 
 /* Every worker pushed its last clock (or is gone) and nothing is left to apply. */

@@ -284,7 +284,9 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
         return status;
     tr->plan = plan; /* final: the rest of the run only reads it */
     /* before the mesh: a slow_comm rank's groups inherit its world's delay */
-    if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
+    /* a worker of ssp or async servers trains alone: its fault is named by its job rank */
+    int fault_rank = st->ps && st->ps->alone ? st->ps->replica : st->rank;
+    if ((status = trainer_fault_read(&st->fault, st->world, fault_rank)) ||
         (status = place_rank(tr)) || (with_corpus && (status = open_corpus(tr))) ||
         (with_corpus && (status = trainer_local_begin(tr))) ||
         (status = build_model(tr, !with_corpus)))
