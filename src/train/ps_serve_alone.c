@@ -47,6 +47,7 @@ typedef struct alone_server {
     int partial_sent;     /* ssp: the clock whose sums went to the other servers */
     long long *histogram; /* [ring + 64]: applied gradients by staleness */
     double idle_since;    /* when the last worker went, one of them dropped: 0 otherwise */
+    double started_at, start_by; /* a worker not started by start_by is counted out */
     int histogram_size, worst;
 } alone_server;
 
@@ -167,6 +168,28 @@ static mt_status apply_async(alone_server *sv, int i, int clock)
     printf("ps apply: server %d version %d worker %d clock %d staleness %d\n", sv->index,
            sv->applied, i, clock, staleness);
     return status;
+}
+
+/* A worker that never connected within the timeout (it died first) is dropped as if lost. */
+static mt_status count_out_unstarted(alone_server *sv)
+{
+    if (!sv->has_state && sv->w[0].started && !sv->w[0].live)
+        return mt_fail(MT_EPEER, "parameter server %d: worker 0 was lost before it handed the "
+                                 "servers their state", sv->index);
+    if (mt_clock_seconds() < sv->start_by)
+        return MT_OK;
+    if (!sv->w[0].started)
+        return mt_fail(MT_EPEER, "parameter server %d: worker 0, which hands the servers their "
+                                 "state, did not connect within %.0f s", sv->index,
+                       sv->start_by - sv->started_at);
+    for (int i = 0; i < sv->workers; i++)
+        if (!sv->w[i].started) {
+            sv->w[i].started = 1;
+            printf("ps: server %d: worker %d dropped: it did not connect within %.0f s\n",
+                   sv->index, i, sv->start_by - sv->started_at);
+            fflush(stdout);
+        }
+    return MT_OK;
 }
 
 /* ssp: whether clock c can be applied: every worker started, and every live one pushed it
@@ -490,8 +513,12 @@ mt_status trainer_ps_serve_alone(const mt_run_plan *plan, int index, mt_ps_trans
                        .workers = plan->world_size, .servers = plan->servers,
                        .ssp = strcmp(cfg->ps_mode, "ssp") == 0, .staleness = cfg->staleness,
                        .steps = cfg->steps};
+    const char *timeout = getenv("MT_COMM_TIMEOUT");
+    double wait = timeout && *timeout ? strtod(timeout, NULL) : 300.0;
+    sv.started_at = mt_clock_seconds();
+    sv.start_by = sv.started_at + (wait > 0 ? wait : 300.0);
     mt_status status = open_server(&sv, plan);
-    while (status == MT_OK && !over(&sv)) {
+    while (status == MT_OK && (status = count_out_unstarted(&sv)) == MT_OK && !over(&sv)) {
         int progress = 0;
         status = pass(&sv, &progress);
         if (status || progress)
