@@ -169,13 +169,24 @@ static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
     mt_status st = train_sample_open(cfg, stdout, &sample);
     if (st)
         return close_rank_log(log, report_before_training(job, st, log), NULL);
+    mt_train_summary summary;
+    if (cfg->ps_servers > 0 && strcmp(cfg->ps_mode, "sync") != 0) {
+        /* ssp, async: no communicator (a worker restarted alone joins over channels) */
+        st = mt_train_run_ps_alone(cfg, job->rank, job->world_size, stdout, &sample.text,
+                                   &summary);
+        train_sample_close(&sample);
+        if (st)
+            return close_rank_log(log, cli_log_error(log, "train"), NULL);
+        if (job->rank == 0)
+            print_done(&summary);
+        return close_rank_log(log, 0, &summary);
+    }
     mt_comm *world = NULL;
     st = mt_comm_create(NULL, &world);
     if (st) {
         train_sample_close(&sample);
         return close_rank_log(log, report_before_training(job, st, log), NULL);
     }
-    mt_train_summary summary;
     st = mt_train_run(cfg, world, stdout, &sample.text, &summary);
     train_sample_close(&sample);
     int rank = world ? mt_comm_rank(world) : -1;

@@ -13,6 +13,7 @@ struct dp_ps {
     int tp_rank;
     uint64_t *headers; /* [bucket * servers + s]: a push's header, kept until the flush */
     uint64_t start[MT_PS_HEADER_WORDS];
+    uint64_t clock; /* the step whose gradient the pushes carry */
 };
 
 mt_status dp_ps_attach(mt_dp_model *m, const mt_ps_worker *worker)
@@ -63,6 +64,7 @@ mt_status mt_dp_model_ps_start(mt_dp_model *m, int applied, int start_step)
     ps->start[0] = (uint64_t)ps->worker.threads;
     ps->start[1] = (uint64_t)applied;
     ps->start[2] = (uint64_t)start_step;
+    ps->clock = (uint64_t)start_step + 1;
     mt_status status = MT_OK;
     for (int s = 0; s < ps->worker.servers && status == MT_OK; s++) {
         int peer = ps->worker.first_server + s;
@@ -93,6 +95,7 @@ mt_status dp_ps_push(mt_dp_model *m, int bucket)
             ps->headers + ((size_t)bucket * (size_t)ps->worker.servers + (size_t)s) * MT_PS_HEADER_WORDS;
         header[0] = first;
         header[1] = end - first;
+        header[2] = ps->clock;
         int peer = ps->worker.first_server + s;
         status = t->send(t->context, peer, header, MT_PS_HEADER_WORDS * sizeof *header,
                          MT_PS_TAG_HEADER);
@@ -123,6 +126,32 @@ mt_status mt_dp_model_ps_pull(mt_dp_model *m, int with_state, double *norm)
                              k ? MT_PS_TAG_STATE : MT_PS_TAG_PARAMS);
     }
     m->wait_seconds += mt_clock_seconds() - start;
+    ps->clock++;
     return status ? mt_fail_context(status, "pulling the parameters from the parameter servers")
                   : MT_OK;
+}
+
+mt_status mt_dp_model_ps_rejoin(mt_dp_model *m, int *clock)
+{
+    struct dp_ps *ps = m->ps;
+    mt_ps_transport *t = ps->worker.transport;
+    ps->start[0] = (uint64_t)ps->worker.threads;
+    ps->start[3] = 1;
+    mt_status status = MT_OK;
+    uint64_t highest = 0;
+    for (int s = 0; s < ps->worker.servers && status == MT_OK; s++) {
+        int peer = ps->worker.first_server + s;
+        uint64_t reply[MT_PS_HEADER_WORDS];
+        status = t->send(t->context, peer, ps->start, sizeof ps->start, MT_PS_TAG_START);
+        if (status == MT_OK)
+            status = t->recv(t->context, peer, reply, sizeof reply, MT_PS_TAG_START);
+        highest = status == MT_OK && reply[0] > highest ? reply[0] : highest;
+        mt_ps_range r = mt_ps_range_of(&ps->layout, s, ps->tp_rank);
+        if (status == MT_OK && r.hi > r.lo)
+            status = t->recv(t->context, peer, m->full_param + r.lo, (r.hi - r.lo) * sizeof(float),
+                             MT_PS_TAG_PARAMS);
+    }
+    *clock = (int)highest;
+    ps->clock = highest + 1;
+    return status ? mt_fail_context(status, "rejoining the parameter servers") : MT_OK;
 }

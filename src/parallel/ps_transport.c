@@ -64,6 +64,6 @@ mt_status mt_ps_transport_over(mt_comm *job, mt_ps_transport *out)
     if (!t)
         return mt_fail(MT_ENOMEM, "parameter servers: out of memory");
     t->job = job;
-    *out = (mt_ps_transport){t, send, flush, recv, close_transport};
+    *out = (mt_ps_transport){t, send, flush, recv, close_transport, NULL, NULL};
     return MT_OK;
 }

@@ -40,6 +40,24 @@ static mt_status check_companions(const mt_config *c)
     return MT_OK;
 }
 
+/* ssp and async: each worker trains alone (one process, its share of the batch). */
+static mt_status check_alone(const mt_config *c, int workers)
+{
+    if (c->tp > 1 || c->sp || c->cp > 1)
+        return mt_fail(MT_EINVAL, "config keys 'ps_mode' and 'tp': under ps_mode %s each worker "
+                                  "trains alone, in one process (tensor-, sequence- and "
+                                  "context-parallel workers run under sync)", c->ps_mode);
+    if (c->batch % workers || (c->batch / workers) % c->microbatches)
+        return mt_fail(MT_EINVAL, "config keys 'batch', 'microbatches' and 'ps_servers': a batch "
+                                  "of %d over %d workers in %d micro-batches each does not "
+                                  "divide evenly", c->batch, workers, c->microbatches);
+    if (c->save_every > 0 || c->resume[0])
+        return mt_fail(MT_EINVAL, "config keys 'ps_mode', 'save_every' and 'resume': checkpoints "
+                                  "of ps_mode %s (the servers' state and every worker's clock) "
+                                  "are not built; use sync", c->ps_mode);
+    return MT_OK;
+}
+
 mt_status trainer_ps_check(const mt_config *c, int world_size, int *workers)
 {
     *workers = world_size;
@@ -64,10 +82,9 @@ mt_status trainer_ps_check(const mt_config *c, int world_size, int *workers)
                        c->ps_servers, c->ps_servers > 1 ? "s" : "",
                        c->ps_servers > 1 ? "leave" : "leaves", world_size,
                        world_size > 1 ? "s" : "", c->ps_servers + 1);
-    if (strcmp(c->ps_mode, "sync") != 0)
-        return mt_fail(MT_EINVAL, "config key 'ps_mode': %s is not available yet; the servers "
-                                  "run sync", c->ps_mode);
     mt_status status = check_companions(c);
+    if (status == MT_OK && strcmp(c->ps_mode, "sync") != 0)
+        status = check_alone(c, world_size - c->ps_servers);
     if (status == MT_OK)
         *workers = world_size - c->ps_servers;
     return status;

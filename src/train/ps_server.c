@@ -9,16 +9,7 @@
 #include "meshtrain/kernels.h"
 #include "trainer_internal.h"
 
-/* Arrays of a range [lo, hi) of a table, each placed so that element x sits at the same
- * alignment (mod 64 bytes) as in a worker's arena, where DDP sums and updates it: the
- * vectorised kernels then split the work into the same lanes. */
-enum { ARRAYS = 5, ALIGN_FLOATS = 16 };
-typedef struct shard {
-    mt_ps_range range;
-    void *blocks[ARRAYS];
-    float *param, *m, *v, *grad, *stage; /* element x at [x - range.lo] */
-    int first_worker;                    /* the first data-parallel worker of this tp rank */
-} shard;
+typedef trainer_ps_shard shard;
 
 typedef struct server {
     const mt_run_plan *plan;
@@ -35,12 +26,12 @@ typedef struct server {
     int applied, start_step;
 } server;
 
-static mt_status allocate_shard(shard *s)
+mt_status trainer_ps_shard_alloc(shard *s)
 {
-    size_t n = s->range.hi - s->range.lo, offset = s->range.lo % ALIGN_FLOATS;
-    size_t bytes = ((n + ALIGN_FLOATS) * sizeof(float) + 63) / 64 * 64;
-    float **views[ARRAYS] = {&s->param, &s->m, &s->v, &s->grad, &s->stage};
-    for (int k = 0; k < ARRAYS; k++) {
+    size_t n = s->range.hi - s->range.lo, offset = s->range.lo % TRAINER_PS_ALIGN_FLOATS;
+    size_t bytes = ((n + TRAINER_PS_ALIGN_FLOATS) * sizeof(float) + 63) / 64 * 64;
+    float **views[TRAINER_PS_ARRAYS] = {&s->param, &s->m, &s->v, &s->grad, &s->stage};
+    for (int k = 0; k < TRAINER_PS_ARRAYS; k++) {
         s->blocks[k] = aligned_alloc(64, bytes);
         if (!s->blocks[k])
             return mt_fail(MT_ENOMEM, "parameter server: out of memory for %zu parameters", n);
@@ -50,11 +41,18 @@ static mt_status allocate_shard(shard *s)
     return MT_OK;
 }
 
+void trainer_ps_shard_free(shard *s)
+{
+    for (int k = 0; k < TRAINER_PS_ARRAYS; k++) {
+        free(s->blocks[k]);
+        s->blocks[k] = NULL;
+    }
+}
+
 static void server_close(server *sv)
 {
     for (int j = 0; sv->shards && j < sv->tp; j++)
-        for (int k = 0; k < ARRAYS; k++)
-            free(sv->shards[j].blocks[k]);
+        trainer_ps_shard_free(&sv->shards[j]);
     free(sv->shards);
     free(sv->tp_of);
     free(sv->partials);
@@ -105,7 +103,7 @@ static mt_status server_open(server *sv)
     }
     for (int j = 0; j < sv->tp && status == MT_OK; j++) {
         sv->shards[j].range = mt_ps_range_of(&sv->layout, sv->index, j);
-        status = allocate_shard(&sv->shards[j]);
+        status = trainer_ps_shard_alloc(&sv->shards[j]);
     }
     return status;
 }
@@ -186,11 +184,15 @@ static mt_status sum_gradients(server *sv, int step)
     return MT_OK;
 }
 
-/* Whether parameter p of tp rank j lies in this server's range. */
+/* Whether parameter p lies in the shard's range. */
+int trainer_ps_shard_holds(const shard *s, const mt_param_info *p)
+{
+    const mt_ps_range *r = &s->range;
+    return p->offset >= r->lo && p->offset + p->numel <= r->hi && r->hi > r->lo;
+}
 static int holds(const server *sv, int j, const mt_param_info *p)
 {
-    const mt_ps_range *r = &sv->shards[j].range;
-    return p->offset >= r->lo && p->offset + p->numel <= r->hi && r->hi > r->lo;
+    return trainer_ps_shard_holds(&sv->shards[j], p);
 }
 
 /* The global norm as DDP takes it: each tp rank's tensors' square sums added in table order
@@ -228,32 +230,38 @@ static mt_status global_norm(server *sv, double *norm)
     return MT_OK;
 }
 
-/* Clipping and the optimizer on every tensor this server holds, as dp_update_unit runs it. */
+/* Clipping and the optimizer on every tensor of the shard, as dp_update_unit runs it: the
+ * schedule's learning rate at lr_step, AdamW's bias correction at adam_step. */
+void trainer_ps_shard_update(const mt_config *cfg, const mt_gpt *gpt, shard *s, int lr_step,
+                             int adam_step, double clip_scale)
+{
+    double lr = mt_lr_at(cfg, lr_step);
+    int sgd = strcmp(cfg->optimizer, "sgd") == 0;
+    mt_adamw_hyper adamw = mt_adamw_settings(cfg, adam_step, lr, clip_scale);
+    mt_sgd_hyper momentum = mt_sgd_settings(cfg, lr, clip_scale);
+    for (int i = 0; i < gpt->param_count; i++) {
+        const mt_param_info *p = &gpt->params[i];
+        if (!trainer_ps_shard_holds(s, p))
+            continue;
+        size_t at = p->offset - s->range.lo;
+        if (sgd) {
+            mt_sgd_hyper h = momentum;
+            h.weight_decay = p->decay ? h.weight_decay : 0;
+            mt_sgd_update(s->param + at, s->grad + at, s->m + at, (long)p->numel, &h);
+        } else {
+            mt_adamw_hyper h = adamw;
+            h.weight_decay = p->decay ? h.weight_decay : 0;
+            mt_adamw_update(s->param + at, s->grad + at, s->m + at, s->v + at,
+                            (long)p->numel, &h);
+        }
+    }
+}
+
 static void update(server *sv, double clip_scale)
 {
-    const mt_config *cfg = sv->cfg;
-    double lr = mt_lr_at(cfg, sv->applied);
-    int sgd = strcmp(cfg->optimizer, "sgd") == 0;
-    mt_adamw_hyper adamw = mt_adamw_settings(cfg, sv->applied, lr, clip_scale);
-    mt_sgd_hyper momentum = mt_sgd_settings(cfg, lr, clip_scale);
     for (int j = 0; j < sv->tp; j++)
-        for (int i = 0; i < sv->gpt.param_count; i++) {
-            const mt_param_info *p = &sv->gpt.params[i];
-            if (!holds(sv, j, p))
-                continue;
-            shard *s = &sv->shards[j];
-            size_t at = p->offset - s->range.lo;
-            if (sgd) {
-                mt_sgd_hyper h = momentum;
-                h.weight_decay = p->decay ? h.weight_decay : 0;
-                mt_sgd_update(s->param + at, s->grad + at, s->m + at, (long)p->numel, &h);
-            } else {
-                mt_adamw_hyper h = adamw;
-                h.weight_decay = p->decay ? h.weight_decay : 0;
-                mt_adamw_update(s->param + at, s->grad + at, s->m + at, s->v + at,
-                                (long)p->numel, &h);
-            }
-        }
+        trainer_ps_shard_update(sv->cfg, &sv->gpt, &sv->shards[j], sv->applied, sv->applied,
+                                clip_scale);
 }
 
 /* The norm and the updated parameters to every worker; with_state, the moments too (the
@@ -288,6 +296,22 @@ static mt_status serve_step(server *sv, int step)
     return send_parameters(sv, trainer_saves_at(sv->cfg, step));
 }
 
+/* Over channels a server leaving fails its peers' channels, so a server stays until every
+ * worker has closed its own (the workers still take the last parameters from the others);
+ * another server leaving first means the same: the job is done. */
+void trainer_ps_drain(mt_ps_transport *t, int workers)
+{
+    if (!t->wait)
+        return;
+    int gone = 0;
+    while (gone < workers) {
+        mt_ps_note note;
+        if (t->wait(t->context, 1.0, &note))
+            return;
+        gone += note.kind == MT_PS_NOTE_LOST && note.peer < workers;
+    }
+}
+
 mt_status trainer_ps_serve(const mt_run_plan *plan, mt_comm *job, mt_comm *servers,
                            mt_ps_transport *transport)
 {
@@ -300,6 +324,8 @@ mt_status trainer_ps_serve(const mt_run_plan *plan, mt_comm *job, mt_comm *serve
         status = receive_start(&sv);
     for (int step = sv.start_step + 1; status == MT_OK && step <= sv.cfg->steps; step++)
         status = serve_step(&sv, step);
+    if (status == MT_OK)
+        trainer_ps_drain(transport, sv.workers);
     server_close(&sv);
     return status;
 }

@@ -22,7 +22,14 @@ static mt_status draw_key(const void *context, uint64_t key, int32_t *inputs, in
     int t = cfg->context, sequences = tr->plan->micro_sequences;
     /* the context-parallel ranks of a data replica draw its sequences and keep their chunks */
     int cp = mt_mesh_cp(&tr->plan->shape), replica = st->at.dp / cp;
-    uint64_t first = batch * (uint64_t)cfg->batch + micro * ((uint64_t)cfg->batch / passes) +
+    /* a worker of ssp or async servers trains alone on its share of the global batch: the
+     * sequences data-parallel replica `replica` of them would draw, by (worker, clock) */
+    uint64_t global = (uint64_t)cfg->batch;
+    if (st->ps && st->ps->alone) {
+        global *= (uint64_t)st->ps->replicas;
+        replica = st->ps->replica;
+    }
+    uint64_t first = batch * global + micro * (global / passes) +
                      (uint64_t)replica * (uint64_t)sequences;
     mt_status status = MT_OK;
     for (int i = 0; status == MT_OK && i < sequences; i++)
@@ -230,7 +237,9 @@ mt_status trainer_step(trainer *tr, int step, step_record *record)
     st->training.cursor = st->step_batch + 1;
     /* the scaler's scale is a power of 2: the scaled gradients are the unscaled ones exactly */
     double scale = trainer_loss_scaler_scale(&st->scaler);
-    float loss_scale = 1.0f / ((float)cfg->batch * cfg->context) * (float)scale;
+    /* a worker alone (ssp, async) scales as one replica of the global batch */
+    int share = st->ps && st->ps->alone ? st->ps->replicas : 1;
+    float loss_scale = 1.0f / ((float)(cfg->batch * share) * cfg->context) * (float)scale;
     /* local steps: a replica's gradient is its own mean, not summed with the other replicas' */
     if (st->local)
         loss_scale *= (float)trainer_local_replicas(tr);

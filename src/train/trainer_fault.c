@@ -70,12 +70,13 @@ mt_status trainer_fault_read(trainer_fault *fault, mt_comm *world, int my_rank)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': unknown kind '%s' (%s)", text, kind, names);
     if (is_slow(fault->kind) && number < 0)
         return mt_fail(MT_EINVAL, "MT_INJECT_FAULT '%s': %d milliseconds", text, number);
-    /* a restarted job must get past the step that killed its first attempt; a slow rank stays
-     * slow */
+    /* a restarted job (or a worker of parameter servers restarted alone) must get past the
+     * step that killed its first attempt; a slow rank stays slow */
     const char *restart = getenv("MT_RESTART_COUNT");
     if (!restart)
         restart = getenv("TORCHELASTIC_RESTART_COUNT");
-    if (restart && atoi(restart) > 0 && !is_slow(fault->kind))
+    const char *life = getenv("MT_INCARNATION");
+    if (((restart && atoi(restart) > 0) || (life && atoi(life) > 0)) && !is_slow(fault->kind))
         *fault = (trainer_fault){FAULT_NONE, -1, -1, 0, 0};
     if (fault->kind == FAULT_SLOW_COMM && world && fault->here)
         mt_comm_set_delay(world, number / 1000.0);

@@ -199,6 +199,26 @@ mt_status trainer_ps_run(const mt_config *cfg, mt_comm *world, FILE *progress_ou
 /* ps_server.c: a server's run: `job` the whole job, `servers` the servers' group */
 mt_status trainer_ps_serve(const mt_run_plan *plan, mt_comm *job, mt_comm *servers,
                            mt_ps_transport *transport);
+/* ps_server.c: a server's share of one tensor-parallel rank's table: arrays of the range
+ * [lo, hi), each placed so that element x sits at the same alignment (mod 64 bytes) as in a
+ * worker's arena, where DDP sums and updates it (the vectorised kernels then split the work
+ * into the same lanes) */
+enum { TRAINER_PS_ARRAYS = 5, TRAINER_PS_ALIGN_FLOATS = 16 };
+typedef struct trainer_ps_shard {
+    mt_ps_range range;
+    void *blocks[TRAINER_PS_ARRAYS];
+    float *param, *m, *v, *grad, *stage; /* element x at [x - range.lo] */
+    int first_worker;                    /* the first data-parallel worker of this tp rank */
+} trainer_ps_shard;
+mt_status trainer_ps_shard_alloc(trainer_ps_shard *s);
+void trainer_ps_shard_free(trainer_ps_shard *s);
+int trainer_ps_shard_holds(const trainer_ps_shard *s, const mt_param_info *p);
+void trainer_ps_shard_update(const mt_config *cfg, const mt_gpt *gpt, trainer_ps_shard *s,
+                             int lr_step, int adam_step, double clip_scale);
+/* ps_serve_alone.c: a server of ssp or async (index: among the servers) */
+mt_status trainer_ps_serve_alone(const mt_run_plan *plan, int index, mt_ps_transport *transport);
+/* ps_server.c: waits (over channels) until every worker has closed its link */
+void trainer_ps_drain(mt_ps_transport *t, int workers);
 
 /* trainer_state.c */
 /* This rank's threads; the plan's stage layers, balanced by measured cost when it asks (the

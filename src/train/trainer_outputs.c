@@ -63,7 +63,8 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
     const mt_config *cfg = tr->cfg;
     trainer_state *st = &tr->state;
     trainer_outputs *out = &tr->out;
-    out->writes = st->rank == 0;
+    /* workers of ssp or async servers each train alone: the first writes */
+    out->writes = st->rank == 0 && !(st->ps && st->ps->alone && st->ps->replica != 0);
     out->started = time(NULL);
     out->resumed_here = st->start_step > 0 && resumed_dir && same_folder_ckpt(cfg, resumed_dir);
     trainer_progress_init(&out->progress, out->writes ? progress_out : NULL, cfg->log_every,

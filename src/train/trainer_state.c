@@ -253,9 +253,9 @@ static mt_status build_model(trainer *tr, int parameters_only)
     if (st->ps) {
         ps = *st->ps;
         ps.threads = st->threads.threads;
-        ps.sends_state = st->at.dp == 0;
-        ps.replica = st->at.dp;
-        ps.replicas = tr->plan->shape.dp;
+        ps.sends_state = ps.alone ? ps.replica == 0 && !ps.rejoins : st->at.dp == 0;
+        ps.replica = ps.alone ? ps.replica : st->at.dp;
+        ps.replicas = ps.alone ? ps.replicas : tr->plan->shape.dp;
         options.ps = &ps;
     }
     if (st->mesh && st->mesh->shard_group) {
@@ -291,7 +291,9 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
         return status;
     tr->plan = plan; /* final: the rest of the run only reads it */
     /* before the mesh: a slow_comm rank's groups inherit its world's delay */
-    if ((status = trainer_fault_read(&st->fault, st->world, st->rank)) ||
+    /* a worker of ssp or async servers trains alone: its fault is named by its job rank */
+    int fault_rank = st->ps && st->ps->alone ? st->ps->replica : st->rank;
+    if ((status = trainer_fault_read(&st->fault, st->world, fault_rank)) ||
         (status = place_rank(tr)) || (with_corpus && (status = open_corpus(tr))) ||
         (with_corpus && (status = trainer_local_begin(tr))) ||
         (status = build_model(tr, !with_corpus)))
@@ -302,12 +304,22 @@ static mt_status open_state(trainer *tr, mt_run_plan *plan, const mt_ckpt_meta *
         return status;
     if (with_corpus && (status = trainer_local_open(tr, resume)))
         return status;
-    /* the servers take the state as loaded (seed, checkpoint or --init) */
-    if (st->ps && (status = mt_dp_model_ps_start(
-                       st->model, resume->step >= 0 ? resume->training.applied : 0,
-                       resume->step > 0 ? resume->step : 0)))
+    /* the servers take the state as loaded (seed, checkpoint or --init); a restarted worker
+     * takes theirs and goes on from their clock */
+    int joined_at = -1;
+    if (st->ps && st->ps->rejoins)
+        status = mt_dp_model_ps_rejoin(st->model, &joined_at);
+    else if (st->ps)
+        status = mt_dp_model_ps_start(st->model, resume->step >= 0 ? resume->training.applied : 0,
+                                      resume->step > 0 ? resume->step : 0);
+    if (status)
         return status;
     st->start_step = resume->step > 0 ? resume->step : 0;
+    if (joined_at >= 0) {
+        st->start_step = joined_at;
+        st->training.cursor = joined_at;
+        st->training.applied = joined_at;
+    }
     if (resume->step >= 0 && !trainer_ckpt_training_copy(&st->training, &resume->training))
         return mt_fail(MT_ENOMEM, "out of memory for the checkpoint's training state");
     trainer_loss_scaler_init(&st->scaler, cfg, resume->step >= 0 ? &resume->training.scaler : NULL);

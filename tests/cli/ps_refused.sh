@@ -48,5 +48,10 @@ refused pipeline "'ps_servers' and 'pp': pipeline-parallel workers are not suppo
   --nproc 3 --ps_servers 1 --pp 2
 refused mode "'ps_mode': 'lazy' is not sync, ssp or async" --nproc 3 --ps_servers 1 --ps_mode lazy
 refused mode_without_servers "'ps_mode' and 'ps_servers'" --nproc 2 --ps_mode async
+refused ssp_tp "'ps_mode' and 'tp': under ps_mode ssp each worker trains alone" \
+  --nproc 5 --ps_servers 1 --ps_mode ssp --tp 2
+refused async_uneven_batch "a batch of 4 over 3 workers" --nproc 4 --ps_servers 1 --ps_mode async
+refused ssp_checkpoints "checkpoints of ps_mode ssp" --nproc 3 --ps_servers 1 --ps_mode ssp \
+  --save_every 1
 refused dp_mismatch "config keys 'dp', 'pp' and 'tp' on 2 ranks" --nproc 4 --ps_servers 2 --dp 4
 exit $failed

@@ -242,6 +242,9 @@ int mt_dp_model_has_servers(const mt_dp_model *model);
  * threads and the updates applied so far; the first data-parallel worker of each
  * tensor-parallel rank adds the servers' ranges of its parameters and moments. */
 mt_status mt_dp_model_ps_start(mt_dp_model *model, int applied, int start_step);
+/* A rejoining worker (ssp, async): the start message alone, then every server's clock and
+ * parameters; *clock is the highest clock, the step the worker goes on after. */
+mt_status mt_dp_model_ps_rejoin(mt_dp_model *model, int *clock);
 /* After the step's backward: waits for the pushes, then receives the updated parameters of
  * every server's range and the gradient norm the servers agreed on; with_state (a step that
  * saves a checkpoint) also the moments. */

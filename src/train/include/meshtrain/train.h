@@ -156,6 +156,12 @@ typedef struct mt_train_summary {
 mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress,
                        const mt_sample_text *sample, mt_train_summary *summary);
 
+/* A rank of a job of parameter servers under ps_mode ssp or async, which joins no communicator
+ * (a worker restarted alone could not): rank `rank` of `size` (the last ps_servers serve) over
+ * channels to the servers found through the launcher's store. Worker 0 writes the files. */
+mt_status mt_train_run_ps_alone(const mt_config *cfg, int rank, int size, FILE *progress,
+                                const mt_sample_text *sample, mt_train_summary *summary);
+
 /* cfg with the model shape a run will take from its checkpoint (--resume, or auto) or its
  * --init file, as one process reads them: what the launcher checks the mesh against before
  * any worker starts. Errors are the run's (a contradicting key, a damaged file, ...). */
