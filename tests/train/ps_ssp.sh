@@ -9,23 +9,9 @@ set -euo pipefail
 meshtrain=$1
 source "$(dirname "$0")/genesis_setup.sh"
 export MT_COMM_TIMEOUT=20
-job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 4 --width 64 --batch 8
-     --microbatches 2 --steps 20 --warmup 2 --lr 3e-3 --clip 0.5 --eval_every 10 --eval_seqs 8
-     --sample_tokens 0 --threads 1)
-failed=0
+source "$(dirname "$0")/ps_lib.sh"
+PS_RUN_SECONDS=60
 
-# run NAME ARGS...: trains into $scratch/NAME.
-run() {
-  local name=$1
-  shift
-  if ! timeout 60 "$meshtrain" train "${job[@]}" --out "$scratch/$name" "$@" \
-       >"$scratch/$name.log" 2>&1; then
-    echo "FAIL $name: the run failed"
-    tail -n 20 "$scratch/$name.log"
-    failed=1
-    return 1
-  fi
-}
 # same NAME REFERENCE: bit for bit (norms and final parameters; a worker's loss is its own).
 same() {
   (cd "$scratch" && python3 "$here/compare_runs.py" "$2" "$1" 0 grad_norm) || { echo "FAIL $1 differs from $2"; failed=1; }
@@ -69,7 +55,7 @@ fi
 # that the job is still on); restarted alone, it rejoins.
 kill_worker() {
   local mode=$1 out=$scratch/kill_$1
-  MT_INJECT_FAULT=slow_compute@$2:40 timeout 60 "$meshtrain" train "${job[@]}" --steps 60 \
+  MT_INJECT_FAULT=slow_compute@$2:40 timeout 60 "$meshtrain" train "${ps_job[@]}" --steps 60 \
     --out "$out" --nproc 4 --ps_servers 2 --ps_mode "$mode" --max-restarts 1 >"$out.log" 2>&1 &
   local job_pid=$! pid="" i
   for i in $(seq 200); do

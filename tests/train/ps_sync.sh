@@ -7,23 +7,8 @@
 set -euo pipefail
 meshtrain=$1
 source "$(dirname "$0")/genesis_setup.sh"
-job=(--data "$scratch/data" --vocab 256 --context 16 --layers 2 --heads 4 --width 64 --batch 8
-     --microbatches 2 --steps 20 --warmup 2 --lr 3e-3 --clip 0.5 --eval_every 10 --eval_seqs 8
-     --sample_tokens 0 --threads 1 --check_every 5)
-failed=0
-
-# run NAME ARGS...: trains into $scratch/NAME.
-run() {
-  local name=$1
-  shift
-  if ! timeout 120 "$meshtrain" train "${job[@]}" --out "$scratch/$name" "$@" \
-       >"$scratch/$name.log" 2>&1; then
-    echo "FAIL $name: the run failed"
-    tail -n 20 "$scratch/$name.log"
-    failed=1
-    return 1
-  fi
-}
+source "$(dirname "$0")/ps_lib.sh"
+ps_job+=(--check_every 5)
 
 # same NAME REFERENCE: bit for bit.
 same() {
