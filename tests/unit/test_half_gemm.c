@@ -41,6 +41,27 @@ static double widen(mt_half_format format, mt_half h)
     return format == MT_HALF_BF16 ? mt_half_bf16_to_f32(h) : mt_half_f16_to_f32(h);
 }
 
+/* Elements of the m x n product c (leading dimension ldc) beyond their tolerance from `want`
+ * (the accumulation bound times `bound`), plus padding past n that moved from c0's; the worst
+ * error in tolerances into *worst. */
+static long count_wrong(const float *c, const float *c0, int m, int n, int ldc,
+                        const double *want, const double *bound, double *worst)
+{
+    long bad = 0;
+    *worst = 0;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double err = fabs(c[(long)i * ldc + j] - want[(long)i * n + j]);
+            double tol = ACCUMULATION_TOLERANCE * bound[(long)i * n + j] + 1e-30;
+            *worst = err / tol > *worst ? err / tol : *worst;
+            bad += !(err <= tol);
+        }
+        for (int j = n; j < ldc; j++) /* the padding past n stays untouched */
+            bad += memcmp(&c[(long)i * ldc + j], &c0[(long)i * ldc + j], sizeof(float)) != 0;
+    }
+    return bad;
+}
+
 /* c = op(a) op(b) + beta c0 in double; bound = sum |op(a) op(b)| + |beta c0|. */
 static void reference(mt_half_format format, bool ta, bool tb, int m, int n, int k,
                       const mt_half *a, int lda, const mt_half *b, int ldb, float beta,
@@ -77,18 +98,8 @@ static void check_gemm(mt_kernels_path path, mt_half_format format, bool ta, boo
     reference(format, ta, tb, m, n, k, a, lda, b, ldb, beta, c0, ldc, want, bound);
     int status = mt_half_gemm_path(path, format, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     CHECK(status == 0);
-    double worst = 0;
-    long bad = 0;
-    for (int i = 0; i < m; i++) {
-        for (int j = 0; j < n; j++) {
-            double err = fabs(c[(long)i * ldc + j] - want[(long)i * n + j]);
-            double tol = ACCUMULATION_TOLERANCE * bound[(long)i * n + j] + 1e-30;
-            worst = err / tol > worst ? err / tol : worst;
-            bad += !(err <= tol);
-        }
-        for (int j = n; j < ldc; j++) /* the padding past n stays untouched */
-            bad += memcmp(&c[(long)i * ldc + j], &c0[(long)i * ldc + j], sizeof(float)) != 0;
-    }
+    double worst;
+    long bad = count_wrong(c, c0, m, n, ldc, want, bound, &worst);
     CHECK_MSG(bad == 0, "%s %s gemm %c%c m %d n %d k %d beta %g: %ld wrong (worst %.2f x tol)",
               mt_kernels_path_name(path), format == MT_HALF_BF16 ? "bf16" : "fp16", ta ? 'T' : 'N',
               tb ? 'T' : 'N', m, n, k, beta, bad, worst);
@@ -118,18 +129,8 @@ static void check_rounded(mt_kernels_path path, bool ta, bool tb, int m, int n, 
     double *bound = malloc(sizeof(double) * (size_t)m * n);
     reference(MT_HALF_BF16, ta, tb, m, n, k, ah, lda, bh, ldb, beta, c0, ldc, want, bound);
     CHECK(mt_half_gemm_rounded_path(path, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc) == 0);
-    long bad = 0;
-    double worst = 0;
-    for (int i = 0; i < m; i++) {
-        for (int j = 0; j < n; j++) {
-            double err = fabs(c[(long)i * ldc + j] - want[(long)i * n + j]);
-            double tol = ACCUMULATION_TOLERANCE * bound[(long)i * n + j] + 1e-30;
-            worst = err / tol > worst ? err / tol : worst;
-            bad += !(err <= tol);
-        }
-        for (int j = n; j < ldc; j++)
-            bad += memcmp(&c[(long)i * ldc + j], &c0[(long)i * ldc + j], sizeof(float)) != 0;
-    }
+    double worst;
+    long bad = count_wrong(c, c0, m, n, ldc, want, bound, &worst);
     CHECK_MSG(bad == 0, "%s rounded gemm %c%c m %d n %d k %d beta %g: %ld wrong (worst %.2f x tol)",
               mt_kernels_path_name(path), ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, beta, bad,
               worst);
