@@ -190,12 +190,23 @@ static int train_as_rank(const mt_config *cfg, const mt_job_env *job)
     st = mt_train_run(cfg, world, stdout, &sample.text, &summary);
     train_sample_close(&sample);
     int rank = world ? mt_comm_rank(world) : -1;
-    mt_comm_destroy(world);
-    if (st)
+    if (st) {
+        mt_comm_destroy(world);
         return close_rank_log(log, cli_log_error(log, "train"), NULL);
+    }
     if (rank == 0)
         print_done(&summary);
-    return close_rank_log(log, 0, &summary);
+    close_rank_log(log, 0, &summary);
+    /* the logs are whole now: rank 0 fetches those its OUT lacks (OUT not shared) */
+    int collected = 0;
+    st = mt_train_collect_logs(world, cfg->out, &collected);
+    mt_comm_destroy(world);
+    if (st)
+        return cli_report_error("train");
+    if (rank == 0 && collected > 0)
+        printf("logs: %d rank log%s from other hosts collected into %s/logs\n", collected,
+               collected == 1 ? "" : "s", cfg->out);
+    return 0;
 }
 
 /* One process, no launcher. */

@@ -6,7 +6,8 @@
 # bubble within 3 points of the schedule replayed (`meshtrain bench schedule`) with the run's
 # own per-stage pass times,
 # and its traces are merged at the end and drawn by `meshtrain report` as 4 lanes; --overlap on
-# hides part of the dp reductions behind backward where off hides none.
+# hides part of the dp reductions behind backward where off hides none; a rank's log from a host
+# that does not share OUT reaches rank 0's OUT/logs.
 # usage: accounting.sh MESHTRAIN
 set -uo pipefail
 meshtrain=$1
@@ -89,6 +90,34 @@ print(f"{'ok  ' if ok else 'FAIL'} dp_overlap [min, median, max] with --overlap 
 sys.exit(0 if ok else 1)
 EOF
 }
+
+# Two launchers of one worker each, node 1 in a mount namespace of its own whose OUT is a
+# private tmpfs (a host without the shared folder): at the end, rank 0 fetches rank 1's log
+# into its OUT/logs, byte for byte the one node 1 wrote.
+if unshare -m true 2>/dev/null; then
+  shared="$scratch/unshared" port=$((12000 + ($$ + 7) % 15000))
+  mkdir -p "$shared"
+  (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$scratch/secret")
+  launch=(launch --master "127.0.0.1:$port" --secret-file "$scratch/secret" --nnodes 2
+          --nproc-per-node 1 --join-timeout 30)
+  train=(train "${job[@]}" --out "$shared/out")
+  timeout 120 "$meshtrain" "${launch[@]}" --node-rank 0 -- "$meshtrain" "${train[@]}" \
+    >"$scratch/node0.log" 2>&1 &
+  node0=$!
+  timeout 120 unshare -m sh -c 'mount -t tmpfs tmpfs "$1" && shift && "$@" &&
+    cp "$0/out/logs/rank1.log" "$0.rank1.log"' "$shared" "$shared" "$meshtrain" "${launch[@]}" \
+    --node-rank 1 -- "$meshtrain" "${train[@]}" >"$scratch/node1.log" 2>&1 || fail "node 1 failed:
+$(tail -n 5 "$scratch/node1.log")"
+  wait "$node0" || fail "node 0 failed: $(tail -n 5 "$scratch/node0.log")"
+  if cmp -s "$shared.rank1.log" "$shared/out/logs/rank1.log" &&
+     grep -q "logs: 1 rank log from other hosts collected into" "$scratch/node0.log"; then
+    echo "ok   rank 1's log, written on a host without the shared OUT, collected by rank 0: $(head -c 60 "$shared/out/logs/rank1.log" | head -n 1)..."
+  else
+    fail "rank 1's log not collected into node 0's OUT/logs: $(ls "$shared/out/logs" 2>&1 | tr '\n' ' ')"
+  fi
+else
+  echo "skip log collection: no mount namespace here (unshare -m needs root)"
+fi
 
 # pp 4 with 4 micro-batches (gpipe idles 3 of each stage's 7 pass slots), each forward a 40 ms
 # sleep on every rank: passes that wait off the CPU (as a device's kernels would) let 4 ranks

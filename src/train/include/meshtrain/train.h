@@ -162,6 +162,12 @@ mt_status mt_train_run(const mt_config *cfg, mt_comm *world, FILE *progress,
 mt_status mt_train_run_ps_alone(const mt_config *cfg, int rank, int size, FILE *progress,
                                 const mt_sample_text *sample, mt_train_summary *summary);
 
+/* At the end of a job, every rank's OUT/logs/rank<R>.log that world rank 0 does not see as
+ * written (OUT not shared between hosts) is sent to rank 0 and written there under the same
+ * name; *collected counts them (0 on a shared folder). Collective over `world`; NULL or one
+ * rank: nothing to do. The logs must be closed first. */
+mt_status mt_train_collect_logs(mt_comm *world, const char *out, int *collected);
+
 /* cfg with the model shape a run will take from its checkpoint (--resume, or auto) or its
  * --init file, as one process reads them: what the launcher checks the mesh against before
  * any worker starts. Errors are the run's (a contradicting key, a damaged file, ...). */
