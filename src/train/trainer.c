@@ -295,13 +295,20 @@ static mt_status finish_run(trainer *tr, FILE *out, const mt_sample_text *sample
     return status;
 }
 
-/* --trace FILE: once every rank has written FILE.rank<R>.json, world rank 0 merges the ones
- * this host sees into FILE (on hosts without a shared folder, the others stay on theirs). */
+static void trace_path(const void *trace, int rank, char *path, size_t size)
+{
+    mt_trace_rank_path(trace, rank, path, size);
+}
+
+/* --trace FILE: once every rank has written FILE.rank<R>.json, world rank 0 fetches those it
+ * does not see (hosts without a shared folder) and merges them all into FILE. */
 static mt_status merge_traces(trainer *tr, FILE *out)
 {
-    mt_status status = tr->state.world ? mt_comm_barrier(tr->state.world) : MT_OK;
+    int fetched = 0;
+    mt_status status =
+        trainer_collect_rank_files(tr->state.world, trace_path, tr->cfg->trace, &fetched);
     if (status || tr->state.rank != 0)
-        return status;
+        return status ? mt_fail_context(status, "collecting the ranks' traces") : status;
     int n = tr->plan->world_size, found = 0;
     char (*paths)[MT_PATH_MAX + 32] = calloc((size_t)n, sizeof *paths);
     const char **inputs = calloc((size_t)n, sizeof *inputs);
@@ -316,7 +323,7 @@ static mt_status merge_traces(trainer *tr, FILE *out)
         status = mt_trace_merge(inputs, found, tr->cfg->trace);
     if (status == MT_OK && out)
         fprintf(out, "trace: %d rank file%s merged into %s%s\n", found, found == 1 ? "" : "s",
-                tr->cfg->trace, found < n ? " (the others are on their hosts)" : "");
+                tr->cfg->trace, fetched ? " (some fetched from other hosts)" : "");
     free(paths);
     free(inputs);
     return status ? mt_fail_context(status, "merging the traces into '%s'", tr->cfg->trace)

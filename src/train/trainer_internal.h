@@ -335,6 +335,13 @@ mt_status trainer_outputs_open(trainer *tr, const char *resumed_dir, FILE *progr
 /* Lets a save in flight end (a failed run's too), closes the trace and frees the rest; returns
  * `status`, or when that is MT_OK the first failure of those. */
 mt_status trainer_outputs_close(trainer *tr, mt_status status);
+/* rank_files.c: rank `rank`'s file of a kind into path (size bytes). */
+typedef void (*trainer_rank_path)(const void *context, int rank, char *path, size_t size);
+/* Collective over `world`: every rank's file (path_of) that world rank 0 does not see with the
+ * same bytes is sent to rank 0 and written there durably under the same name; *collected
+ * counts them. A rank without the file sends nothing. */
+mt_status trainer_collect_rank_files(mt_comm *world, trainer_rank_path path_of, const void *context,
+                                     int *collected);
 /* Every rank's memory (ledger and resident set), gathered to every rank; rank 0 prints it. */
 mt_status trainer_gather_memory(trainer *tr, FILE *out);
 /* memory_limit.c: --memory_limit's refusal of a run whose memory table (every rank's ledger

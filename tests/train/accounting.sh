@@ -93,14 +93,14 @@ EOF
 
 # Two launchers of one worker each, node 1 in a mount namespace of its own whose OUT is a
 # private tmpfs (a host without the shared folder): at the end, rank 0 fetches rank 1's log
-# into its OUT/logs, byte for byte the one node 1 wrote.
+# into its OUT/logs, byte for byte the one node 1 wrote, and its trace into the merged one.
 if unshare -m true 2>/dev/null; then
   shared="$scratch/unshared" port=$((12000 + ($$ + 7) % 15000))
   mkdir -p "$shared"
   (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$scratch/secret")
   launch=(launch --master "127.0.0.1:$port" --secret-file "$scratch/secret" --nnodes 2
           --nproc-per-node 1 --join-timeout 30)
-  train=(train "${job[@]}" --out "$shared/out")
+  train=(train "${job[@]}" --out "$shared/out" --trace "$shared/out/trace.json")
   timeout 120 "$meshtrain" "${launch[@]}" --node-rank 0 -- "$meshtrain" "${train[@]}" \
     >"$scratch/node0.log" 2>&1 &
   node0=$!
@@ -114,6 +114,12 @@ $(tail -n 5 "$scratch/node1.log")"
     echo "ok   rank 1's log, written on a host without the shared OUT, collected by rank 0: $(head -c 60 "$shared/out/logs/rank1.log" | head -n 1)..."
   else
     fail "rank 1's log not collected into node 0's OUT/logs: $(ls "$shared/out/logs" 2>&1 | tr '\n' ' ')"
+  fi
+  if grep -q "trace: 2 rank files merged into .* (some fetched from other hosts)" "$scratch/node0.log" &&
+     grep -q '"meshtrain":{"ranks":2,"version":1}}$' "$shared/out/trace.json"; then
+    echo "ok   rank 1's trace fetched from its host and merged: 2 ranks in trace.json"
+  else
+    fail "rank 1's trace not merged on node 0: $(grep trace: "$scratch/node0.log")"
   fi
 else
   echo "skip log collection: no mount namespace here (unshare -m needs root)"

@@ -1,5 +1,6 @@
-/* The ranks' logs brought to world rank 0's OUT/logs at the end of a job: where OUT is not one
- * shared folder, each host's ranks wrote theirs on their own disk, which rank 0 cannot read. */
+/* Files each rank writes under its own name (its log, its trace) brought to world rank 0 at the
+ * end of a job: where OUT is not one shared folder, each host's ranks wrote theirs on their own
+ * disk, which rank 0 cannot read. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,14 +10,9 @@
 #include "meshtrain/config.h"
 #include "meshtrain/files.h"
 #include "meshtrain/train.h"
+#include "trainer_internal.h"
 
-enum { LOG_TAG = 0x6c6f67 }; /* "log": the one message each collected rank sends */
-
-/* OUT/logs/rank<R>.log into path. */
-static void log_path(const char *out, int rank, char *path, size_t size)
-{
-    snprintf(path, size, "%s/logs/rank%d.log", out, rank);
-}
+enum { FILE_TAG = 0x66696c }; /* "fil": the one message each collected rank sends */
 
 /* The whole file into a fresh buffer (*data, *bytes; a missing file: NULL and 0, not an error,
  * since a rank whose log could not be opened has none to bring). */
@@ -49,8 +45,9 @@ static mt_status read_whole(const char *path, unsigned char **data, size_t *byte
     return status;
 }
 
-/* Whether rank 0 sees the same log as the rank that wrote it: its file of that name holds the
- * same bytes (the first line names the rank's host and pid, so another run's log differs). */
+/* Whether rank 0 sees the same file as the rank that wrote it: its file of that name holds the
+ * same bytes (a log's first line names its host and pid, a trace's spans their times, so
+ * another run's file differs). */
 static int seen_here(const char *path, uint64_t size, uint64_t sum)
 {
     unsigned char *data;
@@ -62,14 +59,15 @@ static int seen_here(const char *path, uint64_t size, uint64_t sum)
     return same;
 }
 
-mt_status mt_train_collect_logs(mt_comm *world, const char *out, int *collected)
+mt_status trainer_collect_rank_files(mt_comm *world, trainer_rank_path path_of, const void *context,
+                                     int *collected)
 {
     *collected = 0;
     if (!world || mt_comm_size(world) < 2)
         return MT_OK;
     int n = mt_comm_size(world), me = mt_comm_rank(world);
     char path[MT_PATH_MAX + 32];
-    log_path(out, me, path, sizeof path);
+    path_of(context, me, path, sizeof path);
     unsigned char *mine;
     size_t my_bytes;
     mt_status status = read_whole(path, &mine, &my_bytes);
@@ -78,28 +76,28 @@ mt_status mt_train_collect_logs(mt_comm *world, const char *out, int *collected)
     uint8_t *wanted = calloc((size_t)n, 1);
     int64_t own[2] = {(int64_t)my_bytes, mine ? (int64_t)mt_checksum64(mine, my_bytes, 0) : 0};
     if (!facts || !wanted)
-        status = status ? status : mt_fail(MT_ENOMEM, "collecting the logs: out of memory");
+        status = status ? status : mt_fail(MT_ENOMEM, "collecting the ranks' files: out of memory");
     if (status == MT_OK)
         status = mt_comm_allgather(world, own, facts, 2, MT_I64);
     for (int r = 1; status == MT_OK && me == 0 && r < n; r++) {
-        log_path(out, r, path, sizeof path);
+        path_of(context, r, path, sizeof path);
         wanted[r] = facts[2 * r] > 0 &&
                     !seen_here(path, (uint64_t)facts[2 * r], (uint64_t)facts[2 * r + 1]);
     }
     if (status == MT_OK)
         status = mt_comm_broadcast(world, wanted, (size_t)n, MT_U8, 0);
     if (status == MT_OK && me != 0 && wanted[me])
-        status = mt_comm_send(world, mine, my_bytes, MT_U8, 0, LOG_TAG);
+        status = mt_comm_send(world, mine, my_bytes, MT_U8, 0, FILE_TAG);
     for (int r = 1; status == MT_OK && me == 0 && r < n; r++) {
         if (!wanted[r])
             continue;
+        path_of(context, r, path, sizeof path);
         unsigned char *theirs = malloc((size_t)facts[2 * r]);
         if (!theirs) {
-            status = mt_fail(MT_ENOMEM, "no memory for rank %d's log", r);
+            status = mt_fail(MT_ENOMEM, "no memory for rank %d's '%s'", r, path);
             break;
         }
-        status = mt_comm_recv(world, theirs, (size_t)facts[2 * r], MT_U8, r, LOG_TAG);
-        log_path(out, r, path, sizeof path);
+        status = mt_comm_recv(world, theirs, (size_t)facts[2 * r], MT_U8, r, FILE_TAG);
         if (status == MT_OK)
             status = mt_write_file_durably(path, theirs, (size_t)facts[2 * r]);
         free(theirs);
@@ -108,5 +106,16 @@ mt_status mt_train_collect_logs(mt_comm *world, const char *out, int *collected)
     free(mine);
     free(facts);
     free(wanted);
+    return status;
+}
+
+static void log_path(const void *out, int rank, char *path, size_t size)
+{
+    snprintf(path, size, "%s/logs/rank%d.log", (const char *)out, rank);
+}
+
+mt_status mt_train_collect_logs(mt_comm *world, const char *out, int *collected)
+{
+    mt_status status = trainer_collect_rank_files(world, log_path, out, collected);
     return status ? mt_fail_context(status, "collecting the ranks' logs into %s/logs", out) : MT_OK;
 }
