@@ -100,6 +100,7 @@ for layout in "--tp 2" "--pp 2 --microbatches 2"; do
     fail "$name x dp 2: PowerSGD at full rank is not the all-reduce"
   for hook in psgd2 sign; do
     losses=$(metric_column "$scratch/${name}_$hook" loss)
+    # shellcheck disable=SC2086  # one argument per step
     /usr/bin/python3 -c 'import math, sys; v = [float(x) for x in sys.argv[1:]]
 sys.exit(not (len(v) == 8 and all(map(math.isfinite, v))))' $losses ||
       fail "$name x dp 2: $hook losses $losses"
