@@ -1,5 +1,6 @@
 /* PowerSGD (Vogels et al. 2019) on one bucket: each large matrix M (gradient plus carried error)
  * sent as rank-R factors, P = M Q then Q = M^T P, both all-reduced; the rest summed plainly. */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -35,29 +36,19 @@ void dp_gc_orthogonalise(float *p, size_t rows, int r)
     }
 }
 
-/* out[rows x r] = m[rows x cols] q[cols x r] */
+/* out[rows x r] = m[rows x cols] q[cols x r]; sgemm, as these are the hook's FLOPs */
 static void times(const float *m, const float *q, float *out, size_t rows, size_t cols, int r)
 {
-    for (size_t i = 0; i < rows; i++)
-        for (int k = 0; k < r; k++) {
-            double sum = 0;
-            for (size_t j = 0; j < cols; j++)
-                sum += (double)m[i * cols + j] * q[j * r + k];
-            out[i * r + k] = (float)sum;
-        }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, r, (int)cols, 1.0f, m,
+                (int)cols, q, r, 0.0f, out, r);
 }
 
 /* out[cols x r] = m^T p */
 static void times_transposed(const float *m, const float *p, float *out, size_t rows, size_t cols,
                              int r)
 {
-    for (size_t j = 0; j < cols; j++)
-        for (int k = 0; k < r; k++) {
-            double sum = 0;
-            for (size_t i = 0; i < rows; i++)
-                sum += (double)m[i * cols + j] * p[i * r + k];
-            out[j * r + k] = (float)sum;
-        }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, r, (int)rows, 1.0f, m,
+                (int)cols, p, r, 0.0f, out, r);
 }
 
 mt_status dp_gc_powersgd(dp_grad_comm *gc, float *grad, int first, int count)
@@ -138,15 +129,13 @@ mt_status dp_gc_powersgd(dp_grad_comm *gc, float *grad, int first, int count)
         const dp_gc_tensor *x = &gc->tensors[t];
         float *m = grad + x->offset, *e = gc->error + x->offset, *q = gc->q + gc->q_at[t];
         const float *p = p_all + p_at;
-        for (size_t i = 0; i < x->rows; i++)
-            for (size_t j = 0; j < x->cols; j++) {
-                double sum = 0;
-                for (int k = 0; k < r; k++)
-                    sum += (double)p[i * r + k] * q[j * r + k];
-                float estimate = (float)sum;
-                e[i * x->cols + j] = (float)(m[i * x->cols + j] - share * estimate);
-                m[i * x->cols + j] = estimate;
-            }
+        int rows = (int)x->rows, cols = (int)x->cols;
+        /* e = M - share P Q^T, then M = P Q^T */
+        memcpy(e, m, x->rows * x->cols * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, r, (float)-share, p, r,
+                    q, r, 1.0f, e, cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, r, 1.0f, p, r, q, r, 0.0f,
+                    m, cols);
         p_at += x->rows * (size_t)r;
     }
     return MT_OK;

@@ -4,7 +4,8 @@
 # mid-way (error feedback, Q, SGD momentum from the checkpoint) ends bitwise the uninterrupted
 # one; PowerSGD under ZeRO 1 is bitwise ZeRO 0; a hook on one replica is the plain run; the
 # bytes in metrics.jsonl are 4 per parameter for the all-reduce and fewer once compressing,
-# and over tcp the bytes on the wire are at least those and a quarter of plain for PowerSGD.
+# and over tcp the bytes on the wire are at least those and a quarter of plain for PowerSGD;
+# under tp 2 and pp 2 (x dp 2) PowerSGD at full rank is the all-reduce and signSGD trains.
 # usage: grad_comm.sh MESHTRAIN
 set -euo pipefail
 meshtrain=$1
@@ -62,6 +63,57 @@ cmp -s "$scratch/ref_powersgd/model.safetensors" "$scratch/ref_powersgd_--zero_1
   fail "PowerSGD: ZeRO 1 differs from ZeRO 0"
 cmp -s "$scratch/ref_allreduce/model.safetensors" "$scratch/ref_powersgd/model.safetensors" &&
   fail "PowerSGD left the run as it was: nothing was compressed"
+
+# --- tensor and pipeline parallelism compose: the hook acts on each rank's own shards -------
+# PowerSGD at R = 64 >= min(n, m) of every shard (no factors are cheaper there, so each shard is
+# summed plainly beside the vectors) is the all-reduce within 1e-3 of the update by norm; at R 2
+# (factors on each rank's shards) and signSGD it trains to finite losses, unlike the plain run;
+# on dp 1 a hook is the plain tp run.
+unset MT_COMM_BACKEND
+close_models() { # INIT A B TOL: |A - B| <= TOL |A - INIT| over every tensor
+  /usr/bin/python3 - "$@" <<'PY'
+import json, struct, sys, numpy as np
+def flat(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n]); header.pop("__metadata__", None)
+    body = data[8 + n:]
+    return np.concatenate([np.frombuffer(body[h["data_offsets"][0]:h["data_offsets"][1]],
+                                         dtype=np.float32).astype(np.float64)
+                           for _, h in sorted(header.items())])
+init, a, b = (flat(f"{p}/model.safetensors") for p in sys.argv[1:4])
+gap, update = np.linalg.norm(a - b), np.linalg.norm(a - init)
+print(f"{sys.argv[3]}: {gap / update:.3g} of the update from {sys.argv[2]}")
+sys.exit(not (update > 0 and gap <= float(sys.argv[4]) * update))
+PY
+}
+for layout in "--tp 2" "--pp 2 --microbatches 2"; do
+  name=$(echo "$layout" | cut -d' ' -f1,2 | tr -d ' -')
+  # shellcheck disable=SC2086
+  { train_into "$scratch/${name}_init" --nproc 4 $layout --lr 0 --min_lr 0 &&
+    train_into "$scratch/${name}_plain" --nproc 4 $layout &&
+    train_into "$scratch/${name}_psgd" --nproc 4 $layout --grad_comm powersgd --powersgd_start 1 \
+      --powersgd_rank 64 &&
+    train_into "$scratch/${name}_psgd2" --nproc 4 $layout --grad_comm powersgd --powersgd_start 1 &&
+    train_into "$scratch/${name}_sign" --nproc 4 $layout --grad_comm signsgd; } || continue
+  close_models "$scratch/${name}_"{init,plain,psgd} 1e-3 ||
+    fail "$name x dp 2: PowerSGD at full rank is not the all-reduce"
+  for hook in psgd2 sign; do
+    losses=$(metric_column "$scratch/${name}_$hook" loss)
+    # shellcheck disable=SC2086  # one argument per step
+    /usr/bin/python3 -c 'import math, sys; v = [float(x) for x in sys.argv[1:]]
+sys.exit(not (len(v) == 8 and all(map(math.isfinite, v))))' $losses ||
+      fail "$name x dp 2: $hook losses $losses"
+    cmp -s "$scratch/${name}_plain/model.safetensors" "$scratch/${name}_$hook/model.safetensors" &&
+      fail "$name x dp 2: $hook left the run as it was"
+  done
+  echo "ok $name x dp 2: PowerSGD at full rank is the all-reduce, at rank 2 and signSGD it trains"
+done
+train_into "$scratch/tp2_dp1_plain" --nproc 2 --tp 2 &&
+  train_into "$scratch/tp2_dp1_psgd" --nproc 2 --tp 2 --grad_comm powersgd &&
+  { cmp -s "$scratch/tp2_dp1_"{plain,psgd}/model.safetensors ||
+      fail "tp 2 x dp 1: PowerSGD differs from the plain run"; } &&
+  echo "ok tp 2 x dp 1: a hook is the plain run"
 
 # --- bytes per step: 4 per parameter plainly, far fewer compressed -------------------------
 /usr/bin/python3 - "$scratch" <<'PY' || fail "bytes per step"
