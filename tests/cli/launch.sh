@@ -68,9 +68,16 @@ for attempt in 1 2; do
         sh -c "sleep $MARKER & exec \"\$0\" check --rounds 10000000 --count 64" "$MT" \
         >"$WORK/out" 2>&1 &
     launcher=$!
+    # A sanitizer build starts its workers slowly: wait until all 4 exist, then a random moment.
+    victims=()
+    for _ in $(seq 150); do
+        victims=($(pgrep -P "$(pgrep -P "$launcher")")) # timeout -> meshtrain launch -> workers
+        [[ ${#victims[@]} -eq 4 ]] && break
+        sleep 0.1
+    done
     sleep "0.$((RANDOM % 9 + 3))"
-    victims=($(pgrep -P "$(pgrep -P "$launcher")")) # timeout -> meshtrain launch -> workers
     if [[ ${#victims[@]} -ne 4 ]]; then
+        kill "$launcher" 2>/dev/null
         wait "$launcher"
         fail "random SIGKILL: the launcher has ${#victims[@]} workers, not 4"
         continue
