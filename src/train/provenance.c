@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,36 @@ static void command_line(FILE *f)
 /* scripts/build_info.cmake's generated file */
 extern const char trainer_build_commit[], trainer_build_compiler[], trainer_build_flags[];
 
+/* Files up to this size are hashed whole. A corpus can be far larger than memory and than what
+ * a run's end may spend reading (hundreds of GiB): larger files are hashed over SAMPLES blocks
+ * spread evenly from the first byte to the last, recorded as "xxh3_sampled" so no one mistakes
+ * it for a whole-file hash. */
+#define WHOLE_HASH_LIMIT ((off_t)1 << 30)
+#define SAMPLES 64
+#define SAMPLE_BYTES ((size_t)1 << 16)
+
+/* XXH3-64 of the file's size followed by SAMPLES blocks of SAMPLE_BYTES; -1 when unreadable. */
+static int sampled_hash(int fd, off_t size, uint64_t *hash)
+{
+    unsigned char *buffer = malloc(8 + SAMPLES * SAMPLE_BYTES);
+    if (!buffer)
+        return -1;
+    for (int b = 0; b < 8; b++)
+        buffer[b] = (unsigned char)((uint64_t)size >> (8 * b));
+    off_t last = size - (off_t)SAMPLE_BYTES;
+    for (int i = 0; i < SAMPLES; i++) {
+        off_t at = last / (SAMPLES - 1) * i;
+        if (pread(fd, buffer + 8 + (size_t)i * SAMPLE_BYTES, SAMPLE_BYTES, at) !=
+            (ssize_t)SAMPLE_BYTES) {
+            free(buffer);
+            return -1;
+        }
+    }
+    *hash = trainer_ckpt_hash(buffer, 8 + SAMPLES * SAMPLE_BYTES);
+    free(buffer);
+    return 0;
+}
+
 /* One data file's size and XXH3-64 ("path" relative to the data folder); nothing when the
  * file is absent, and null for a file that cannot be read. */
 static void data_file(FILE *f, const char *dir, const char *name, int *count)
@@ -76,20 +107,29 @@ static void data_file(FILE *f, const char *dir, const char *name, int *count)
         return;
     fprintf(f, "%s{\"path\": ", (*count)++ ? ", " : "");
     json_string(f, name, strlen(name));
-    fprintf(f, ", \"bytes\": %lld, \"xxh3\": ", (long long)info.st_size);
+    int sampled = info.st_size > WHOLE_HASH_LIMIT;
+    fprintf(f, ", \"bytes\": %lld, \"%s\": ", (long long)info.st_size,
+            sampled ? "xxh3_sampled" : "xxh3");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    void *bytes = fd >= 0 && info.st_size > 0
-                      ? mmap(NULL, (size_t)info.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
-                      : MAP_FAILED;
-    if (fd >= 0 && info.st_size == 0)
-        fprintf(f, "\"%016llx\"", (unsigned long long)trainer_ckpt_hash("", 0));
-    else if (bytes != MAP_FAILED)
-        fprintf(f, "\"%016llx\"",
-                (unsigned long long)trainer_ckpt_hash(bytes, (size_t)info.st_size));
+    uint64_t hash = 0;
+    int hashed = -1;
+    if (fd >= 0 && sampled) {
+        hashed = sampled_hash(fd, info.st_size, &hash);
+    } else if (fd >= 0 && info.st_size == 0) {
+        hash = trainer_ckpt_hash("", 0);
+        hashed = 0;
+    } else if (fd >= 0) {
+        void *bytes = mmap(NULL, (size_t)info.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (bytes != MAP_FAILED) {
+            hash = trainer_ckpt_hash(bytes, (size_t)info.st_size);
+            hashed = 0;
+            munmap(bytes, (size_t)info.st_size);
+        }
+    }
+    if (hashed == 0)
+        fprintf(f, "\"%016llx\"", (unsigned long long)hash);
     else
         fputs("null", f);
-    if (bytes != MAP_FAILED)
-        munmap(bytes, (size_t)info.st_size);
     if (fd >= 0)
         close(fd);
     fputc('}', f);

@@ -69,6 +69,10 @@ assert all(math.isfinite(s["loss"]) for s in steps) and math.isfinite(steps[-1][
 summary = json.load(open(f"{sys.argv[1]}/summary.json"))
 peak = summary["memory"][0]["resident_peak"]
 assert peak < 1 << 30, f"resident peak {peak} bytes: the corpus was read into memory"
+files = {d["path"]: d for d in summary["provenance"]["data_files"]}
+big = files["train/000000.bin"]
+assert "xxh3_sampled" in big and "xxh3" not in big, big  # 16 GiB: sampled, not read whole
+assert files["val/000000.bin"]["xxh3"] is not None, files
 PY
 
 [[ $failed == 0 ]] && echo "data_sparse: ok"
