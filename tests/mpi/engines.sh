@@ -106,7 +106,14 @@ if command -v mpirun.openmpi >/dev/null; then
         mpirun.openmpi -n 4
 fi
 if command -v mpiexec.mpich >/dev/null && command -v mpicc.mpich >/dev/null; then
-    # The MPICH build: configured and built by the example when the folder lacks it.
+    # The MPICH build, configured and built as the example does, here rather than inside the
+    # example's first run, whose 120 s bound is for training, not for compiling the project.
+    if [[ ! -f $mpich_build/CMakeCache.txt ]]; then
+        cmake -S "$here/../.." -B "$mpich_build" -DCMAKE_BUILD_TYPE=Release \
+            -DMPI_C_COMPILER=mpicc.mpich >"$scratch/mpich_build.log" 2>&1
+    fi
+    cmake --build "$mpich_build" --target meshtrain_cli -j "$(nproc)" >>"$scratch/mpich_build.log" 2>&1 ||
+        fail "the MPICH build" "$scratch/mpich_build.log"
     equal "mpiexec.mpich, mpi back end" env MT_COMM_BACKEND=mpi BUILD="$mpich_build" \
         "$examples/mpich.sh"
     equal "mpiexec.mpich, default back end" env BUILD="$mpich_build" "$examples/mpich.sh"
